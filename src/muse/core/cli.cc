@@ -1,0 +1,196 @@
+#include "muse/core/cli.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+
+namespace muse {
+
+ArgParser::ArgParser(std::string command, std::string summary)
+    : command_(std::move(command)), summary_(std::move(summary)) {}
+
+static Result<int64_t> to_int(const std::string& name, const std::string& v) {
+  int64_t x = 0;
+  auto r = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (r.ec != std::errc() || r.ptr != v.data() + v.size())
+    return make_error(name + " expects an integer, got '" + v + "'");
+  return x;
+}
+
+void ArgParser::flag(const std::string& name, bool* out, const std::string& help) {
+  Spec s;
+  s.name = name;
+  s.help = help;
+  s.takes_value = false;
+  s.set = [name, out](const std::string& v) -> Status {
+    if (v.empty() || v == "true" || v == "1") *out = true;
+    else if (v == "false" || v == "0") *out = false;
+    else return make_error(name + " takes no value (or =true/=false), got '" + v + "'");
+    return Status::Ok();
+  };
+  specs_.push_back(std::move(s));
+}
+
+void ArgParser::option(const std::string& name, std::string* out, const std::string& metavar,
+                       const std::string& help) {
+  specs_.push_back({name, metavar, help, true, false, "", [out](const std::string& v) {
+                      *out = v;
+                      return Status::Ok();
+                    }});
+}
+
+void ArgParser::option(const std::string& name, int64_t* out, const std::string& metavar, const std::string& help) {
+  specs_.push_back({name, metavar, help, true, false, "", [name, out](const std::string& v) -> Status {
+                      auto r = to_int(name, v);
+                      if (!r.ok()) return r.error();
+                      *out = *r;
+                      return Status::Ok();
+                    }});
+}
+
+void ArgParser::option(const std::string& name, int* out, const std::string& metavar, const std::string& help) {
+  specs_.push_back({name, metavar, help, true, false, "", [name, out](const std::string& v) -> Status {
+                      auto r = to_int(name, v);
+                      if (!r.ok()) return r.error();
+                      if (*r < INT32_MIN || *r > INT32_MAX) return make_error(name + " is out of range: " + v);
+                      *out = int(*r);
+                      return Status::Ok();
+                    }});
+}
+
+void ArgParser::option(const std::string& name, double* out, const std::string& metavar, const std::string& help) {
+  specs_.push_back({name, metavar, help, true, false, "", [name, out](const std::string& v) -> Status {
+                      double x = 0;
+                      auto r = std::from_chars(v.data(), v.data() + v.size(), x);
+                      if (r.ec != std::errc() || r.ptr != v.data() + v.size() || !std::isfinite(x))
+                        return make_error(name + " expects a number, got '" + v + "'");
+                      *out = x;
+                      return Status::Ok();
+                    }});
+}
+
+void ArgParser::repeated(const std::string& name, std::vector<std::string>* out, const std::string& metavar,
+                         const std::string& help) {
+  specs_.push_back({name, metavar, help, true, false, "", [out](const std::string& v) {
+                      out->push_back(v);
+                      return Status::Ok();
+                    }});
+}
+
+void ArgParser::alias(const std::string& alias, const std::string& name) { aliases_.emplace_back(alias, name); }
+
+void ArgParser::positional(const std::string& name, std::string* out, bool required, const std::string& help) {
+  positionals_.push_back({name, out, required, help});
+}
+
+void ArgParser::unsupported(const std::string& name, bool takes_value, const std::string& why) {
+  Spec s;
+  s.name = name;
+  s.takes_value = takes_value;
+  s.hidden = true;
+  s.unsupported_why = why.empty() ? "not supported yet" : why;
+  specs_.push_back(std::move(s));
+}
+
+ArgParser::Spec* ArgParser::find(const std::string& name) {
+  std::string canonical = name;
+  for (auto& a : aliases_) if (a.first == name) canonical = a.second;
+  for (auto& s : specs_) if (s.name == canonical) return &s;
+  // vLLM accepts both --max-model-len and --max_model_len.
+  std::string dashed = canonical;
+  std::replace(dashed.begin(), dashed.end(), '_', '-');
+  if (dashed != canonical) return find(dashed);
+  return nullptr;
+}
+
+bool ArgParser::given(const std::string& name) const {
+  return std::find(given_.begin(), given_.end(), name) != given_.end();
+}
+
+Status ArgParser::parse(int argc, char** argv, int first) {
+  std::vector<std::string> args;
+  for (int i = first; i < argc; ++i) args.emplace_back(argv[i]);
+  return parse(args);
+}
+
+Status ArgParser::parse(const std::vector<std::string>& args) {
+  size_t next_positional = 0;
+  bool only_positional = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (!only_positional && (a == "--help" || a == "-h")) {
+      help_ = true;
+      return Status::Ok();
+    }
+    if (!only_positional && a == "--") {
+      only_positional = true;
+      continue;
+    }
+    if (!only_positional && a.size() > 1 && a[0] == '-' && !(a[1] >= '0' && a[1] <= '9')) {
+      std::string name = a, value;
+      bool has_value = false;
+      size_t eq = a.find('=');
+      if (eq != std::string::npos) {
+        name = a.substr(0, eq);
+        value = a.substr(eq + 1);
+        has_value = true;
+      }
+      Spec* s = find(name);
+      if (!s) return make_error("unknown option " + name + " for 'muse " + command_ + "' (see muse " + command_ + " --help)");
+      if (!s->unsupported_why.empty())
+        return make_error("option " + name + " is not supported by muse " + command_ + ": " + s->unsupported_why);
+      if (s->takes_value && !has_value) {
+        if (i + 1 >= args.size()) return make_error("option " + name + " needs a value");
+        value = args[++i];
+      }
+      MUSE_RETURN_IF_ERROR(s->set(value));
+      given_.push_back(s->name);
+      continue;
+    }
+    if (next_positional >= positionals_.size())
+      return make_error("unexpected argument '" + a + "' for 'muse " + command_ + "'");
+    *positionals_[next_positional++].out = a;
+  }
+  for (size_t k = next_positional; k < positionals_.size(); ++k)
+    if (positionals_[k].required) return make_error("missing argument " + positionals_[k].name);
+  return Status::Ok();
+}
+
+std::string ArgParser::usage() const {
+  std::string u = "usage: muse " + command_ + " [options]";
+  for (const auto& p : positionals_) u += p.required ? " " + p.name : " [" + p.name + "]";
+  u += "\n\n" + summary_ + "\n";
+  if (!positionals_.empty()) {
+    u += "\narguments:\n";
+    for (const auto& p : positionals_) u += "  " + p.name + "\n      " + p.help + "\n";
+  }
+  u += "\noptions:\n";
+  for (const auto& s : specs_) {
+    if (s.hidden) continue;
+    u += "  " + s.name;
+    for (const auto& a : aliases_) if (a.second == s.name) u += ", " + a.first;
+    if (s.takes_value) u += " " + (s.metavar.empty() ? std::string("VALUE") : s.metavar);
+    u += "\n      " + s.help + "\n";
+  }
+  return u;
+}
+
+Result<std::vector<int64_t>> parse_int_list(const std::string& text) {
+  std::vector<int64_t> out;
+  size_t start = 0;
+  if (text.empty()) return out;
+  while (start <= text.size()) {
+    size_t comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    std::string item = text.substr(start, comma - start);
+    while (!item.empty() && item.front() == ' ') item.erase(item.begin());
+    while (!item.empty() && item.back() == ' ') item.pop_back();
+    auto v = to_int("list element", item);
+    if (!v.ok()) return make_error("invalid integer '" + item + "' in list '" + text + "'");
+    out.push_back(*v);
+    start = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace muse
