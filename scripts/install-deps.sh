@@ -6,9 +6,23 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config git ca-certificates
   libgtest-dev libgmock-dev libbenchmark-dev
-  nodejs npm
   clang libclang-rt-14-dev
 )
+
+# Areas list extra Debian packages in scripts/deps/<area>.txt (one per line).
+here=$(cd "$(dirname "$0")" && pwd)
+for f in "$here"/deps/*.txt; do
+  [ -f "$f" ] || continue
+  while read -r p; do
+    p=${p%%#*}; p=$(echo "$p" | tr -d '[:space:]')
+    [ -n "$p" ] && packages+=("$p")
+  done < "$f"
+done
+
+# Node.js drives the client-library tests; a node from elsewhere (nodesource,
+# which bundles npm and conflicts with Debian's npm package) is fine.
+command -v node >/dev/null 2>&1 || packages+=(nodejs)
+command -v npm >/dev/null 2>&1 || packages+=(npm)
 
 missing=()
 for p in "${packages[@]}"; do
