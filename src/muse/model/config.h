@@ -24,7 +24,7 @@ struct ModelConfig {
 
   // Decoder shape.
   int64_t vocab_size = 0;            // embedding / lm_head rows
-  int64_t sampled_vocab_size = 0;    // ids >= this are never sampled (Spark: 201818); == vocab_size otherwise
+  int64_t sampled_vocab_size = 0;    // ids >= this are never sampled (Spark: min(vocab_size, 201818)); == vocab_size otherwise
   int64_t hidden_size = 0;
   int64_t num_layers = 0;
   int64_t num_heads = 0;
@@ -50,7 +50,7 @@ struct ModelConfig {
   bool tie_word_embeddings = false;
 
   // Latent mixture of experts (Spark).
-  std::vector<MlpKind> mlp_layer_types;
+  std::vector<MlpKind> mlp_layer_types;  // one per layer: Glimmer all Dense, Spark from the config (default Sparse)
   int64_t num_experts = 0;
   int64_t num_experts_per_tok = 0;
   int64_t moe_hidden_size = 0;        // latent width
@@ -95,6 +95,17 @@ struct ModelConfig {
 // when it does: any disagreement is an error naming the layer.
 Result<ModelConfig> parse_model_config(std::string_view json_text, const std::string& source = "config.json");
 Result<ModelConfig> parse_model_config(const Json& config, const std::string& source = "config.json");
+// Text overloads (a std::string or literal converts to both string_view and Json).
+inline Result<ModelConfig> parse_model_config(const std::string& json_text, const std::string& source = "config.json") {
+  return parse_model_config(std::string_view(json_text), source);
+}
+inline Result<ModelConfig> parse_model_config(const char* json_text, const std::string& source = "config.json") {
+  return parse_model_config(std::string_view(json_text), source);
+}
+// Applies generation_config.json: its eos_token_id (an integer or a list)
+// replaces the config's; bos/pad ids likewise when present.
+Status apply_generation_config(ModelConfig& config, const Json& generation,
+                               const std::string& source = "generation_config.json");
 // Reads <dir>/config.json (and <dir>/generation_config.json for EOS lists).
 Result<ModelConfig> load_model_config(const std::string& model_dir);
 
