@@ -1,0 +1,231 @@
+// The operation interface every compute backend implements (CPU today, CUDA
+// next). Model code (model/*_forward.cc) is written only against this header:
+// it never touches tensor memory, never includes a vendor header, and never
+// branches on which backend runs it.
+//
+// The contract:
+//  - Memory. Weights, activations and the KV cache live in buffers the backend
+//    owns; the model holds `Tensor` handles (opaque data pointer + dtype +
+//    shape). A handle's pointer may be a device address: only the backend
+//    dereferences it. Row views (`Tensor::rows`) are plain pointer offsets, so
+//    they are valid on every backend.
+//  - Steps. Operations are *enqueued*; nothing runs until `execute()`, which
+//    runs the whole step in order (CPU: one thread pool dispatch per op; CUDA:
+//    one stream, later one graph). Host data an op needs (token ids,
+//    positions, the attention batch) is captured at enqueue time.
+//  - Batches. The unit of work is a batch of sequences, each a contiguous run
+//    of rows in the step's activation tensors: a prefill chunk (many
+//    positions) or one decode token. `AttentionBatch` says where each
+//    sequence's rows, positions and KV cache live.
+//  - Numerics. Activations are fp32; weights are fp32 or bf16, always upcast
+//    and accumulated in fp32. Every output element is produced by one fixed
+//    sequence of operations, independent of thread count and of which other
+//    sequences share the batch, so greedy decoding is reproducible.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "muse/core/dtype.h"
+#include "muse/core/status.h"
+
+namespace muse {
+
+// A handle to backend memory: row-major, outermost dimension first.
+struct Tensor {
+  void* data = nullptr;  // backend address; never dereferenced outside the backend
+  DType dtype = DType::F32;
+  int rank = 0;
+  std::array<int64_t, 4> shape{};
+
+  bool empty() const { return data == nullptr; }
+  int64_t dim(int i) const { return shape[size_t(i)]; }
+  int64_t numel() const {
+    int64_t n = rank ? 1 : 0;
+    for (int i = 0; i < rank; ++i) n *= shape[size_t(i)];
+    return n;
+  }
+  int64_t cols() const { return rank ? shape[size_t(rank - 1)] : 0; }  // innermost extent
+  int64_t rows() const { return cols() ? numel() / cols() : 0; }      // everything else
+  size_t element_bytes() const { return size_t(dtype_bits(dtype) / 8); }
+  size_t bytes() const { return size_t(numel()) * element_bytes(); }
+
+  // Rows [begin, begin+count) of the outermost dimension, as a tensor of the
+  // same rank. Valid on every backend: it is pointer arithmetic only.
+  Tensor rows(int64_t begin, int64_t count) const {
+    Tensor t = *this;
+    int64_t inner = numel() / shape[0];
+    t.data = static_cast<char*>(data) + size_t(begin * inner) * element_bytes();
+    t.shape[0] = count;
+    return t;
+  }
+  // The same memory seen with another shape (same element count).
+  Tensor reshaped(std::initializer_list<int64_t> dims) const {
+    Tensor t = *this;
+    t.rank = int(dims.size());
+    t.shape = {};
+    int i = 0;
+    for (int64_t d : dims) t.shape[size_t(i++)] = d;
+    return t;
+  }
+};
+
+// "BF16[64, 128]", for error messages.
+inline std::string describe(const Tensor& t) {
+  std::string s(dtype_name(t.dtype));
+  s += '[';
+  for (int i = 0; i < t.rank; ++i) s += (i ? ", " : "") + std::to_string(t.shape[size_t(i)]);
+  return s + ']';
+}
+
+// How a norm applies its gain `c` (already in effective form: the model
+// folds offset gains `1 + w` at load, so backends see one convention).
+enum class NormGain {
+  None,    // y = rms(x)                   (weightless)
+  After,   // y = rms(x) ⊙ c               (offset or absolute gains)
+  Before,  // y = rms(x ⊙ c)               ("input-scale", Spark post-expert / post-ffn)
+};
+
+// ---------------------------------------------------------------------------
+// KV cache layout. kv/ owns the bookkeeping (which ring slot, which blocks);
+// the storage tensors are backend memory. K is stored after QK-norm and RoPE,
+// V raw; one row per position of `kv_dim = num_kv_heads * head_dim` values.
+// ---------------------------------------------------------------------------
+enum class KvLayout {
+  Ring,   // sliding-window layer: [num_slots, window, kv_dim]; position p at row p % window
+  Paged,  // full layer: [num_blocks, block_size, kv_dim]; position p in block table[p / block_size]
+};
+
+struct KvLayerStorage {
+  KvLayout layout = KvLayout::Paged;
+  Tensor k, v;
+};
+
+// One sequence's part of a step.
+struct SequenceSlice {
+  int64_t row_begin = 0;   // first row in the step's activation tensors
+  int64_t num_rows = 0;    // positions in this step (1 for a decode token)
+  int64_t pos_begin = 0;   // absolute position of the first row; rows are consecutive
+  int32_t ring_slot = -1;  // sliding layers: which ring
+  std::vector<int32_t> blocks;  // full layers: block ids covering [0, pos_begin + num_rows)
+};
+
+struct AttentionBatch {
+  std::vector<SequenceSlice> seqs;
+  int64_t window = 0;      // sliding window (keys visible to a query, itself included)
+  int64_t block_size = 0;  // positions per paged block
+  int64_t total_rows() const { return seqs.empty() ? 0 : seqs.back().row_begin + seqs.back().num_rows; }
+};
+using AttentionBatchRef = std::shared_ptr<const AttentionBatch>;
+
+// One weight applied to a shared input: out[T, N] = x[T, K] · weight[N, K]ᵀ.
+struct Projection {
+  Tensor weight;
+  Tensor out;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;  // e.g. "cpu (avx2, 16 threads)"
+
+  // ---- memory ------------------------------------------------------------
+  // A new zero-filled buffer.
+  virtual Result<Tensor> alloc(DType dtype, std::initializer_list<int64_t> shape) = 0;
+  // Weights from host memory. With `host_outlives` the backend may keep
+  // referencing `host` (the CPU backend then copies nothing: mmap'd
+  // checkpoints stay mapped); otherwise it copies.
+  virtual Result<Tensor> import_weight(DType dtype, std::initializer_list<int64_t> shape, const void* host,
+                                       bool host_outlives) = 0;
+  virtual void release(Tensor& t) = 0;
+  // Copies a tensor (or view) to host memory. Call after execute().
+  virtual Status download(const Tensor& t, void* host) = 0;
+
+  // ---- steps ---------------------------------------------------------------
+  // Enqueues a host-to-tensor copy; `bytes` are captured now.
+  virtual void set_input(const Tensor& dst, const void* host, size_t bytes) = 0;
+  // Runs everything enqueued since the last execute(), in order.
+  virtual Status execute() = 0;
+
+  // ---- operations (enqueued) -------------------------------------------------
+  // out[t] = table[ids[t]] (I32 ids; F32/BF16 table rows upcast to F32).
+  virtual void embed(const Tensor& out, const Tensor& table, const Tensor& ids) = 0;
+
+  // Row-wise RMSNorm in fp32 over groups of `group` values (0 = whole row):
+  // y = norm(x) per NormGain, times `scale`. The gain (length `group`, or the
+  // row) is F32. out may alias in.
+  virtual void rms_norm(const Tensor& out, const Tensor& in, const Tensor& gain, NormGain mode, float eps,
+                        int64_t group = 0, float scale = 1.0f) = 0;
+
+  // Residual update: stream ← α ⊙ stream + β ⊙ norm(update), norm per
+  // `mode` with `gain`. Empty α/β mean 1 (Glimmer: stream += rms(a) ⊙ c;
+  // Spark: the gated residual with fp32 α, β).
+  virtual void residual_norm(const Tensor& stream, const Tensor& update, const Tensor& gain, NormGain mode,
+                             const Tensor& alpha, const Tensor& beta, float eps) = 0;
+
+  // Several weights over one input in one pass (q/k/v/gate, gate/up):
+  // outputs[i].out = x · outputs[i].weightᵀ, fp32 accumulation.
+  virtual void project(const Tensor& x, std::span<const Projection> outputs) = 0;
+  void matmul(const Tensor& out, const Tensor& x, const Tensor& weight) {
+    Projection p{weight, out};
+    project(x, std::span<const Projection>(&p, 1));
+  }
+
+  // RoPE tables for this step: cos/sin [T, head_dim/2] (F32) for positions
+  // (I32 [T]), inv_freq_i = theta^(-2i/head_dim) rounded to fp32 (as
+  // transformers computes it).
+  virtual void rope_tables(const Tensor& cos, const Tensor& sin, const Tensor& positions, double theta,
+                           int64_t head_dim) = 0;
+
+  // Weightless per-head RMSNorm of q [T, Hq·d] and k [T, Hk·d], q then
+  // times `q_scale`; then, when cos/sin are given, rotate-half RoPE on the HF
+  // layout (pairs j, j+d/2). In place.
+  virtual void qk_norm_rope(const Tensor& q, const Tensor& k, const Tensor& cos, const Tensor& sin, int64_t head_dim,
+                            float eps, float q_scale) = 0;
+
+  // Causal GQA attention for a batch: each row attends to the keys of its
+  // own sequence at positions ≤ its own (the last `window` only, when
+  // window > 0). Keys before the sequence's pos_begin come from the cache,
+  // keys in this step from k_new/v_new. softmax in fp32, scores × `scale`.
+  // q/out [T, Hq·d]; k_new/v_new [T, Hk·d].
+  virtual void attention(const Tensor& out, const Tensor& q, const Tensor& k_new, const Tensor& v_new,
+                         const KvLayerStorage& cache, const AttentionBatchRef& batch, int64_t head_dim,
+                         int64_t window, float scale) = 0;
+  // Writes this step's k/v rows into the cache (rings keep the last window).
+  virtual void kv_store(const KvLayerStorage& cache, const Tensor& k_new, const Tensor& v_new,
+                        const AttentionBatchRef& batch) = 0;
+
+  // Attention output gate, in place on o [T, H·d]: o ← o ⊙ σ(g) (Glimmer) or,
+  // with `head_norm`, o ← rms_eps(o_h) ⊙ σ(g_h) per head (Spark).
+  virtual void output_gate(const Tensor& o, const Tensor& g, int64_t head_dim, bool head_norm, float eps) = 0;
+
+  // out = silu(gate) ⊙ up (out may alias gate).
+  virtual void swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
+
+  // Sigmoid router: p = σ(logits · multiplier); the top k by p + bias
+  // (selection only; ties to the lower index), in descending order; weights
+  // p_k / (Σ p_top + 1e-15) · scaling. ids I32 [T, k], weights F32 [T, k].
+  virtual void moe_route(const Tensor& ids, const Tensor& weights, const Tensor& logits, const Tensor& bias,
+                         float multiplier, float scaling) = 0;
+
+  // Latent experts, dispatched per token: for each chosen expert e of row t,
+  // [γ;υ] = u_t · gate_up[e]ᵀ, y = down[e] · (silu(γ) ⊙ υ),
+  // ŷ = rms_eps(y ⊙ post_gain); out_t = Σ_k w_k ŷ_k (in the order of `ids`).
+  // u/out [T, Hm]; gate_up [E, 2I, Hm]; down [E, Hm, I].
+  virtual void moe_experts(const Tensor& out, const Tensor& u, const Tensor& gate_up, const Tensor& down,
+                           const Tensor& post_gain, const Tensor& ids, const Tensor& weights, float eps) = 0;
+
+  // out[i] = in[rows[i]] (I32 rows).
+  virtual void gather_rows(const Tensor& out, const Tensor& in, const Tensor& rows) = 0;
+
+  // x ← cap · tanh(x · multiplier / cap) (cap 0: x ← x · multiplier).
+  virtual void softcap(const Tensor& x, float multiplier, float cap) = 0;
+};
+
+}  // namespace muse

@@ -1,0 +1,98 @@
+// CpuBackend's declaration, shared by the files that implement its
+// operations (cpu_backend.cc: memory, queue, elementwise and norm ops;
+// cpu_matmul.cc; cpu_attention.cc; cpu_moe.cc). Not a public header.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include "muse/backends/cpu/cpu_backend.h"
+#include "muse/backends/cpu/kernels.h"
+#include "muse/backends/cpu/thread_pool.h"
+
+namespace muse::cpu {
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(const KernelTable& kernels, int threads);
+  ~CpuBackend() override;
+
+  std::string name() const override;
+
+  Result<Tensor> alloc(DType dtype, std::initializer_list<int64_t> shape) override;
+  Result<Tensor> import_weight(DType dtype, std::initializer_list<int64_t> shape, const void* host,
+                               bool host_outlives) override;
+  void release(Tensor& t) override;
+  Status download(const Tensor& t, void* host) override;
+
+  void set_input(const Tensor& dst, const void* host, size_t bytes) override;
+  Status execute() override;
+
+  void embed(const Tensor& out, const Tensor& table, const Tensor& ids) override;
+  void rms_norm(const Tensor& out, const Tensor& in, const Tensor& gain, NormGain mode, float eps, int64_t group,
+                float scale) override;
+  void residual_norm(const Tensor& stream, const Tensor& update, const Tensor& gain, NormGain mode,
+                     const Tensor& alpha, const Tensor& beta, float eps) override;
+  void project(const Tensor& x, std::span<const Projection> outputs) override;
+  void rope_tables(const Tensor& cos, const Tensor& sin, const Tensor& positions, double theta,
+                   int64_t head_dim) override;
+  void qk_norm_rope(const Tensor& q, const Tensor& k, const Tensor& cos, const Tensor& sin, int64_t head_dim,
+                    float eps, float q_scale) override;
+  void attention(const Tensor& out, const Tensor& q, const Tensor& k_new, const Tensor& v_new,
+                 const KvLayerStorage& cache, const AttentionBatchRef& batch, int64_t head_dim, int64_t window,
+                 float scale) override;
+  void kv_store(const KvLayerStorage& cache, const Tensor& k_new, const Tensor& v_new,
+                const AttentionBatchRef& batch) override;
+  void output_gate(const Tensor& o, const Tensor& g, int64_t head_dim, bool head_norm, float eps) override;
+  void swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) override;
+  void moe_route(const Tensor& ids, const Tensor& weights, const Tensor& logits, const Tensor& bias, float multiplier,
+                 float scaling) override;
+  void moe_experts(const Tensor& out, const Tensor& u, const Tensor& gate_up, const Tensor& down,
+                   const Tensor& post_gain, const Tensor& ids, const Tensor& weights, float eps) override;
+  void gather_rows(const Tensor& out, const Tensor& in, const Tensor& rows) override;
+  void softcap(const Tensor& x, float multiplier, float cap) override;
+
+  const KernelTable& kernels() const { return k_; }
+  ThreadPool& pool() { return pool_; }
+
+ private:
+  // Records a shape/dtype error found at enqueue time; execute() reports the
+  // first one and runs nothing. These are engine bugs, not user input.
+  bool check(bool ok, const char* op, const std::string& what);
+  void enqueue(std::function<void()> op) { ops_.push_back(std::move(op)); }
+  // Execution-time failure (e.g. a token id out of range).
+  void fail(std::string message);
+  // Per-thread scratch of at least `bytes`, grown in the calling thread
+  // before a dispatch (never inside tasks).
+  void reserve_scratch(size_t bytes);
+  char* scratch(int thread) { return scratch_[size_t(thread)].data(); }
+  // Row-wise norm of `n` values into y (y may alias x), scratch-free.
+  void norm_row(float* y, const float* x, int64_t n, const float* gain, NormGain mode, float eps, float scale) const;
+  // A matmul of rows [t0, t0+T) of x against weight rows [n0, n0+N).
+  void matmul_block(const float* x, int64_t ldx, int64_t T, const Tensor& w, int64_t n0, int64_t N, float* out,
+                    int64_t ldo) const;
+  // Splits T×N outputs into tasks and runs them (used by project and moe).
+  struct MatmulJob {
+    const float* x;
+    int64_t ldx, T;
+    const Tensor* w;  // full weight; rows [w_row0, w_row0 + N)
+    int64_t w_row0, N;
+    float* out;
+    int64_t ldo;
+  };
+  void run_matmuls(const std::vector<MatmulJob>& jobs);
+
+  const KernelTable& k_;
+  ThreadPool pool_;
+  std::vector<std::function<void()>> ops_;
+  std::string enqueue_error_;
+  std::string exec_error_;
+  std::unordered_set<void*> owned_;
+  std::vector<std::vector<char>> scratch_;
+  std::vector<float> moe_scratch_;
+};
+
+}  // namespace muse::cpu

@@ -1,0 +1,134 @@
+// The sigmoid router and the latent experts.
+//
+// Experts run per token: rows choosing expert e are gathered and multiplied
+// by e's weights (so prefill reads each chosen expert once per step, and
+// decode reads exactly the k chosen ones), then each row's k outputs are
+// normed and summed in the router's order. Every value is computed by the
+// same kernel sequence whatever the grouping, so a token's result does not
+// depend on which other tokens share the step.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "muse/backends/cpu/cpu_backend_impl.h"
+
+namespace muse::cpu {
+
+void CpuBackend::moe_route(const Tensor& ids, const Tensor& weights, const Tensor& logits, const Tensor& bias,
+                           float multiplier, float scaling) {
+  const int64_t E = logits.cols(), K = ids.cols();
+  if (!check(ids.dtype == DType::I32 && weights.dtype == DType::F32 && logits.dtype == DType::F32 &&
+                 ids.numel() == weights.numel() && ids.rows() == logits.rows() && K >= 1 && K <= E &&
+                 (bias.empty() || (bias.dtype == DType::F32 && bias.numel() == E)),
+             "moe_route", describe(logits) + " -> " + describe(ids)))
+    return;
+  enqueue([this, ids, weights, logits, bias, multiplier, scaling, E, K] {
+    reserve_scratch(size_t(E) * 2 * sizeof(float));
+    pool_.run(logits.rows(), [&](int64_t t, int thread) {
+      const float* z = static_cast<const float*>(logits.data) + t * E;
+      const float* b = static_cast<const float*>(bias.data);
+      float* p = reinterpret_cast<float*>(scratch(thread));
+      float* sel = p + E;  // selection score; -inf once taken
+      for (int64_t e = 0; e < E; ++e) {
+        p[e] = 1.0f / (1.0f + std::exp(-(z[e] * multiplier)));
+        sel[e] = b ? p[e] + b[e] : p[e];
+      }
+      int32_t* id = static_cast<int32_t*>(ids.data) + t * K;
+      float* w = static_cast<float*>(weights.data) + t * K;
+      float sum = 0.0f;
+      for (int64_t k = 0; k < K; ++k) {
+        int64_t best = -1;
+        for (int64_t e = 0; e < E; ++e)  // strictly greater: ties go to the lower index
+          if (sel[e] != -INFINITY && (best < 0 || sel[e] > sel[best])) best = e;
+        if (best < 0) best = 0;  // all NaN: degenerate, keep a valid id
+        sel[best] = -INFINITY;
+        id[k] = int32_t(best);
+        w[k] = p[best];
+        sum += p[best];
+      }
+      const float denom = sum + 1e-15f;
+      for (int64_t k = 0; k < K; ++k) w[k] = w[k] / denom * scaling;
+    });
+  });
+}
+
+void CpuBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& gate_up, const Tensor& down,
+                             const Tensor& post_gain, const Tensor& ids, const Tensor& weights, float eps) {
+  const int64_t E = gate_up.dim(0), I2 = gate_up.dim(1), Hm = u.cols();
+  if (!check(gate_up.rank == 3 && down.rank == 3 && down.dim(0) == E && gate_up.dim(2) == Hm && down.dim(1) == Hm &&
+                 down.dim(2) * 2 == I2 && out.numel() == u.numel() && ids.rows() == u.rows() &&
+                 ids.dtype == DType::I32 && weights.numel() == ids.numel() && post_gain.numel() == Hm &&
+                 gate_up.dtype == down.dtype && (gate_up.dtype == DType::F32 || gate_up.dtype == DType::BF16),
+             "moe_experts", describe(u) + " experts " + describe(gate_up) + " / " + describe(down)))
+    return;
+  enqueue([this, out, u, gate_up, down, post_gain, ids, weights, eps, E, I2, Hm] {
+    const int64_t T = u.rows(), K = ids.cols(), I = I2 / 2, R = T * K;
+    const int32_t* id = static_cast<const int32_t*>(ids.data);
+    for (int64_t r = 0; r < R; ++r) {
+      if (id[r] < 0 || id[r] >= E) return fail("moe_experts: expert id " + std::to_string(id[r]) + " out of range");
+    }
+    // Group the (token, slot) pairs by expert, tokens in order.
+    std::vector<int64_t> count(size_t(E) + 1, 0), order(static_cast<size_t>(R)), start(size_t(E) + 1, 0);
+    for (int64_t r = 0; r < R; ++r) ++count[size_t(id[r])];
+    for (int64_t e = 0; e < E; ++e) start[size_t(e) + 1] = start[size_t(e)] + count[size_t(e)];
+    std::vector<int64_t> fill(start.begin(), start.end() - 1);
+    std::vector<int64_t> slot_of(static_cast<size_t>(R));  // pair r -> row in the grouped buffers
+    for (int64_t r = 0; r < R; ++r) {
+      int64_t g = fill[size_t(id[r])]++;
+      order[size_t(g)] = r;
+      slot_of[size_t(r)] = g;
+    }
+    // Scratch: gathered inputs [R, Hm], gate/up [R, 2I], outputs [R, Hm].
+    const size_t need = size_t(R) * size_t(Hm + I2 + Hm);
+    if (moe_scratch_.size() < need) moe_scratch_.resize(need);
+    float* X = moe_scratch_.data();
+    float* G = X + R * Hm;
+    float* Y = G + R * I2;
+    pool_.run(R, [&](int64_t g, int) {
+      std::memcpy(X + g * Hm, static_cast<const float*>(u.data) + (order[size_t(g)] / K) * Hm, size_t(Hm) * 4);
+    });
+    // Weight views of one expert, as 2-D tensors.
+    auto expert = [](const Tensor& w, int64_t e) {
+      Tensor t = w.rows(e, 1);
+      return t.reshaped({w.dim(1), w.dim(2)});
+    };
+    std::vector<Tensor> gu(static_cast<size_t>(E)), dn(static_cast<size_t>(E));
+    std::vector<MatmulJob> jobs;
+    for (int64_t e = 0; e < E; ++e) {
+      if (!count[size_t(e)]) continue;
+      gu[size_t(e)] = expert(gate_up, e);
+      jobs.push_back({X + start[size_t(e)] * Hm, Hm, count[size_t(e)], &gu[size_t(e)], 0, I2,
+                      G + start[size_t(e)] * I2, I2});
+    }
+    run_matmuls(jobs);
+    // silu(γ) ⊙ υ, written over γ: row g holds the I activations in its first half.
+    pool_.run(R, [&](int64_t g, int) {
+      float* row = G + g * I2;
+      for (int64_t i = 0; i < I; ++i) row[i] = row[i] / (1.0f + std::exp(-row[i])) * row[I + i];
+    });
+    jobs.clear();
+    for (int64_t e = 0; e < E; ++e) {
+      if (!count[size_t(e)]) continue;
+      dn[size_t(e)] = expert(down, e);
+      jobs.push_back({G + start[size_t(e)] * I2, I2, count[size_t(e)], &dn[size_t(e)], 0, Hm,
+                      Y + start[size_t(e)] * Hm, Hm});
+    }
+    run_matmuls(jobs);
+    // ŷ = rms(y ⊙ c) per pair, then the weighted sum in router order.
+    reserve_scratch(size_t(Hm) * sizeof(float));
+    const float* gain = static_cast<const float*>(post_gain.data);
+    const float* w = static_cast<const float*>(weights.data);
+    pool_.run(T, [&](int64_t t, int thread) {
+      float* o = static_cast<float*>(out.data) + t * Hm;
+      float* yn = reinterpret_cast<float*>(scratch(thread));
+      std::memset(o, 0, size_t(Hm) * 4);
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t g = slot_of[size_t(t * K + k)];
+        norm_row(yn, Y + g * Hm, Hm, gain, NormGain::Before, eps, 1.0f);
+        k_.axpy(w[t * K + k], yn, o, Hm);
+      }
+    });
+  });
+}
+
+}  // namespace muse::cpu

@@ -1,0 +1,52 @@
+// The CPU backend's inner loops, one table per instruction set: scalar
+// (the reference, and the fallback), AVX2+FMA and AVX-512. The table is
+// picked once at startup from the CPU's features; threading lives outside
+// (cpu_backend.cc splits work and calls these on disjoint ranges).
+//
+// Determinism: every output element is one fixed sequence of operations:
+// a dot product of length K always uses one vector accumulator of the ISA's
+// width stepping through K in order, a zero-padded tail, and the same
+// horizontal-sum tree, whatever block shape (rows of x, rows of W) it is
+// computed in. So results do not depend on the thread count, the batch, or
+// whether a row is decoded alone or prefilled with others. (They do differ
+// between ISAs, by rounding.)
+#pragma once
+
+#include <cstdint>
+
+namespace muse::cpu {
+
+enum class Isa { Scalar, Avx2, Avx512 };
+const char* isa_name(Isa isa);
+
+struct KernelTable {
+  Isa isa;
+  // out[t*ldo + n] = Σ_k x[t*ldx + k] · w[n*ldw + k] for t < T, n < N.
+  void (*matmul_f32)(const float* x, int64_t ldx, int64_t T, const float* w, int64_t ldw, int64_t N, int64_t K,
+                     float* out, int64_t ldo);
+  void (*matmul_bf16)(const float* x, int64_t ldx, int64_t T, const uint16_t* w, int64_t ldw, int64_t N, int64_t K,
+                      float* out, int64_t ldo);
+  float (*dot)(const float* a, const float* b, int64_t n);
+  float (*sum_squares)(const float* x, int64_t n);
+  // y[i] += a · x[i]
+  void (*axpy)(float a, const float* x, float* y, int64_t n);
+  // y[i] = x[i] · r · (gain ? gain[i] : 1)   (y may alias x)
+  void (*scale_gain)(float* y, const float* x, float r, const float* gain, int64_t n);
+  // Attention for one query row and one head over `nkeys` keys given as row
+  // pointers (each + kv_offset): scores = q·k · scale, fp32 softmax,
+  // out = Σ p_j v_j / Σ p_j. `scores` is scratch of nkeys floats.
+  void (*attend)(const float* q, const float* const* krows, const float* const* vrows, int64_t kv_offset,
+                 int64_t nkeys, int64_t head_dim, float scale, float* scores, float* out);
+};
+
+// Tables by ISA; nullptr when this build or this CPU lacks it.
+const KernelTable* scalar_kernels();
+const KernelTable* avx2_kernels();    // kernels_avx2.cc
+const KernelTable* avx512_kernels();  // kernels_avx512.cc
+bool cpu_has_avx2();
+bool cpu_has_avx512();
+// The best table this CPU supports.
+const KernelTable& best_kernels();
+const KernelTable* kernels_for(Isa isa);  // nullptr when unsupported here
+
+}  // namespace muse::cpu

@@ -1,0 +1,186 @@
+// Kernel bodies shared by the AVX2 and AVX-512 tables, written once over a
+// vector type `V` (see kernels_avx2.cc / kernels_avx512.cc). Included only by
+// those files, each compiled with its own ISA flags; everything here has
+// internal linkage so the two instantiations can never be merged by the
+// linker (which would run AVX-512 code on an AVX2-only machine). No standard
+// library templates are used here for the same reason.
+//
+// V provides: W (lanes), zero(), load(const float*), load_bf16(const
+// uint16_t*), load_n / load_bf16_n (first n lanes, rest zero), fma(a, b, c),
+// mul, add, set1, store, store_n, hsum (a fixed tree).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+namespace {
+
+// One output block: MR rows of x times NR rows of w. Each output uses one
+// accumulator stepping through K in W-wide chunks, then a zero-padded tail,
+// then V::hsum: identical for every (MR, NR), which makes results
+// independent of how the work was blocked.
+template <class V, int MR, int NR, class WT>
+inline void dot_block(const float* x, int64_t ldx, const WT* w, int64_t ldw, int64_t K, float* out, int64_t ldo) {
+  typename V::Reg acc[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) acc[i][j] = V::zero();
+  int64_t k = 0;
+  for (; k + V::W <= K; k += V::W) {
+    typename V::Reg wv[NR];
+    for (int j = 0; j < NR; ++j) wv[j] = V::load_w(w + j * ldw + k);
+    for (int i = 0; i < MR; ++i) {
+      typename V::Reg xv = V::load(x + i * ldx + k);
+      for (int j = 0; j < NR; ++j) acc[i][j] = V::fma(xv, wv[j], acc[i][j]);
+    }
+  }
+  if (k < K) {
+    int n = int(K - k);
+    typename V::Reg wv[NR];
+    for (int j = 0; j < NR; ++j) wv[j] = V::load_w_n(w + j * ldw + k, n);
+    for (int i = 0; i < MR; ++i) {
+      typename V::Reg xv = V::load_n(x + i * ldx + k, n);
+      for (int j = 0; j < NR; ++j) acc[i][j] = V::fma(xv, wv[j], acc[i][j]);
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) out[i * ldo + j] = V::hsum(acc[i][j]);
+}
+
+template <class V, int MR, class WT>
+inline void dot_rows(const float* x, int64_t ldx, const WT* w, int64_t ldw, int64_t N, int64_t K, float* out,
+                     int64_t ldo) {
+  constexpr int NR = V::NR;
+  int64_t n = 0;
+  for (; n + NR <= N; n += NR) dot_block<V, MR, NR>(x, ldx, w + n * ldw, ldw, K, out + n, ldo);
+  for (; n < N; ++n) dot_block<V, MR, 1>(x, ldx, w + n * ldw, ldw, K, out + n, ldo);
+}
+
+template <class V, class WT>
+void matmul_impl(const float* x, int64_t ldx, int64_t T, const WT* w, int64_t ldw, int64_t N, int64_t K, float* out,
+                 int64_t ldo) {
+  constexpr int MR = V::MR;
+  if (T == 1) {  // decode: more weight rows in flight per pass
+    constexpr int NR1 = V::NR1;
+    int64_t n = 0;
+    for (; n + NR1 <= N; n += NR1) dot_block<V, 1, NR1>(x, ldx, w + n * ldw, ldw, K, out + n, ldo);
+    for (; n < N; ++n) dot_block<V, 1, 1>(x, ldx, w + n * ldw, ldw, K, out + n, ldo);
+    return;
+  }
+  // Weight rows outer (they stay in L1/L2), x rows inner.
+  constexpr int NR = V::NR;
+  for (int64_t n = 0; n < N; n += NR) {
+    int64_t nb = N - n < NR ? N - n : NR;
+    const WT* wb = w + n * ldw;
+    int64_t t = 0;
+    for (; t + MR <= T; t += MR) {
+      if (nb == NR) dot_block<V, MR, NR>(x + t * ldx, ldx, wb, ldw, K, out + t * ldo + n, ldo);
+      else dot_rows<V, MR>(x + t * ldx, ldx, wb, ldw, nb, K, out + t * ldo + n, ldo);
+    }
+    for (; t < T; ++t) {
+      if (nb == NR) dot_block<V, 1, NR>(x + t * ldx, ldx, wb, ldw, K, out + t * ldo + n, ldo);
+      else dot_rows<V, 1>(x + t * ldx, ldx, wb, ldw, nb, K, out + t * ldo + n, ldo);
+    }
+  }
+}
+
+// Wrappers selecting the weight loader.
+template <class V>
+struct F32W : V {
+  static typename V::Reg load_w(const float* p) { return V::load(p); }
+  static typename V::Reg load_w_n(const float* p, int n) { return V::load_n(p, n); }
+};
+template <class V>
+struct Bf16W : V {
+  static typename V::Reg load_w(const uint16_t* p) { return V::load_bf16(p); }
+  static typename V::Reg load_w_n(const uint16_t* p, int n) { return V::load_bf16_n(p, n); }
+};
+
+template <class V>
+void matmul_f32_impl(const float* x, int64_t ldx, int64_t T, const float* w, int64_t ldw, int64_t N, int64_t K,
+                     float* out, int64_t ldo) {
+  matmul_impl<F32W<V>, float>(x, ldx, T, w, ldw, N, K, out, ldo);
+}
+template <class V>
+void matmul_bf16_impl(const float* x, int64_t ldx, int64_t T, const uint16_t* w, int64_t ldw, int64_t N, int64_t K,
+                      float* out, int64_t ldo) {
+  matmul_impl<Bf16W<V>, uint16_t>(x, ldx, T, w, ldw, N, K, out, ldo);
+}
+
+template <class V>
+float dot_impl(const float* a, const float* b, int64_t n) {
+  typename V::Reg acc = V::zero();
+  int64_t i = 0;
+  for (; i + V::W <= n; i += V::W) acc = V::fma(V::load(a + i), V::load(b + i), acc);
+  if (i < n) acc = V::fma(V::load_n(a + i, int(n - i)), V::load_n(b + i, int(n - i)), acc);
+  return V::hsum(acc);
+}
+
+// Four accumulators: a long row (8192) is latency-bound with one.
+template <class V>
+float sum_squares_impl(const float* x, int64_t n) {
+  typename V::Reg a0 = V::zero(), a1 = V::zero(), a2 = V::zero(), a3 = V::zero();
+  int64_t i = 0;
+  for (; i + 4 * V::W <= n; i += 4 * V::W) {
+    typename V::Reg v0 = V::load(x + i), v1 = V::load(x + i + V::W);
+    typename V::Reg v2 = V::load(x + i + 2 * V::W), v3 = V::load(x + i + 3 * V::W);
+    a0 = V::fma(v0, v0, a0);
+    a1 = V::fma(v1, v1, a1);
+    a2 = V::fma(v2, v2, a2);
+    a3 = V::fma(v3, v3, a3);
+  }
+  for (; i + V::W <= n; i += V::W) {
+    typename V::Reg v = V::load(x + i);
+    a0 = V::fma(v, v, a0);
+  }
+  if (i < n) {
+    typename V::Reg v = V::load_n(x + i, int(n - i));
+    a0 = V::fma(v, v, a0);
+  }
+  return V::hsum(V::add(V::add(a0, a1), V::add(a2, a3)));
+}
+
+template <class V>
+void axpy_impl(float a, const float* x, float* y, int64_t n) {
+  typename V::Reg av = V::set1(a);
+  int64_t i = 0;
+  for (; i + V::W <= n; i += V::W) V::store(y + i, V::fma(av, V::load(x + i), V::load(y + i)));
+  if (i < n) V::store_n(y + i, V::fma(av, V::load_n(x + i, int(n - i)), V::load_n(y + i, int(n - i))), int(n - i));
+}
+
+template <class V>
+void scale_gain_impl(float* y, const float* x, float r, const float* gain, int64_t n) {
+  typename V::Reg rv = V::set1(r);
+  int64_t i = 0;
+  if (gain) {
+    for (; i + V::W <= n; i += V::W) V::store(y + i, V::mul(V::mul(V::load(x + i), rv), V::load(gain + i)));
+    if (i < n) {
+      int m = int(n - i);
+      V::store_n(y + i, V::mul(V::mul(V::load_n(x + i, m), rv), V::load_n(gain + i, m)), m);
+    }
+  } else {
+    for (; i + V::W <= n; i += V::W) V::store(y + i, V::mul(V::load(x + i), rv));
+    if (i < n) V::store_n(y + i, V::mul(V::load_n(x + i, int(n - i)), rv), int(n - i));
+  }
+}
+
+template <class V>
+void attend_impl(const float* q, const float* const* krows, const float* const* vrows, int64_t kv_offset,
+                 int64_t nkeys, int64_t d, float scale, float* scores, float* out) {
+  float mx = -INFINITY;
+  for (int64_t j = 0; j < nkeys; ++j) {
+    float s = dot_impl<V>(q, krows[j] + kv_offset, d) * scale;
+    scores[j] = s;
+    mx = s > mx ? s : mx;
+  }
+  float sum = 0.0f;
+  for (int64_t j = 0; j < nkeys; ++j) {
+    float p = std::exp(scores[j] - mx);
+    scores[j] = p;
+    sum += p;
+  }
+  for (int64_t i = 0; i < d; ++i) out[i] = 0.0f;
+  float inv = 1.0f / sum;
+  for (int64_t j = 0; j < nkeys; ++j) axpy_impl<V>(scores[j] * inv, vrows[j] + kv_offset, out, d);
+}
+
+}  // namespace

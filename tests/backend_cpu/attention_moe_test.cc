@@ -1,0 +1,228 @@
+// Attention over the hybrid cache (ring and paged, chunked prefill and
+// decode, two sequences per step) and the MoE router/experts, against
+// double-precision references, for each ISA this CPU has.
+#include <algorithm>
+#include <numeric>
+
+#include "backend_test_util.h"
+
+namespace muse::testing {
+namespace {
+
+using cpu::Isa;
+
+class AttentionMoe : public IsaTest {};
+
+struct SeqHistory {
+  std::vector<float> q, k, v;  // per position
+  std::vector<int64_t> chunks;
+  int32_t ring_slot;
+  std::vector<int32_t> blocks;
+};
+
+// Runs both sequences chunk by chunk through attention + kv_store and
+// compares every output row with a double reference over the full history.
+void run_attention_case(Backend& b, KvLayout layout, int64_t window, const std::string& what) {
+  const int64_t d = 8, hq = 4, hk = 2, qd = hq * d, kvd = hk * d, W = 5, bs = 4;
+  const float scale = 0.35f;
+  std::vector<SeqHistory> seqs(2);
+  seqs[0].chunks = {7, 1, 1, 6, 1, 3};  // 19 positions: more than three windows
+  seqs[1].chunks = {1, 1, 4, 1, 1, 1};
+  seqs[0].ring_slot = 1, seqs[1].ring_slot = 0;
+  seqs[0].blocks = {5, 2, 7, 0, 9};
+  seqs[1].blocks = {1, 3, 4};
+  for (size_t s = 0; s < 2; ++s) {
+    int64_t n = std::accumulate(seqs[s].chunks.begin(), seqs[s].chunks.end(), int64_t(0));
+    seqs[s].q = random_floats(size_t(n * qd), 300 + uint32_t(s));
+    seqs[s].k = random_floats(size_t(n * kvd), 310 + uint32_t(s));
+    seqs[s].v = random_floats(size_t(n * kvd), 320 + uint32_t(s));
+  }
+  KvLayerStorage cache;
+  cache.layout = layout;
+  if (layout == KvLayout::Ring) {
+    cache.k = zeros(b, DType::F32, {2, W, kvd});
+    cache.v = zeros(b, DType::F32, {2, W, kvd});
+  } else {
+    cache.k = zeros(b, DType::F32, {10, bs, kvd});
+    cache.v = zeros(b, DType::F32, {10, bs, kvd});
+  }
+  std::vector<int64_t> done(2, 0);
+  for (size_t step = 0; step < seqs[0].chunks.size(); ++step) {
+    auto batch = std::make_shared<AttentionBatch>();
+    batch->window = window;
+    batch->block_size = bs;
+    std::vector<float> q, k, v;
+    int64_t rows = 0;
+    for (size_t s = 0; s < 2; ++s) {
+      SequenceSlice sl;
+      sl.row_begin = rows;
+      sl.num_rows = seqs[s].chunks[step];
+      sl.pos_begin = done[s];
+      sl.ring_slot = seqs[s].ring_slot;
+      sl.blocks = seqs[s].blocks;
+      batch->seqs.push_back(sl);
+      auto take = [&](std::vector<float>& dst, const std::vector<float>& src, int64_t w) {
+        dst.insert(dst.end(), src.begin() + done[s] * w, src.begin() + (done[s] + sl.num_rows) * w);
+      };
+      take(q, seqs[s].q, qd), take(k, seqs[s].k, kvd), take(v, seqs[s].v, kvd);
+      rows += sl.num_rows;
+    }
+    Tensor tq = upload(b, DType::F32, {rows, qd}, q), tk = upload(b, DType::F32, {rows, kvd}, k);
+    Tensor tv = upload(b, DType::F32, {rows, kvd}, v), out = zeros(b, DType::F32, {rows, qd});
+    b.attention(out, tq, tk, tv, cache, batch, d, window, scale);
+    b.kv_store(cache, tk, tv, batch);
+    run(b);
+    auto got = fetch(b, out);
+    std::vector<double> want;
+    for (size_t s = 0; s < 2; ++s) {
+      const auto& h = seqs[s];
+      for (int64_t r = 0; r < h.chunks[step]; ++r) {
+        const int64_t p = done[s] + r, lo = window > 0 ? std::max<int64_t>(0, p - window + 1) : 0;
+        for (int64_t head = 0; head < hq; ++head) {
+          const int64_t kh = head / (hq / hk);
+          std::vector<double> sc;
+          double mx = -1e300;
+          for (int64_t j = lo; j <= p; ++j) {
+            double dot = 0;
+            for (int64_t i = 0; i < d; ++i) dot += double(h.q[size_t(p * qd + head * d + i)]) * h.k[size_t(j * kvd + kh * d + i)];
+            sc.push_back(dot * scale);
+            mx = std::max(mx, sc.back());
+          }
+          double sum = 0;
+          for (auto& x : sc) sum += (x = std::exp(x - mx));
+          for (int64_t i = 0; i < d; ++i) {
+            double o = 0;
+            for (int64_t j = lo; j <= p; ++j) o += sc[size_t(j - lo)] / sum * h.v[size_t(j * kvd + kh * d + i)];
+            want.push_back(o);
+          }
+        }
+      }
+    }
+    expect_close(got, want, 2e-6, what + " step " + std::to_string(step));
+    for (size_t s = 0; s < 2; ++s) done[s] += seqs[s].chunks[step];
+  }
+}
+
+TEST_P(AttentionMoe, SlidingRingLongerThanThreeWindows) {
+  run_attention_case(b(), KvLayout::Ring, 5, "ring");
+}
+TEST_P(AttentionMoe, FullPagedCache) { run_attention_case(b(), KvLayout::Paged, 0, "paged"); }
+
+TEST_P(AttentionMoe, BadBatchIsAnError) {
+  KvLayerStorage cache{KvLayout::Paged, zeros(b(), DType::F32, {2, 4, 8}), zeros(b(), DType::F32, {2, 4, 8})};
+  auto batch = std::make_shared<AttentionBatch>();
+  SequenceSlice s;
+  s.num_rows = 1;
+  s.pos_begin = 9;  // needs 3 blocks
+  s.blocks = {0, 1};
+  batch->seqs.push_back(s);
+  batch->block_size = 4;
+  Tensor q = zeros(b(), DType::F32, {1, 8}), k = zeros(b(), DType::F32, {1, 8}), out = zeros(b(), DType::F32, {1, 8});
+  b().attention(out, q, k, k, cache, batch, 8, 0, 1.0f);
+  Status st = b().execute();
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("block table"), std::string::npos) << st.message();
+}
+
+// ---------------------------------------------------------------------------
+// MoE.
+// ---------------------------------------------------------------------------
+TEST_P(AttentionMoe, RouterTopKTiesAndSelectionOnlyBias) {
+  const int64_t T = 3, E = 8, K = 3;
+  std::vector<float> logits = {
+      1.0f, 2.0f, 2.0f, 0.5f, 2.0f, -1.0f, 0.0f, 0.3f,  // ties among 1, 2, 4: lower index first
+      0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f, 0.7f, 0.8f,   // bias reorders
+      -3.0f, 4.0f, 0.0f, 1.0f, 1.0f, 1.0f, 1.0f, 2.0f};
+  std::vector<float> bias = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  std::vector<float> bias2 = {0.9f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, -0.9f};
+  for (int variant = 0; variant < 2; ++variant) {
+    const auto& bv = variant ? bias2 : bias;
+    Tensor tl = upload(b(), DType::F32, {T, E}, logits), tb = upload(b(), DType::F32, {E}, bv);
+    Tensor ids = zeros(b(), DType::I32, {T, K}), w = zeros(b(), DType::F32, {T, K});
+    const float mult = 0.5f;
+    b().moe_route(ids, w, tl, tb, mult, 1.0f);
+    run(b());
+    auto gi = fetch<int32_t>(b(), ids);
+    auto gw = fetch(b(), w);
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<double> p(static_cast<size_t>(E)), sel(static_cast<size_t>(E));
+      for (int64_t e = 0; e < E; ++e) {
+        p[size_t(e)] = 1.0 / (1.0 + std::exp(-double(logits[size_t(t * E + e)]) * mult));
+        sel[size_t(e)] = p[size_t(e)] + bv[size_t(e)];
+      }
+      std::vector<int64_t> order(static_cast<size_t>(E));
+      std::iota(order.begin(), order.end(), 0);
+      std::stable_sort(order.begin(), order.end(), [&](int64_t a, int64_t c) { return sel[size_t(a)] > sel[size_t(c)]; });
+      double sum = 0;
+      for (int64_t k = 0; k < K; ++k) sum += p[size_t(order[size_t(k)])];
+      for (int64_t k = 0; k < K; ++k) {
+        EXPECT_EQ(gi[size_t(t * K + k)], order[size_t(k)]) << "row " << t << " slot " << k << " variant " << variant;
+        EXPECT_NEAR(gw[size_t(t * K + k)], p[size_t(order[size_t(k)])] / sum, 1e-6);
+      }
+    }
+    if (!variant) {
+      EXPECT_EQ(gi[0], 1);
+      EXPECT_EQ(gi[1], 2);
+      EXPECT_EQ(gi[2], 4);
+    }
+  }
+}
+
+TEST_P(AttentionMoe, LatentExpertsMatchReferenceAndAreBatchInvariant) {
+  const int64_t T = 6, E = 5, K = 2, Hm = 20, I = 12;
+  for (DType dt : {DType::F32, DType::BF16}) {
+    auto u = random_floats(size_t(T * Hm), 401);
+    auto gu = random_floats(size_t(E * 2 * I * Hm), 402, 0.3f), dn = random_floats(size_t(E * Hm * I), 403, 0.3f);
+    if (dt == DType::BF16) gu = from_bf16(to_bf16(gu)), dn = from_bf16(to_bf16(dn));
+    auto c = random_floats(size_t(Hm), 404, 0.2f, 1.0f);
+    std::vector<int32_t> ids = {0, 3, 3, 1, 4, 0, 2, 3, 3, 0, 1, 2};
+    auto w = random_floats(size_t(T * K), 405, 0.2f, 0.5f);
+    Tensor tu = upload(b(), DType::F32, {T, Hm}, u), tc = upload(b(), DType::F32, {Hm}, c);
+    Tensor tgu = dt == DType::BF16 ? upload(b(), dt, {E, 2 * I, Hm}, to_bf16(gu)) : upload(b(), dt, {E, 2 * I, Hm}, gu);
+    Tensor tdn = dt == DType::BF16 ? upload(b(), dt, {E, Hm, I}, to_bf16(dn)) : upload(b(), dt, {E, Hm, I}, dn);
+    Tensor tid = upload(b(), DType::I32, {T, K}, ids), tw = upload(b(), DType::F32, {T, K}, w);
+    Tensor out = zeros(b(), DType::F32, {T, Hm});
+    const float eps = 1e-8f;
+    b().moe_experts(out, tu, tgu, tdn, tc, tid, tw, eps);
+    run(b());
+    auto got = fetch(b(), out);
+    std::vector<double> want(size_t(T * Hm), 0.0);
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t k = 0; k < K; ++k) {
+        const int64_t e = ids[size_t(t * K + k)];
+        std::vector<double> a(static_cast<size_t>(I)), y(static_cast<size_t>(Hm));
+        for (int64_t i = 0; i < I; ++i) {
+          double g = 0, up = 0;
+          for (int64_t j = 0; j < Hm; ++j) {
+            g += double(u[size_t(t * Hm + j)]) * gu[size_t((e * 2 * I + i) * Hm + j)];
+            up += double(u[size_t(t * Hm + j)]) * gu[size_t((e * 2 * I + I + i) * Hm + j)];
+          }
+          a[size_t(i)] = g / (1.0 + std::exp(-g)) * up;
+        }
+        double ss = 0;
+        for (int64_t j = 0; j < Hm; ++j) {
+          double s = 0;
+          for (int64_t i = 0; i < I; ++i) s += a[size_t(i)] * dn[size_t((e * Hm + j) * I + i)];
+          y[size_t(j)] = s * c[size_t(j)];
+          ss += y[size_t(j)] * y[size_t(j)];
+        }
+        double r = 1.0 / std::sqrt(ss / double(Hm) + eps);
+        for (int64_t j = 0; j < Hm; ++j) want[size_t(t * Hm + j)] += w[size_t(t * K + k)] * y[size_t(j)] * r;
+      }
+    }
+    expect_close(got, want, 2e-5, std::string("moe ") + std::string(dtype_name(dt)));
+    // Token by token: bit-identical to the batched result.
+    for (int64_t t = 0; t < T; ++t) {
+      Tensor o1 = zeros(b(), DType::F32, {1, Hm});
+      b().moe_experts(o1, tu.rows(t, 1), tgu, tdn, tc, tid.rows(t, 1), tw.rows(t, 1), eps);
+      run(b());
+      auto r = fetch(b(), o1);
+      EXPECT_EQ(0, std::memcmp(r.data(), got.data() + t * Hm, size_t(Hm) * 4)) << "token " << t;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, AttentionMoe, ::testing::Values(Isa::Scalar, Isa::Avx2, Isa::Avx512), isa_param_name);
+
+}  // namespace
+}  // namespace muse::testing
