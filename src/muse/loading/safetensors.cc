@@ -31,7 +31,9 @@ bool storage_bytes(DType dtype, int64_t numel, uint64_t* out) {
 }
 
 Result<TensorInfo> parse_entry(const std::string& name, const Json& v, const std::string& where) {
-  auto bad = [&](const std::string& what) { return make_error(where + ": tensor \"" + name + "\": " + what); };
+  auto bad = [&](const std::string& what) {
+    return make_error(where + ": corrupt header: tensor \"" + name + "\": " + what);
+  };
   if (!v.is_object()) return bad(std::string("entry must be an object, got ") + v.type_name());
   TensorInfo t;
   t.name = name;

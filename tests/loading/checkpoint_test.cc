@@ -1,0 +1,422 @@
+#include "muse/loading/checkpoint.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <functional>
+
+#include "muse/loading/random_model.h"
+
+using namespace muse;
+namespace fs = std::filesystem;
+
+namespace {
+
+Json layer_lists(Json text, int layers, bool spark) {
+  Json types = Json::array(), thetas = Json::array();
+  for (int i = 0; i < layers; ++i) {
+    bool full = (layers - 1 - i) % 4 == 0;
+    types.push_back(full ? "full_attention" : "sliding_attention");
+    thetas.push_back(full ? Json(0) : Json(500000.0));
+  }
+  text.set("layer_types", types);
+  text.set("layer_rope_theta", thetas);
+  if (spark) {
+    Json mlp = Json::array();
+    for (int i = 0; i < layers; ++i) mlp.push_back("sparse");
+    text.set("mlp_layer_types", mlp);
+  }
+  return text;
+}
+
+Json glimmer_config(int layers = 3) {
+  auto text = Json::parse(R"({"model_type": "muse_glimmer_text", "vocab_size": 96, "hidden_size": 32,
+    "intermediate_size": 48, "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 8, "sliding_window": 8, "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": null,
+    "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"}, "tie_word_embeddings": false})");
+  Json t = layer_lists(*text, layers, false);
+  t.set("num_hidden_layers", layers);
+  Json root = Json::object();
+  root.set("architectures", Json(JsonArray{Json("MuseGlimmerForConditionalGeneration")}));
+  root.set("model_type", "muse_glimmer");
+  root.set("text_config", t);
+  return root;
+}
+
+Json spark_config(int layers = 2) {
+  auto text = Json::parse(R"({"model_type": "muse_spark_text", "vocab_size": 80, "hidden_size": 32,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 1, "head_dim": 8,
+    "num_local_experts": 4, "num_experts_per_tok": 2, "moe_hidden_size": 16, "moe_intermediate_size": 12,
+    "residual_gate_temperature": 0.3, "sliding_window": 8, "eos_token_id": 2})");
+  Json t = layer_lists(*text, layers, true);
+  t.set("num_hidden_layers", layers);
+  Json root = Json::object();
+  root.set("model_type", "muse_spark");
+  root.set("text_config", t);
+  return root;
+}
+
+class CheckpointTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::TempDir() + "/muse_ck_" + testing::UnitTest::GetInstance()->current_test_info()->name();
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  void write(const Json& config, RandomModelOptions o = {}) {
+    Status s = write_random_model(dir_, config, o);
+    ASSERT_TRUE(s.ok()) << s.message();
+  }
+
+  struct Owned {
+    std::string name;
+    DType dtype;
+    std::vector<int64_t> shape;
+    std::string data;
+  };
+  // Reads a safetensors file of the model, lets `edit` change it, writes it back.
+  void rewrite(const std::string& file, const std::function<void(std::vector<Owned>&)>& edit) {
+    std::string path = dir_ + "/" + file;
+    std::vector<Owned> tensors;
+    {
+      auto f = SafetensorsFile::open(path);
+      ASSERT_TRUE(f.ok()) << f.message();
+      for (const TensorInfo& t : f->tensors())
+        tensors.push_back({t.name, t.dtype, t.shape, std::string(reinterpret_cast<const char*>(f->data(t)), t.nbytes())});
+    }
+    edit(tensors);
+    std::vector<TensorToWrite> out;
+    for (const Owned& t : tensors) out.push_back({t.name, t.dtype, t.shape, t.data});
+    Status s = write_safetensors(path, out);
+    ASSERT_TRUE(s.ok()) << s.message();
+  }
+  static Owned* by_name(std::vector<Owned>& ts, const std::string& name) {
+    for (auto& t : ts)
+      if (t.name == name) return &t;
+    return nullptr;
+  }
+
+  void expect_open_error(std::vector<std::string> fragments, const LoadOptions& options = {}) {
+    auto r = Checkpoint::open(dir_, options);
+    ASSERT_FALSE(r.ok()) << "expected an error mentioning " << fragments[0];
+    for (const auto& f : fragments) EXPECT_NE(r.message().find(f), std::string::npos) << r.message();
+  }
+
+  std::string dir_;
+};
+
+const std::string P = "model.language_model.";
+
+}  // namespace
+
+TEST_F(CheckpointTest, OpensGlimmerAndReadsValues) {
+  write(glimmer_config());
+  std::vector<float> q(32 * 32);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = float(int(i % 256) - 128) * 0.125f;  // exact in bf16
+  rewrite("model.safetensors", [&](std::vector<Owned>& ts) {
+    by_name(ts, P + "layers.1.self_attn.q_proj.weight")->data = tensor_bytes_f32(q, DType::BF16);
+  });
+  auto ck = Checkpoint::open(dir_);
+  ASSERT_TRUE(ck.ok()) << ck.message();
+  EXPECT_EQ(ck->config().num_layers, 3);
+  EXPECT_EQ(ck->num_files(), 1u);
+  EXPECT_EQ(ck->resolved().size(), ck->weights().size());
+
+  auto view = ck->tensor("attn.q", 1);
+  ASSERT_TRUE(view.ok()) << view.message();
+  EXPECT_EQ(view->name, P + "layers.1.self_attn.q_proj.weight");
+  EXPECT_EQ(view->dtype, DType::BF16);
+  EXPECT_EQ(view->shape, (std::vector<int64_t>{32, 32}));
+  EXPECT_EQ(view->nbytes, 32u * 32u * 2u);
+  std::vector<float> got(q.size());
+  ASSERT_TRUE(read_f32(*view, got.data()).ok());
+  EXPECT_EQ(got, q);
+  ASSERT_TRUE(ck->read_f32("attn.q", 1, got.data()).ok());
+  EXPECT_EQ(got, q);
+  std::vector<uint16_t> bf(q.size());
+  ASSERT_TRUE(ck->read_bf16("attn.q", 1, bf.data()).ok());
+  EXPECT_EQ(bf16_to_f32(bf[5]), q[5]);
+
+  EXPECT_EQ(ck->find("norm.post_attn", 2)->transform, WeightTransform::NormOffset);
+  EXPECT_EQ(ck->find("final_norm")->transform, WeightTransform::None);
+  EXPECT_EQ(ck->find("moe.router", 0), nullptr);
+  EXPECT_FALSE(ck->tensor("moe.router", 0).ok());
+  EXPECT_EQ(ck->tensor("lm_head")->name, "lm_head.weight");
+  EXPECT_EQ(ck->config().eos_token_ids, std::vector<int64_t>{2});
+}
+
+TEST_F(CheckpointTest, OpensSparkShardedAndPerExpertMatchesFused) {
+  RandomModelOptions o;
+  o.max_shard_bytes = 4096;
+  write(spark_config(), o);
+  auto fused = Checkpoint::open(dir_);
+  ASSERT_TRUE(fused.ok()) << fused.message();
+  EXPECT_GT(fused->num_files(), 2u);
+  EXPECT_EQ(fused->tensor("moe.router", 1)->dtype, DType::F32);
+  EXPECT_EQ(fused->find("resid_gate.ffn", 0)->transform, WeightTransform::ResidualGate);
+  const int64_t E = 4, I2 = 24, Hm = 16, I = 12;
+  std::vector<float> gate_up(size_t(E * I2 * Hm)), down(size_t(E * Hm * I));
+  ASSERT_TRUE(fused->read_f32("moe.experts.gate_up", 1, gate_up.data()).ok());
+  ASSERT_TRUE(fused->read_f32("moe.experts.down", 1, down.data()).ok());
+  std::vector<float> e2(size_t(I2 * Hm));
+  ASSERT_TRUE(fused->read_expert_f32("moe.experts.gate_up", 1, 2, e2.data()).ok());
+  EXPECT_TRUE(std::equal(e2.begin(), e2.end(), gate_up.begin() + 2 * I2 * Hm));
+
+  // The same weights stored one expert at a time (per-expert alias path).
+  std::string dir2 = dir_ + "_per_expert";
+  fs::remove_all(dir2);
+  fs::create_directories(dir2);
+  fs::copy_file(dir_ + "/config.json", dir2 + "/config.json");
+  std::vector<TensorToWrite> out;
+  std::vector<std::string> keep;
+  keep.reserve(1000);
+  for (const ResolvedWeight& w : fused->resolved()) {
+    const TensorView& v = w.tensor;
+    std::string data(reinterpret_cast<const char*>(v.data), v.nbytes);
+    if (w.spec.slot == "moe.experts.gate_up" || w.spec.slot == "moe.experts.down") {
+      bool gu = w.spec.slot == "moe.experts.gate_up";
+      int64_t rows = gu ? I : Hm, cols = gu ? Hm : I;
+      size_t piece = size_t(rows * cols * 2);
+      for (int64_t e = 0; e < E; ++e) {
+        std::string base = P + "layers." + std::to_string(w.spec.layer) + ".mlp.experts." + std::to_string(e) + ".";
+        if (gu) {
+          keep.push_back(data.substr(size_t(e) * 2 * piece, piece));
+          out.push_back({base + "gate_proj.weight", v.dtype, {rows, cols}, keep.back()});
+          keep.push_back(data.substr(size_t(e) * 2 * piece + piece, piece));
+          out.push_back({base + "up_proj.weight", v.dtype, {rows, cols}, keep.back()});
+        } else {
+          keep.push_back(data.substr(size_t(e) * piece, piece));
+          out.push_back({base + "down_proj.weight", v.dtype, {rows, cols}, keep.back()});
+        }
+      }
+      continue;
+    }
+    keep.push_back(data);
+    out.push_back({v.name, v.dtype, v.shape, keep.back()});
+  }
+  ASSERT_TRUE(write_safetensors(dir2 + "/model.safetensors", out).ok());
+  auto split = Checkpoint::open(dir2);
+  ASSERT_TRUE(split.ok()) << split.message();
+  EXPECT_TRUE(split->find("moe.experts.gate_up", 1)->per_expert);
+  EXPECT_FALSE(split->tensor("moe.experts.gate_up", 1).ok());
+  std::vector<float> gate_up2(gate_up.size()), down2(down.size());
+  ASSERT_TRUE(split->read_f32("moe.experts.gate_up", 1, gate_up2.data()).ok());
+  ASSERT_TRUE(split->read_f32("moe.experts.down", 1, down2.data()).ok());
+  EXPECT_EQ(gate_up, gate_up2);
+  EXPECT_EQ(down, down2);
+  auto pieces = split->expert_pieces("moe.experts.gate_up", 1, 3);
+  ASSERT_TRUE(pieces.ok());
+  ASSERT_EQ(pieces->size(), 2u);
+  EXPECT_EQ((*pieces)[1].name, P + "layers.1.mlp.experts.3.up_proj.weight");
+  ASSERT_TRUE(split->read_expert_f32("moe.experts.gate_up", 1, 2, e2.data()).ok());
+  EXPECT_TRUE(std::equal(e2.begin(), e2.end(), gate_up.begin() + 2 * I2 * Hm));
+
+  // Drop one expert's piece: an error naming it.
+  out.erase(std::remove_if(out.begin(), out.end(),
+                           [](const TensorToWrite& t) { return t.name == P + "layers.0.mlp.experts.2.up_proj.weight"; }),
+            out.end());
+  ASSERT_TRUE(write_safetensors(dir2 + "/model.safetensors", out).ok());
+  auto broken = Checkpoint::open(dir2);
+  ASSERT_FALSE(broken.ok());
+  EXPECT_NE(broken.message().find("layers.0.mlp.experts.2.up_proj.weight"), std::string::npos) << broken.message();
+  fs::remove_all(dir2);
+}
+
+TEST_F(CheckpointTest, FlatPrefixAliasesAndTiedEmbeddings) {
+  Json cfg = glimmer_config();
+  cfg.find("text_config")->set("tie_word_embeddings", true);
+  write(cfg);
+  rewrite("model.safetensors", [](std::vector<Owned>& ts) {
+    for (auto& t : ts)
+      if (t.name.rfind(P, 0) == 0) t.name = "model." + t.name.substr(P.size());
+  });
+  auto ck = Checkpoint::open(dir_);
+  ASSERT_TRUE(ck.ok()) << ck.message();
+  EXPECT_EQ(ck->tensor("attn.o", 0)->name, "model.layers.0.self_attn.o_proj.weight");
+  EXPECT_TRUE(ck->find("lm_head")->tied);
+  EXPECT_EQ(ck->tensor("lm_head")->data, ck->tensor("embed_tokens")->data);
+}
+
+TEST_F(CheckpointTest, AliasSpellingsResolve) {
+  write(spark_config());
+  rewrite("model.safetensors", [](std::vector<Owned>& ts) {
+    by_name(ts, P + "layers.0.mlp.pre_expert_proj.weight")->name = P + "layers.0.mlp.pooler.weight";
+    by_name(ts, P + "layers.1.mlp.gate.weight")->name = P + "layers.1.mlp.router.weight";
+    by_name(ts, P + "layers.1.self_attn.gate_proj.weight")->name = P + "layers.1.self_attn.g_proj.weight";
+  });
+  auto ck = Checkpoint::open(dir_);
+  ASSERT_TRUE(ck.ok()) << ck.message();
+  EXPECT_EQ(ck->tensor("moe.pre_expert_proj", 0)->name, P + "layers.0.mlp.pooler.weight");
+  EXPECT_EQ(ck->tensor("moe.router", 1)->name, P + "layers.1.mlp.router.weight");
+}
+
+TEST_F(CheckpointTest, MissingTensor) {
+  write(glimmer_config());
+  rewrite("model.safetensors", [](std::vector<Owned>& ts) {
+    ts.erase(std::remove_if(ts.begin(), ts.end(), [](const Owned& t) { return t.name == P + "layers.2.mlp.up_proj.weight"; }),
+             ts.end());
+  });
+  expect_open_error({"missing tensor model.language_model.layers.2.mlp.up_proj.weight", "[48, 32]", "mlp.up", "layer 2"});
+}
+
+TEST_F(CheckpointTest, MissingLmHeadMentionsTying) {
+  write(glimmer_config());
+  rewrite("model.safetensors", [](std::vector<Owned>& ts) {
+    ts.erase(std::remove_if(ts.begin(), ts.end(), [](const Owned& t) { return t.name == "lm_head.weight"; }), ts.end());
+  });
+  expect_open_error({"lm_head.weight", "tie_word_embeddings = false"});
+}
+
+TEST_F(CheckpointTest, UnconsumedTensorAndIgnorePatterns) {
+  write(spark_config());
+  rewrite("model.safetensors", [](std::vector<Owned>& ts) {
+    ts.push_back({P + "layers.0.self_attn.q_norm.weight", DType::BF16, {8}, std::string(16, '\0')});
+    ts.push_back({"mtp.layers.0.eh_proj.weight", DType::BF16, {2}, std::string(4, '\0')});
+  });
+  expect_open_error({"2 tensors are in the checkpoint but not used", "layers.0.self_attn.q_norm.weight",
+                     "mtp.layers.0.eh_proj.weight", "model.safetensors"});
+  LoadOptions o;
+  o.ignore_patterns = {"mtp.*"};
+  expect_open_error({"1 tensor is", "q_norm"}, o);
+  o.ignore_patterns.push_back("*.q_norm.weight");
+  auto ck = Checkpoint::open(dir_, o);
+  ASSERT_TRUE(ck.ok()) << ck.message();
+  EXPECT_EQ(ck->skipped().size(), 2u);
+}
+
+TEST_F(CheckpointTest, VisionTensorsNeedLanguageModelOnly) {
+  write(glimmer_config());
+  rewrite("model.safetensors", [](std::vector<Owned>& ts) {
+    ts.push_back({"model.vision_tower.ln_pre.weight", DType::BF16, {4}, std::string(8, '\0')});
+    ts.push_back({"model.vision_adapter.fc1.weight", DType::BF16, {2, 2}, std::string(8, '\0')});
+  });
+  expect_open_error({"model.vision_tower.ln_pre.weight", "--language-model-only"});
+  LoadOptions o;
+  o.language_model_only = true;
+  auto ck = Checkpoint::open(dir_, o);
+  ASSERT_TRUE(ck.ok()) << ck.message();
+  EXPECT_EQ(ck->skipped().size(), 2u);
+}
+
+TEST_F(CheckpointTest, MisShapedTensor) {
+  write(spark_config());
+  rewrite("model.safetensors", [](std::vector<Owned>& ts) {
+    Owned* k = by_name(ts, P + "layers.1.self_attn.k_proj.weight");
+    k->shape = {16, 16};  // same bytes, wrong shape
+  });
+  expect_open_error({"tensor model.language_model.layers.1.self_attn.k_proj.weight", "model.safetensors",
+                     "has shape [16, 16]", "expects [8, 32]", "num_key_value_heads*head_dim, hidden_size"});
+}
+
+TEST_F(CheckpointTest, WrongDtype) {
+  write(spark_config());
+  rewrite("model.safetensors", [](std::vector<Owned>& ts) {
+    Owned* r = by_name(ts, P + "layers.0.mlp.gate.weight");
+    std::vector<float> v(size_t(4 * 32), 0.5f);
+    r->dtype = DType::BF16;
+    r->data = tensor_bytes_f32(v, DType::BF16);
+    Owned* q = by_name(ts, P + "layers.0.self_attn.q_proj.weight");
+    q->dtype = DType::I16;
+  });
+  expect_open_error({"2 problems", "layers.0.mlp.gate.weight", "is BF16", "F32 (the router stays FP32)",
+                     "layers.0.self_attn.q_proj.weight", "is I16", "BF16, F16 or F32"});
+}
+
+TEST_F(CheckpointTest, AmbiguousSpellings) {
+  write(glimmer_config());
+  rewrite("model.safetensors", [](std::vector<Owned>& ts) {
+    Owned copy = *by_name(ts, P + "layers.0.self_attn.v_proj.weight");
+    copy.name = "model.layers.0.self_attn.v_proj.weight";
+    ts.push_back(copy);
+  });
+  expect_open_error({"ambiguous", "model.layers.0.self_attn.v_proj.weight"});
+}
+
+TEST_F(CheckpointTest, TruncatedFile) {
+  write(glimmer_config());
+  fs::resize_file(dir_ + "/model.safetensors", fs::file_size(dir_ + "/model.safetensors") - 100);
+  expect_open_error({"model.safetensors", "truncated"});
+}
+
+TEST_F(CheckpointTest, CorruptHeader) {
+  write(glimmer_config());
+  std::string path = dir_ + "/model.safetensors";
+  auto bytes = read_file(path);
+  ASSERT_TRUE(bytes.ok());
+  std::string b = *bytes;
+  b[20] = '#';
+  ASSERT_TRUE(write_file(path, b).ok());
+  expect_open_error({"model.safetensors", "corrupt header"});
+}
+
+TEST_F(CheckpointTest, OversizedHeader) {
+  write(glimmer_config());
+  std::string path = dir_ + "/model.safetensors";
+  auto bytes = read_file(path);
+  ASSERT_TRUE(bytes.ok());
+  std::string b = *bytes;
+  b[5] = '\x01';  // header length += 2^40
+  ASSERT_TRUE(write_file(path, b).ok());
+  expect_open_error({"model.safetensors", "exceeds the 100,000,000-byte limit"});
+}
+
+TEST_F(CheckpointTest, InconsistentConfig) {
+  write(glimmer_config());
+  // The checkpoint was written for intermediate_size 48; the config now says 64.
+  Json cfg = glimmer_config();
+  cfg.find("text_config")->set("intermediate_size", 64);
+  ASSERT_TRUE(write_file(dir_ + "/config.json", cfg.dump()).ok());
+  expect_open_error({"mlp.gate_proj.weight", "has shape [48, 32]", "expects [64, 32]", "intermediate_size",
+                     "does not match its config"});
+  // A config that contradicts itself is refused before any tensor is read.
+  cfg.find("text_config")->find("layer_types")->as_array()[0] = Json("full_attention");
+  ASSERT_TRUE(write_file(dir_ + "/config.json", cfg.dump()).ok());
+  expect_open_error({"config.json", "layer_types[0]", "layer 0"});
+}
+
+TEST_F(CheckpointTest, ShardIndexProblems) {
+  RandomModelOptions o;
+  o.max_shard_bytes = 8192;
+  write(glimmer_config(), o);
+  std::string index = dir_ + "/model.safetensors.index.json";
+  auto original = read_file(index);
+  ASSERT_TRUE(original.ok());
+  ASSERT_TRUE(Checkpoint::open(dir_).ok());
+
+  // A shard the index names is missing.
+  std::string second;
+  for (const auto& e : fs::directory_iterator(dir_))
+    if (e.path().filename().string().find("-00002-of-") != std::string::npos) second = e.path().filename().string();
+  ASSERT_FALSE(second.empty());
+  fs::rename(dir_ + "/" + second, dir_ + "/moved");
+  expect_open_error({"model.safetensors.index.json names shard " + second, "incomplete download"});
+  fs::rename(dir_ + "/moved", dir_ + "/" + second);
+
+  // The index places a tensor in a shard that does not have it.
+  auto idx = Json::parse(*original);
+  ASSERT_TRUE(idx.ok());
+  Json edited = *idx;
+  edited.find("weight_map")->set("model.language_model.layers.9.extra.weight", second);
+  ASSERT_TRUE(write_file(index, edited.dump()).ok());
+  expect_open_error({"places tensor model.language_model.layers.9.extra.weight in " + second, "does not contain it"});
+
+  // A shard holds a tensor the index does not list.
+  edited = *idx;
+  edited.find("weight_map")->erase(P + "layers.0.self_attn.k_proj.weight");
+  ASSERT_TRUE(write_file(index, edited.dump()).ok());
+  expect_open_error({"contains tensor " + P + "layers.0.self_attn.k_proj.weight", "does not list"});
+
+  // Files outside the index are ignored.
+  ASSERT_TRUE(write_file(index, *original).ok());
+  ASSERT_TRUE(write_file(dir_ + "/stray.safetensors", "garbage").ok());
+  EXPECT_TRUE(Checkpoint::open(dir_).ok());
+}
+
+TEST_F(CheckpointTest, EmptyDirectory) {
+  fs::create_directories(dir_);
+  expect_open_error({"no config.json"});
+  ASSERT_TRUE(write_file(dir_ + "/config.json", glimmer_config().dump()).ok());
+  expect_open_error({"neither model.safetensors nor model.safetensors.index.json"});
+}
