@@ -11,16 +11,17 @@ namespace muse {
 
 namespace {
 
-// Limits well above any real model and far below what would overflow int64
-// byte counts (experts · 2I · Hm stays < 2^60). A value outside them is a
-// corrupt or hostile file, not a model.
+// Limits well above any real model (Spark: 62 layers, 256 experts, hidden
+// 8192) and low enough that no tensor reaches 2^50 elements and a model's
+// parameter count stays below 2^60, so sizes never overflow int64 anywhere
+// downstream. A value outside them is a corrupt or hostile file, not a model.
 constexpr int64_t kMaxVocab = int64_t(1) << 24;
-constexpr int64_t kMaxHidden = int64_t(1) << 18;
-constexpr int64_t kMaxLayers = 4096;
+constexpr int64_t kMaxHidden = int64_t(1) << 17;
+constexpr int64_t kMaxLayers = 1024;
 constexpr int64_t kMaxHeads = 8192;
 constexpr int64_t kMaxHeadDim = 4096;
-constexpr int64_t kMaxIntermediate = int64_t(1) << 20;
-constexpr int64_t kMaxExperts = int64_t(1) << 14;
+constexpr int64_t kMaxIntermediate = int64_t(1) << 18;
+constexpr int64_t kMaxExperts = int64_t(1) << 12;
 constexpr int64_t kMaxPositions = int64_t(1) << 30;
 
 std::string describe(const Json& v) {
