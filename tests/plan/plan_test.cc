@@ -403,3 +403,23 @@ TEST(PlanDrafter, DSparkSizeMatchesTheCard) {
   g2.drafter = "muse-glimmer-30b-assistant";
   EXPECT_EQ(make(g2).drafter_params, q.drafter_params);
 }
+
+// Seed 000 measured 342,996 KV tokens without the drafter and 179,747 with
+// it. One calibration (the non-KV memory vLLM measured, which our estimate
+// cannot know) reproduces the first; the drafter's cost then follows from its
+// size alone.
+TEST(PlanKv, Seed000CapacityWithOneCalibration) {
+  PlanOptions o = spark("muse-spark-open-nvfp4", "gb300");
+  o.cpu_offload_gib = 310;
+  o.cpu_offload_params = {"experts"};
+  o.max_model_len = 131072;
+  o.max_num_seqs = 4;
+  o.gpu_memory_utilization = 0.92;
+  o.runtime_overhead_gib = 40.52;
+  Plan base = make(o);
+  EXPECT_NEAR(double(base.kv.capacity_tokens), 342'996, 342'996 * 0.001);
+  o.speculative_config = R"({"method":"dspark","num_speculative_tokens":2})";
+  Plan with = make(o);
+  EXPECT_NEAR(double(with.kv.capacity_tokens), 179'747, 179'747 * 0.01);
+  EXPECT_NEAR(double(base.kv.capacity_tokens - with.kv.capacity_tokens), 163'249, 163'249 * 0.01);
+}

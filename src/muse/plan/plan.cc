@@ -368,7 +368,7 @@ Result<Plan> make_plan(const PlanOptions& options) {
   if (p.memory.overhead_estimated)
     p.warnings.push_back("activation and runtime overhead is an estimate (" +
                          gib_text(double(p.memory.activations + p.memory.runtime_overhead)) +
-                         " per GPU); vLLM measures it at startup; calibrate with --runtime-overhead-gb");
+                         " per device); vLLM measures it at startup; calibrate with --runtime-overhead-gb");
 
   p.decode = planner.decode(e, p.options.decode_context);
   p.decode.ceiling_at_max_model_len = planner.decode(e, p.options.max_model_len).ceiling_tokens_per_s;
