@@ -1,0 +1,21 @@
+// A WeightSource over an opened Checkpoint: F32/BF16 tensors are handed out
+// in place (mmap'd, zero copy); other dtypes and per-expert layouts are
+// converted to f32 by the loader.
+#pragma once
+
+#include "muse/loading/checkpoint.h"
+#include "muse/model/weights.h"
+
+namespace muse {
+
+class CheckpointWeightSource final : public WeightSource {
+ public:
+  explicit CheckpointWeightSource(const Checkpoint& checkpoint) : ck_(checkpoint) {}
+  Result<HostTensor> view(const WeightSpec& spec) const override;
+  Status read_f32(const WeightSpec& spec, float* dst) const override;
+
+ private:
+  const Checkpoint& ck_;
+};
+
+}  // namespace muse

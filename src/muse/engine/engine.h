@@ -1,0 +1,111 @@
+// The engine's narrow API (the ds4 shape): an Engine holds the immutable
+// model (weights on a backend) and the KV pool; a Session is one sequence:
+// its tokens, its place in the KV cache, its position. `Engine::step` runs
+// one forward pass over several sessions at once (prefill chunks and decode
+// tokens mixed) and returns logits for the positions asked for. The
+// scheduler and the server build on this; they never touch tensors.
+//
+// Not thread-safe: one thread drives an Engine (the scheduler's).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "muse/backends/cpu/cpu_backend.h"
+#include "muse/kv/kv_cache.h"
+#include "muse/loading/checkpoint.h"
+#include "muse/model/config.h"
+#include "muse/model/muse_model.h"
+
+namespace muse {
+
+struct EngineOptions {
+  CpuBackendOptions cpu;          // threads, ISA
+  LoadOptions load;               // --language-model-only, ignore patterns
+  int64_t max_batch_tokens = 256; // rows per forward step (prefill chunk size)
+  int64_t max_sequences = 1;      // sessions alive at once
+  int64_t max_model_len = 0;      // positions per sequence; 0: min(max_position_embeddings, 8192)
+  int64_t kv_block_size = 64;     // positions per full-layer KV block
+  int64_t kv_blocks = 0;          // 0: enough for max_sequences × max_model_len
+};
+
+enum class LogitsWanted { None, Last, All };
+
+class Session;
+
+struct StepItem {
+  Session* session = nullptr;
+  std::span<const int32_t> tokens;  // appended at the session's current position
+  LogitsWanted logits = LogitsWanted::Last;
+};
+
+class Engine {
+ public:
+  // Opens a Hugging Face model directory (config.json + safetensors).
+  static Result<std::unique_ptr<Engine>> open(const std::string& model_dir, const EngineOptions& options = {});
+  // From any weight source (random weights in tests and `muse bench`).
+  static Result<std::unique_ptr<Engine>> create(const ModelConfig& config, std::unique_ptr<WeightSource> source,
+                                                const EngineOptions& options = {});
+  ~Engine();
+
+  const ModelConfig& config() const { return config_; }
+  const EngineOptions& options() const { return options_; }
+  int64_t max_model_len() const { return max_model_len_; }
+  Backend& backend() { return *backend_; }
+  const MuseModel& model() const { return *model_; }
+  const KvCache& kv_cache() const { return *kv_; }
+
+  // A new empty sequence; an error when max_sequences are alive. The
+  // session must not outlive the engine.
+  Result<std::unique_ptr<Session>> new_session();
+
+  // One forward step. Each session appears at most once; the total number
+  // of tokens is at most max_batch_tokens. On success every session has
+  // advanced by its tokens and (*logits)[i] holds item i's logits
+  // ([rows × vocab_size]: 1 row for Last, one per token for All). On error
+  // nothing has advanced.
+  Status step(std::span<const StepItem> items, std::vector<std::vector<float>>* logits);
+
+ private:
+  friend class Session;
+  Engine() = default;
+  Status init(const ModelConfig& config, const EngineOptions& options);
+  void close(Session& s);
+
+  EngineOptions options_;
+  ModelConfig config_;
+  int64_t max_model_len_ = 0;
+  std::unique_ptr<Checkpoint> checkpoint_;
+  std::unique_ptr<WeightSource> source_;  // must outlive the model: weights may point into it
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<MuseModel> model_;
+  std::unique_ptr<KvCache> kv_;
+  std::vector<float> step_logits_;
+};
+
+class Session {
+ public:
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  int64_t length() const { return int64_t(tokens_.size()); }  // positions in the cache
+  const std::vector<int32_t>& tokens() const { return tokens_; }
+
+  // Feeds tokens in steps of max_batch_tokens; returns the logits of the
+  // last position (Last), of every fed position (All), or nothing.
+  Result<std::vector<float>> feed(std::span<const int32_t> tokens, LogitsWanted want = LogitsWanted::Last);
+
+ private:
+  friend class Engine;
+  explicit Session(Engine* engine) : engine_(engine) {}
+  Engine* engine_;
+  SequenceKv kv_;
+  std::vector<int32_t> tokens_;
+};
+
+}  // namespace muse

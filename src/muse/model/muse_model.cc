@@ -1,0 +1,163 @@
+// MuseModel: weights, activation buffers, and the parts of a step both
+// decoders share (embedding, attention, dense MLP, head).
+#include "muse/model/muse_model.h"
+
+#include <cmath>
+
+#include "muse/model/muse_model_impl.h"
+
+namespace muse {
+
+Result<std::unique_ptr<MuseModel>> MuseModel::create(Backend& backend, const ModelConfig& config,
+                                                     const WeightSource& source, const ModelOptions& options) {
+  if (config.num_layers < 1 || config.hidden_size < 1 || config.head_dim < 2 || config.head_dim % 2 ||
+      config.num_kv_heads < 1 || config.num_heads % config.num_kv_heads)
+    return make_error("model config: unusable decoder shape");
+  if (int64_t(config.layer_types.size()) != config.num_layers ||
+      int64_t(config.layer_rope_theta.size()) != config.num_layers)
+    return make_error("model config: layer_types / layer_rope_theta must list every layer");
+  if (options.max_rows < 1) return make_error("max_rows must be at least 1");
+  std::unique_ptr<MuseModel> m(new MuseModel(backend, config));
+  MUSE_ASSIGN_OR_RETURN(m->weights_, upload_weights(backend, config, source));
+  MUSE_RETURN_IF_ERROR(m->allocate(options));
+  return m;
+}
+
+MuseModel::~MuseModel() {
+  for (auto& t : owned_) backend_.release(t);
+  release_weights(backend_, weights_);
+}
+
+Status MuseModel::allocate(const ModelOptions& options) {
+  const ModelConfig& c = config_;
+  const int64_t R = options.max_rows, H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim();
+  max_rows_ = R;
+  auto make = [&](Tensor& t, DType dt, std::initializer_list<int64_t> shape) -> Status {
+    auto r = backend_.alloc(dt, shape);
+    if (!r.ok()) return r.error();
+    t = *r;
+    owned_.push_back(t);
+    return Status::Ok();
+  };
+  int64_t ffn = 0;  // widest dense MLP
+  bool sparse = false;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    if (c.is_sparse(l)) sparse = true;
+    else ffn = c.intermediate_size;
+  }
+  MUSE_RETURN_IF_ERROR(make(buf_.ids, DType::I32, {R}));
+  MUSE_RETURN_IF_ERROR(make(buf_.positions, DType::I32, {R}));
+  MUSE_RETURN_IF_ERROR(make(buf_.cos, DType::F32, {R, c.head_dim / 2}));
+  MUSE_RETURN_IF_ERROR(make(buf_.sin, DType::F32, {R, c.head_dim / 2}));
+  MUSE_RETURN_IF_ERROR(make(buf_.x, DType::F32, {R, H}));
+  MUSE_RETURN_IF_ERROR(make(buf_.h, DType::F32, {R, H}));
+  MUSE_RETURN_IF_ERROR(make(buf_.q, DType::F32, {R, Q}));
+  MUSE_RETURN_IF_ERROR(make(buf_.k, DType::F32, {R, KV}));
+  MUSE_RETURN_IF_ERROR(make(buf_.v, DType::F32, {R, KV}));
+  MUSE_RETURN_IF_ERROR(make(buf_.g, DType::F32, {R, Q}));
+  MUSE_RETURN_IF_ERROR(make(buf_.o, DType::F32, {R, Q}));
+  MUSE_RETURN_IF_ERROR(make(buf_.a, DType::F32, {R, H}));
+  if (ffn > 0) {
+    MUSE_RETURN_IF_ERROR(make(buf_.mlp_gate, DType::F32, {R, ffn}));
+    MUSE_RETURN_IF_ERROR(make(buf_.mlp_up, DType::F32, {R, ffn}));
+  }
+  if (sparse) {
+    const int64_t E = c.num_experts, K = c.num_experts_per_tok, Hm = c.moe_hidden_size;
+    MUSE_RETURN_IF_ERROR(make(buf_.router_logits, DType::F32, {R, E}));
+    MUSE_RETURN_IF_ERROR(make(buf_.expert_ids, DType::I32, {R, K}));
+    MUSE_RETURN_IF_ERROR(make(buf_.expert_weights, DType::F32, {R, K}));
+    MUSE_RETURN_IF_ERROR(make(buf_.latent, DType::F32, {R, Hm}));
+    MUSE_RETURN_IF_ERROR(make(buf_.moe_out, DType::F32, {R, Hm}));
+  }
+  MUSE_RETURN_IF_ERROR(make(buf_.logit_rows, DType::I32, {R}));
+  MUSE_RETURN_IF_ERROR(make(buf_.head_in, DType::F32, {R, H}));
+  MUSE_RETURN_IF_ERROR(make(buf_.logits, DType::F32, {R, c.vocab_size}));
+  return Status::Ok();
+}
+
+Status MuseModel::forward(const StepInput& in, std::span<const KvLayerStorage> kv, std::vector<float>* logits) {
+  const ModelConfig& c = config_;
+  const int64_t T = int64_t(in.tokens.size()), R = int64_t(in.logit_rows.size());
+  if (T < 1 || T > max_rows_) return make_error("step of " + std::to_string(T) + " rows (1.." + std::to_string(max_rows_) + ")");
+  if (int64_t(in.positions.size()) != T || !in.batch || in.batch->total_rows() != T)
+    return make_error("step input: tokens, positions and attention batch disagree");
+  if (int64_t(kv.size()) != c.num_layers) return make_error("step input: one KV storage per layer expected");
+  for (int32_t r : in.logit_rows)
+    if (r < 0 || r >= T) return make_error("step input: logit row out of range");
+
+  Step s;
+  s.T = T;
+  s.batch = in.batch;
+  auto view = [T](const Tensor& t) { return t.empty() ? t : t.rows(0, T); };
+  s.ids = view(buf_.ids), s.positions = view(buf_.positions), s.cos = view(buf_.cos), s.sin = view(buf_.sin);
+  s.x = view(buf_.x), s.h = view(buf_.h), s.q = view(buf_.q), s.k = view(buf_.k), s.v = view(buf_.v);
+  s.g = view(buf_.g), s.o = view(buf_.o), s.a = view(buf_.a);
+  s.mlp_gate = view(buf_.mlp_gate), s.mlp_up = view(buf_.mlp_up);
+  s.router_logits = view(buf_.router_logits), s.expert_ids = view(buf_.expert_ids);
+  s.expert_weights = view(buf_.expert_weights), s.latent = view(buf_.latent), s.moe_out = view(buf_.moe_out);
+
+  Backend& b = backend_;
+  b.set_input(s.ids, in.tokens.data(), size_t(T) * 4);
+  b.set_input(s.positions, in.positions.data(), size_t(T) * 4);
+  bool any_rope = false;
+  for (double theta : c.layer_rope_theta) any_rope |= theta != 0.0;
+  // One RoPE table per step. The frequency base is the config's rope_theta;
+  // layer_rope_theta only switches RoPE off (0 = NoPE), as in transformers.
+  if (any_rope) b.rope_tables(s.cos, s.sin, s.positions, c.rope_theta, c.head_dim);
+
+  // x = rms(E[t]) (weightless), both models.
+  b.embed(s.x, weights_.embed, s.ids);
+  b.rms_norm(s.x, s.x, Tensor{}, NormGain::None, float(c.rms_norm_eps));
+
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    if (c.is_spark()) spark_layer(s, l, kv[size_t(l)]);
+    else glimmer_layer(s, l, kv[size_t(l)]);
+  }
+
+  // Head on the requested rows only: rms(x)·w_norm (absolute), lm_head, softcap.
+  if (R > 0) {
+    Tensor rows = buf_.logit_rows.rows(0, R), head_in = buf_.head_in.rows(0, R), out = buf_.logits.rows(0, R);
+    b.set_input(rows, in.logit_rows.data(), size_t(R) * 4);
+    b.gather_rows(head_in, s.x, rows);
+    b.rms_norm(head_in, head_in, weights_.final_norm, NormGain::After, float(c.rms_norm_eps));
+    b.matmul(out, head_in, weights_.lm_head);
+    b.softcap(out, float(c.output_multiplier), float(c.final_logit_softcapping));
+  }
+  MUSE_RETURN_IF_ERROR(b.execute());
+  if (logits) {
+    logits->resize(size_t(R * c.vocab_size));
+    if (R > 0) MUSE_RETURN_IF_ERROR(b.download(buf_.logits.rows(0, R), logits->data()));
+  }
+  return Status::Ok();
+}
+
+// Attention (§3.3) from the normed input s.h into s.a: q/k/v/gate
+// projections, weightless QK-norm (q × qk_scale_factor), RoPE on sliding
+// layers, GQA over the cache, the output gate (Spark: per-head norm first),
+// o_proj.
+void MuseModel::attention_block(const Step& s, int64_t l, const KvLayerStorage& kv) {
+  const ModelConfig& c = config_;
+  const LayerWeights& w = weights_.layers[size_t(l)];
+  Backend& b = backend_;
+  const Projection qkvg[] = {{w.q, s.q}, {w.k, s.k}, {w.v, s.v}, {w.gate, s.g}};
+  b.project(s.h, qkvg);
+  const bool rope = c.layer_rope_theta[size_t(l)] != 0.0;
+  b.qk_norm_rope(s.q, s.k, rope ? s.cos : Tensor{}, rope ? s.sin : Tensor{}, c.head_dim, float(c.rms_norm_eps),
+                 float(c.qk_scale_factor));
+  const int64_t window = c.is_full(l) ? 0 : c.sliding_window;
+  b.attention(s.o, s.q, s.k, s.v, kv, s.batch, c.head_dim, window, float(1.0 / std::sqrt(double(c.head_dim))));
+  b.kv_store(kv, s.k, s.v, s.batch);
+  b.output_gate(s.o, s.g, c.head_dim, c.is_spark(), float(c.rms_norm_eps));
+  b.matmul(s.a, s.o, w.o);
+}
+
+// f = down(silu(gate·h) ⊙ up·h) into s.a.
+void MuseModel::dense_mlp(const Step& s, const LayerWeights& w) {
+  Backend& b = backend_;
+  const Projection gu[] = {{w.mlp_gate, s.mlp_gate}, {w.mlp_up, s.mlp_up}};
+  b.project(s.h, gu);
+  b.swiglu(s.mlp_gate, s.mlp_gate, s.mlp_up);
+  b.matmul(s.a, s.mlp_gate, w.mlp_down);
+}
+
+}  // namespace muse

@@ -1,0 +1,77 @@
+// The text decoder of both Muse models, written once against the backend
+// interface: MuseModel owns the uploaded weights and the step's activation
+// buffers and enqueues a whole step (embedding, every layer, head) before
+// executing it. Glimmer's layer is in glimmer_forward.cc, Spark's in
+// spark_forward.cc (muse-architecture.md §3.1 and §3.2). KV storage is
+// passed in (kv/ owns it), so one model serves many sequences.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "muse/backends/backend.h"
+#include "muse/model/config.h"
+#include "muse/model/weights.h"
+
+namespace muse {
+
+// One step: rows are positions of one or more sequences, laid out as the
+// attention batch says.
+struct StepInput {
+  std::vector<int32_t> tokens;      // one per row
+  std::vector<int32_t> positions;   // absolute position of each row
+  AttentionBatchRef batch;
+  std::vector<int32_t> logit_rows;  // rows whose logits are wanted, in output order
+};
+
+struct ModelOptions {
+  int64_t max_rows = 256;  // rows per step (activation buffers are sized for it)
+};
+
+class MuseModel {
+ public:
+  static Result<std::unique_ptr<MuseModel>> create(Backend& backend, const ModelConfig& config,
+                                                   const WeightSource& source, const ModelOptions& options = {});
+  ~MuseModel();
+  MuseModel(const MuseModel&) = delete;
+  MuseModel& operator=(const MuseModel&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+  Backend& backend() { return backend_; }
+  int64_t max_rows() const { return max_rows_; }
+
+  // Runs one step; `logits` receives [logit_rows.size(), vocab_size] floats.
+  // `kv` has one entry per layer.
+  Status forward(const StepInput& in, std::span<const KvLayerStorage> kv, std::vector<float>* logits);
+
+ private:
+  MuseModel(Backend& backend, const ModelConfig& config) : backend_(backend), config_(config) {}
+  Status allocate(const ModelOptions& options);
+  // Row views of the activation buffers for a step of T rows.
+  struct Step;
+  void attention_block(const Step& s, int64_t layer, const KvLayerStorage& kv);
+  void glimmer_layer(const Step& s, int64_t layer, const KvLayerStorage& kv);  // glimmer_forward.cc
+  void spark_layer(const Step& s, int64_t layer, const KvLayerStorage& kv);    // spark_forward.cc
+  void dense_mlp(const Step& s, const LayerWeights& w);
+
+  Backend& backend_;
+  ModelConfig config_;
+  ModelWeights weights_;
+  int64_t max_rows_ = 0;
+  // Activation buffers, [max_rows, ...].
+  struct Buffers {
+    Tensor ids, positions, cos, sin;
+    Tensor x;         // Glimmer hidden state / Spark residual stream (fp32)
+    Tensor h;         // normed input of a sub-layer
+    Tensor q, k, v, g, o, a;
+    Tensor mlp_gate, mlp_up;
+    Tensor router_logits, expert_ids, expert_weights, latent, moe_out;
+    Tensor logit_rows, head_in, logits;
+  } buf_;
+  std::vector<Tensor> owned_;
+};
+
+}  // namespace muse

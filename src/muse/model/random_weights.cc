@@ -1,0 +1,116 @@
+#include "muse/model/random_weights.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <thread>
+
+namespace muse {
+namespace {
+
+// splitmix64: a fast, well-mixed stream per (seed, slot, layer, chunk).
+struct SplitMix {
+  uint64_t s;
+  uint64_t next() {
+    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  float uniform() { return float(next() >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f; }  // [-1, 1)
+};
+
+uint64_t hash_slot(const WeightSpec& s, uint64_t seed) {
+  uint64_t h = seed * 0x100000001b3ull ^ uint64_t(s.layer + 7) * 0x9e3779b97f4a7c15ull;
+  for (char c : s.slot) h = (h ^ uint8_t(c)) * 0x100000001b3ull;
+  return h;
+}
+
+bool is_norm_offset(const std::string& slot) {
+  return slot.rfind("norm.", 0) == 0 || slot == "moe.pre_expert_norm" || slot == "moe.post_expert_norm";
+}
+
+}  // namespace
+
+RandomWeightSource::RandomWeightSource(const ModelConfig& config, const RandomWeightOptions& options)
+    : tied_(config.tie_word_embeddings) {
+  for (const WeightSpec& spec : describe_weights(config)) {
+    if (tied_ && spec.slot == "lm_head") continue;
+    Entry e;
+    e.spec = spec;
+    const bool matrix = spec.shape.size() >= 2 && spec.reference_dtype != DType::F32;
+    e.dtype = matrix ? options.dtype : DType::F32;
+    e.data.resize(size_t(spec.numel()) * size_t(dtype_bits(e.dtype) / 8));
+    entries_.push_back(std::move(e));
+  }
+  // Fill in parallel, in fixed chunks, so the values never depend on the thread count.
+  constexpr int64_t kChunk = 1 << 20;
+  struct Job {
+    size_t entry;
+    int64_t begin, end;
+  };
+  std::vector<Job> jobs;
+  for (size_t i = 0; i < entries_.size(); ++i)
+    for (int64_t b = 0; b < entries_[i].spec.numel(); b += kChunk)
+      jobs.push_back({i, b, std::min(entries_[i].spec.numel(), b + kChunk)});
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t j; (j = next.fetch_add(1)) < jobs.size();) {
+      Entry& e = entries_[jobs[j].entry];
+      const WeightSpec& s = e.spec;
+      SplitMix rng{hash_slot(s, options.seed) ^ uint64_t(jobs[j].begin)};
+      float scale = 1.0f, offset = 0.0f;
+      if (s.shape.size() >= 2) scale = std::sqrt(3.0f / float(s.shape.back()));
+      if (s.slot == "embed_tokens") scale = 1.0f;
+      if (is_norm_offset(s.slot)) scale = 0.1f;
+      if (s.slot == "final_norm") scale = 0.1f, offset = 1.0f;
+      if (s.slot.rfind("resid_gate.", 0) == 0) scale = 1.0f;
+      if (s.slot == "moe.router_bias") scale = 0.01f;
+      for (int64_t i = jobs[j].begin; i < jobs[j].end; ++i) {
+        float v = offset + scale * rng.uniform();
+        if (e.dtype == DType::BF16) {
+          uint16_t h = f32_to_bf16(v);
+          std::memcpy(e.data.data() + size_t(i) * 2, &h, 2);
+        } else {
+          std::memcpy(e.data.data() + size_t(i) * 4, &v, 4);
+        }
+      }
+    }
+  };
+  int threads = options.threads > 0 ? options.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+}
+
+Result<HostTensor> RandomWeightSource::view(const WeightSpec& spec) const {
+  const std::string slot = tied_ && spec.slot == "lm_head" ? "embed_tokens" : spec.slot;
+  for (const auto& e : entries_) {
+    if (e.spec.slot == slot && e.spec.layer == spec.layer)
+      return HostTensor{e.dtype, e.spec.shape, e.data.data(), e.data.size()};
+  }
+  return make_error("no random tensor for this slot");
+}
+
+Status RandomWeightSource::read_f32(const WeightSpec& spec, float* dst) const {
+  auto v = view(spec);
+  if (!v.ok()) return v.error();
+  const int64_t n = spec.numel();
+  if (v->dtype == DType::F32) {
+    std::memcpy(dst, v->data, size_t(n) * 4);
+  } else {
+    const uint16_t* h = static_cast<const uint16_t*>(v->data);
+    for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(h[i]);
+  }
+  return Status::Ok();
+}
+
+uint64_t RandomWeightSource::bytes() const {
+  uint64_t b = 0;
+  for (const auto& e : entries_) b += e.data.size();
+  return b;
+}
+
+}  // namespace muse

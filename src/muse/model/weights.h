@@ -1,0 +1,78 @@
+// The model as a plain struct of backend tensors, one per weight slot of
+// model/weight_table.h, filled from a WeightSource (a checkpoint, or random
+// weights for tests and benchmarks). Transforms happen here, once:
+// offset gains become effective gains c = 1 + w (fp32), Spark's residual
+// gates become fp32 α/β, and anything not F32/BF16 is converted to F32.
+// F32/BF16 matrices are used in place (zero copy from the mmap'd checkpoint
+// on the CPU backend).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "muse/backends/backend.h"
+#include "muse/model/config.h"
+#include "muse/model/weight_table.h"
+
+namespace muse {
+
+// One slot's logical tensor in host memory.
+struct HostTensor {
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;
+  size_t nbytes = 0;
+};
+
+// Where weights come from. The checkpoint adapter lives in engine/ (it
+// depends on loading/); model/random_weights.h makes random ones.
+class WeightSource {
+ public:
+  virtual ~WeightSource() = default;
+  // The slot as stored, when it is one contiguous tensor in host memory that
+  // stays valid as long as the source lives. nullopt-like: data == nullptr
+  // when the source must convert (per-expert layouts, other dtypes).
+  virtual Result<HostTensor> view(const WeightSpec& spec) const = 0;
+  // The whole logical tensor converted to f32 (spec.numel() values).
+  virtual Status read_f32(const WeightSpec& spec, float* dst) const = 0;
+};
+
+struct LayerWeights {
+  // Attention: [out, in] matrices.
+  Tensor q, k, v, gate, o;
+  // Effective F32 gains (c = 1 + w for the stored offsets).
+  Tensor norm_input, norm_post_attn /*Glimmer*/, norm_pre_ffn, norm_post_ffn;
+  // Spark residual gates, folded: F32 [H].
+  Tensor attn_alpha, attn_beta, ffn_alpha, ffn_beta;
+  // Dense SwiGLU (Glimmer; Spark's dense layers, if any).
+  Tensor mlp_gate, mlp_up, mlp_down;
+  // Latent MoE (Spark sparse layers).
+  Tensor router /*F32 [E,H]*/, router_bias /*F32 [E]*/, pre_expert_proj, pre_expert_norm /*gain*/;
+  Tensor experts_gate_up /*[E,2I,Hm]*/, experts_down /*[E,Hm,I]*/, post_expert_norm /*gain*/, post_expert_proj;
+};
+
+struct ModelWeights {
+  Tensor embed, final_norm /*absolute gain, F32*/, lm_head;
+  std::vector<LayerWeights> layers;
+  std::vector<Tensor> owned;  // everything to release
+};
+
+// Uploads every slot of describe_weights(config). An error names the slot.
+Result<ModelWeights> upload_weights(Backend& backend, const ModelConfig& config, const WeightSource& source);
+void release_weights(Backend& backend, ModelWeights& weights);
+
+// Bytes one decode token must read from weights: the embedding row, every
+// dense matrix and norm, the router, the k chosen experts of each sparse
+// layer, and the head (see bench/NOTES.md). Activations and KV excluded.
+struct DecodeTraffic {
+  uint64_t dense_bytes = 0;     // attention, latent projections, router, norms, dense MLPs
+  uint64_t expert_bytes = 0;    // k active experts per sparse layer
+  uint64_t head_bytes = 0;      // lm_head + one embedding row
+  uint64_t total() const { return dense_bytes + expert_bytes + head_bytes; }
+  double flops = 0;             // 2 per multiply-add over the same weights
+};
+DecodeTraffic decode_traffic(const ModelConfig& config, const ModelWeights& weights);
+
+}  // namespace muse

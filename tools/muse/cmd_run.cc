@@ -1,0 +1,191 @@
+// muse run: generate from a model directory on the CPU, prompt given as
+// token ids (text arrives with the tokenizer). Greedy by default
+// (--temperature 0) so runs are reproducible; --dump-logits writes every
+// prompt and fed position's logits for checking against a reference.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "command.h"
+#include "muse/core/cli.h"
+#include "muse/core/json.h"
+#include "muse/engine/engine.h"
+#include "muse/sampling/sampler.h"
+
+namespace muse::tool {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "--dump-logits writes the host's float32 layout");
+
+struct RunOptions {
+  std::string model;
+  std::string prompt_ids;
+  double temperature = 0.0;
+  int64_t top_k = 0;
+  double top_p = 1.0;
+  int64_t seed = 0;
+  int64_t max_tokens = 16;
+  bool json = false;
+  std::string dump_logits;
+  int threads = 0;
+  bool language_model_only = false;
+  bool ignore_eos = false;
+  int64_t max_num_batched_tokens = 256;
+};
+
+bool is_directory(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+int fail(const std::string& message) {
+  std::fprintf(stderr, "muse run: %s\n", message.c_str());
+  return 1;
+}
+
+int run_command(int argc, char** argv) {
+  RunOptions o;
+  std::string positional_model;
+  ArgParser args("run",
+                 "Generate token ids from a Hugging Face Muse model directory on the CPU. Greedy unless "
+                 "--temperature > 0. Prints the generated ids (or one JSON object with --json).");
+  args.positional("MODEL_DIR", &positional_model, false, "model directory (or --model)");
+  args.option("--model", &o.model, "DIR", "model directory: config.json + safetensors");
+  args.alias("-m", "--model");
+  args.option("--prompt-ids", &o.prompt_ids, "IDS", "prompt as comma-separated token ids, e.g. 1,2,3 (required)");
+  args.option("--max-tokens", &o.max_tokens, "N", "tokens to generate (default 16)");
+  args.option("--temperature", &o.temperature, "T", "0 = greedy (default); > 0 samples from softmax(logits / T)");
+  args.option("--top-k", &o.top_k, "K", "sample among the K most likely tokens (0 = all, default)");
+  args.option("--top-p", &o.top_p, "P", "nucleus sampling mass (1 = off, default)");
+  args.option("--seed", &o.seed, "N", "sampling seed (default 0): the same seed gives the same tokens");
+  args.flag("--ignore-eos", &o.ignore_eos, "keep generating after an end-of-sequence id");
+  args.flag("--json", &o.json, "print one JSON object: ids, counts, finish reason, timings");
+  args.option("--dump-logits", &o.dump_logits, "FILE",
+              "write float32 little-endian logits [positions x vocab]: every prompt position, then every fed "
+              "generated token");
+  args.option("--threads", &o.threads, "N", "CPU threads (default: all available)");
+  args.option("--max-num-batched-tokens", &o.max_num_batched_tokens, "N", "prefill chunk, tokens per step (default 256)");
+  args.flag("--language-model-only", &o.language_model_only, "skip vision/audio tensors in the checkpoint");
+  Status st = args.parse(argc, argv);
+  if (!st.ok()) return std::fprintf(stderr, "muse run: %s\n\n%s", st.message().c_str(), args.usage().c_str()), 2;
+  if (args.help_requested()) return std::printf("%s", args.usage().c_str()), 0;
+
+  if (o.model.empty()) o.model = positional_model;
+  if (o.model.empty()) return fail("no model directory given (muse run MODEL_DIR or --model DIR)");
+  if (!is_directory(o.model)) return fail("model directory '" + o.model + "' does not exist or is not a directory");
+  if (o.prompt_ids.empty()) return fail("--prompt-ids is required (e.g. --prompt-ids 1,2,3)");
+  auto ids = parse_int_list(o.prompt_ids);
+  if (!ids.ok()) return fail("--prompt-ids: " + ids.message());
+  if (ids->empty()) return fail("--prompt-ids: the prompt is empty");
+  if (o.max_tokens < 1) return fail("--max-tokens must be at least 1");
+  if (o.threads < 0) return fail("--threads must be >= 0 (0 = all CPUs)");
+  if (o.seed < 0) return fail("--seed must be >= 0");
+  SamplingParams sp{o.temperature, o.top_k, o.top_p, uint64_t(o.seed)};
+  if (Status s = validate(sp); !s.ok()) return fail(s.message());
+
+  EngineOptions eo;
+  eo.cpu.threads = o.threads;
+  eo.load.language_model_only = o.language_model_only;
+  eo.max_batch_tokens = o.max_num_batched_tokens;
+  eo.max_sequences = 1;
+  eo.max_model_len = int64_t(ids->size()) + o.max_tokens;
+  // Read the config first so bad ids fail before the weights load.
+  auto config = load_model_config(o.model);
+  if (!config.ok()) return fail(config.message());
+  const int64_t V = config->vocab_size;
+  std::vector<int32_t> prompt;
+  for (int64_t id : *ids) {
+    if (id < 0 || id >= V)
+      return fail("--prompt-ids: id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(V) + ")");
+    prompt.push_back(int32_t(id));
+  }
+  if (config->max_position_embeddings > 0 && eo.max_model_len > config->max_position_embeddings)
+    return fail("prompt + --max-tokens (" + std::to_string(eo.max_model_len) + ") exceeds the model's " +
+                "max_position_embeddings (" + std::to_string(config->max_position_embeddings) + ")");
+
+  auto t0 = std::chrono::steady_clock::now();
+  auto engine = Engine::open(o.model, eo);
+  if (!engine.ok()) return fail(engine.message());
+  const double load_s = seconds_since(t0);
+  auto session = (*engine)->new_session();
+  if (!session.ok()) return fail(session.message());
+  const ModelConfig& c = (*engine)->config();
+
+  FILE* dump = nullptr;
+  if (!o.dump_logits.empty()) {
+    dump = std::fopen(o.dump_logits.c_str(), "wb");
+    if (!dump) return fail("cannot write --dump-logits file '" + o.dump_logits + "'");
+  }
+  auto write_rows = [&](const std::vector<float>& rows) {
+    return !dump || std::fwrite(rows.data(), sizeof(float), rows.size(), dump) == rows.size();
+  };
+
+  t0 = std::chrono::steady_clock::now();
+  auto logits = (*session)->feed(prompt, dump ? LogitsWanted::All : LogitsWanted::Last);
+  if (!logits.ok()) return fail(logits.message());
+  const double prefill_s = seconds_since(t0);
+  if (!write_rows(*logits)) return fail("writing --dump-logits failed");
+  std::vector<float> last(logits->end() - V, logits->end());
+
+  Sampler sampler(sp);
+  std::vector<int32_t> out;
+  std::string finish = "length";
+  t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    const int32_t tok = sampler.sample(last, c.sampled_vocab_size > 0 ? c.sampled_vocab_size : V);
+    out.push_back(tok);
+    if (!o.ignore_eos && std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), tok) != c.eos_token_ids.end()) {
+      finish = "stop";
+      break;
+    }
+    if (int64_t(out.size()) >= o.max_tokens) break;
+    auto next = (*session)->feed(std::span<const int32_t>(&tok, 1), LogitsWanted::Last);
+    if (!next.ok()) return fail(next.message());
+    if (!write_rows(*next)) return fail("writing --dump-logits failed");
+    last = std::move(*next);
+  }
+  const double decode_s = seconds_since(t0);
+  if (dump && std::fclose(dump) != 0) return fail("writing --dump-logits failed");
+  const int64_t decoded = int64_t(out.size()) - 1;  // tokens fed back through the model
+
+  if (o.json) {
+    Json j = Json::object();
+    Json arr = Json::array();
+    for (int32_t t : out) arr.push_back(int64_t(t));
+    j.set("ids", arr);
+    j.set("prompt_tokens", int64_t(prompt.size()));
+    j.set("generated_tokens", int64_t(out.size()));
+    j.set("finish_reason", finish);
+    j.set("backend", (*engine)->backend().name());
+    j.set("load_seconds", load_s);
+    j.set("prefill_seconds", prefill_s);
+    j.set("prefill_tokens_per_second", double(prompt.size()) / std::max(prefill_s, 1e-9));
+    j.set("decode_seconds", decode_s);
+    j.set("decode_tokens_per_second", decoded > 0 ? double(decoded) / std::max(decode_s, 1e-9) : 0.0);
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::string s;
+    for (size_t i = 0; i < out.size(); ++i) s += (i ? "," : "") + std::to_string(out[i]);
+    std::printf("%s\n", s.c_str());
+    std::fprintf(stderr, "muse run: %zu prompt + %zu generated (%s) on %s; prefill %.1f tok/s, decode %.1f tok/s\n",
+                 prompt.size(), out.size(), finish.c_str(), (*engine)->backend().name().c_str(),
+                 double(prompt.size()) / std::max(prefill_s, 1e-9),
+                 decoded > 0 ? double(decoded) / std::max(decode_s, 1e-9) : 0.0);
+  }
+  return 0;
+}
+
+}  // namespace
+
+MUSE_COMMAND("run", "generate token ids from a model directory (CPU)", run_command, 10);
+
+}  // namespace muse::tool
