@@ -1,0 +1,119 @@
+// Anthropic Messages request validation (/v1/messages).
+#include <algorithm>
+
+#include "muse/server/api_request_internal.h"
+
+namespace muse::server {
+
+using namespace detail;
+
+std::optional<ApiError> parse_messages_request(const Json& body, const ValidationLimits& limits, ApiRequest* out) {
+  *out = ApiRequest{};
+  out->endpoint = Endpoint::Messages;
+  out->body = body;
+  FieldReader r(body);
+  r.string("model", &out->model);
+  int64_t max_tokens = 0;
+  if (!r.get("max_tokens")) return invalid_param("max_tokens", "max_tokens: Field required", "missing_required_parameter");
+  if (r.integer("max_tokens", &max_tokens, 1, std::numeric_limits<int32_t>::max())) out->max_tokens = max_tokens;
+  const Json* messages = r.get("messages");
+  if (!messages && !r.failed()) return invalid_param("messages", "messages: Field required", "missing_required_parameter");
+  if (messages && !messages->is_array()) return invalid_type("messages", "an array", FieldReader::json_kind(*messages));
+  if (messages && messages->as_array().empty()) return invalid_param("messages", "messages: at least one message is required");
+  if (messages) {
+    for (size_t i = 0; i < messages->size(); ++i) {
+      const Json& m = messages->as_array()[i];
+      std::string where = "messages." + std::to_string(i);
+      if (!m.is_object()) return invalid_type(where, "an object", FieldReader::json_kind(m));
+      std::string role = m.get_string("role", "");
+      if (role != "user" && role != "assistant")
+        return invalid_param(where + ".role", where + ".role: Input should be 'user' or 'assistant'");
+      const Json* content = m.find("content");
+      if (!content || !(content->is_string() || content->is_array()))
+        return invalid_param(where + ".content", where + ".content: expected a string or an array of content blocks", "invalid_type");
+      if (content->is_array())
+        for (const auto& block : content->as_array())
+          if (!block.is_object() || !block.find("type") || !block.find("type")->is_string())
+            return invalid_param(where + ".content", where + ".content: each block must be an object with a string 'type'");
+    }
+  }
+  if (const Json* sys = r.get("system"); sys && !r.failed()) {
+    bool ok = sys->is_string();
+    if (sys->is_array())
+      ok = std::all_of(sys->as_array().begin(), sys->as_array().end(),
+                       [](const Json& b) { return b.is_object() && b.get_string("type", "") == "text" && b.find("text") && b.find("text")->is_string(); });
+    if (!ok) r.fail(invalid_param("system", "system: expected a string or an array of text blocks", "invalid_type"));
+  }
+  r.boolean("stream", &out->stream);
+  r.number("temperature", &out->sampling.temperature, 0, 1);
+  out->sampling_given[0] = r.get("temperature") != nullptr;
+  out->sampling_given[1] = r.number("top_p", &out->sampling.top_p, 0, 1, /*lo_open=*/true);
+  int64_t top_k = 0;
+  if (r.integer("top_k", &top_k, 0, std::numeric_limits<int32_t>::max())) {
+    out->sampling.top_k = int(top_k);
+    out->sampling_given[2] = true;
+  }
+  read_stop(r, limits, "stop_sequences", out);
+  if (const Json* tools = r.typed("tools", Json::Type::Array, "an array")) {
+    for (size_t i = 0; i < tools->size() && !r.failed(); ++i) {
+      const Json& t = tools->as_array()[i];
+      std::string where = "tools." + std::to_string(i);
+      if (!t.is_object()) { r.fail(invalid_type(where, "an object", FieldReader::json_kind(t))); break; }
+      std::string type = t.get_string("type", "custom");
+      if (type != "custom") {
+        r.fail(invalid_param(where + ".type", where + ".type: only custom (client) tools are supported, got \"" + type + "\"", "unsupported_value"));
+        break;
+      }
+      const Json* name = t.find("name");
+      if (!name || !name->is_string() || !valid_tool_name(name->as_string())) {
+        r.fail(invalid_param(where + ".name", where + ".name: a tool name must match [A-Za-z0-9_.-]{1,128}"));
+        break;
+      }
+      const Json* schema = t.find("input_schema");
+      if (!schema || !schema->is_object()) {
+        r.fail(invalid_param(where + ".input_schema", where + ".input_schema: Field required (an object)", "missing_required_parameter"));
+        break;
+      }
+    }
+    if (!tools->as_array().empty()) out->tools = *tools;
+  }
+  out->tool_choice.kind = out->tools.is_null() ? ToolChoice::Kind::None : ToolChoice::Kind::Auto;
+  if (const Json* tc = r.typed("tool_choice", Json::Type::Object, "an object")) {
+    std::string type = tc->get_string("type", "");
+    if (type == "auto") out->tool_choice.kind = ToolChoice::Kind::Auto;
+    else if (type == "any") out->tool_choice.kind = ToolChoice::Kind::Required;
+    else if (type == "none") out->tool_choice.kind = ToolChoice::Kind::None;
+    else if (type == "tool" && tc->find("name") && tc->find("name")->is_string()) {
+      out->tool_choice.kind = ToolChoice::Kind::Named;
+      out->tool_choice.name = tc->find("name")->as_string();
+    } else {
+      r.fail(invalid_param("tool_choice", "tool_choice: expected {\"type\": \"auto\"|\"any\"|\"none\"} or {\"type\": \"tool\", \"name\": ...}"));
+    }
+    FieldReader t(*tc);
+    bool disable_parallel = false;
+    if (t.boolean("disable_parallel_tool_use", &disable_parallel)) out->parallel_tool_calls = !disable_parallel;
+    if (t.error) r.fail(invalid_param("tool_choice.disable_parallel_tool_use", t.error->message, "invalid_type"));
+    if (!r.failed()) check_tool_choice(r, out);
+  }
+  if (const Json* thinking = r.typed("thinking", Json::Type::Object, "an object")) {
+    std::string type = thinking->get_string("type", "");
+    if (type != "enabled" && type != "disabled" && type != "adaptive")
+      r.fail(invalid_param("thinking.type", "thinking.type: expected \"enabled\", \"disabled\" or \"adaptive\""));
+    if (const Json* b = thinking->find("budget_tokens"); b && !r.failed() && !(b->is_int() && b->as_int() >= 1))
+      r.fail(invalid_param("thinking.budget_tokens", "thinking.budget_tokens: expected a positive integer"));
+  }
+  if (const Json* oc = r.typed("output_config", Json::Type::Object, "an object")) {
+    if (const Json* effort = oc->find("effort"); effort && !effort->is_null()) {
+      static const char* kEfforts[] = {"low", "medium", "high", "xhigh", "max"};
+      if (!effort->is_string() ||
+          std::none_of(std::begin(kEfforts), std::end(kEfforts), [&](const char* e) { return effort->as_string() == e; }))
+        r.fail(invalid_param("output_config.effort", "output_config.effort: expected one of low, medium, high, xhigh, max"));
+    }
+  }
+  r.typed("metadata", Json::Type::Object, "an object");
+  for (const char* k : {"mcp_servers", "container"})
+    if (r.get(k) && !r.failed()) r.fail(invalid_param(k, std::string(k) + ": not supported by this server", "unsupported_parameter"));
+  return r.error;
+}
+
+}  // namespace muse::server

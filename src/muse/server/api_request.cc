@@ -1,0 +1,405 @@
+// OpenAI request validation (chat completions and completions).
+#include "muse/server/api_request.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "muse/server/api_request_internal.h"
+#include "muse/server/request_fields.h"
+
+namespace muse::server {
+
+namespace {
+constexpr int64_t kMaxInt32 = std::numeric_limits<int32_t>::max();
+}
+
+std::optional<ApiError> parse_json_body(std::string_view bytes, Json* out) {
+  if (size_t bad = find_invalid_utf8(bytes); bad != std::string_view::npos) {
+    ApiError e = invalid_param("", "The request body is not valid UTF-8 (invalid byte sequence at offset " +
+                                       std::to_string(bad) + ").", "invalid_encoding");
+    return e;
+  }
+  JsonParseOptions options;
+  options.max_depth = 128;
+  auto parsed = Json::parse(bytes, options);
+  if (!parsed.ok())
+    return invalid_param("", "We could not parse the JSON body of your request: " + parsed.message() +
+                                 ". The body must be a JSON object.", "invalid_json");
+  if (!parsed->is_object())
+    return invalid_param("", std::string("The request body must be a JSON object, got ") + FieldReader::json_kind(*parsed) + ".",
+                         "invalid_json");
+  *out = std::move(parsed).value();
+  return std::nullopt;
+}
+
+namespace detail {
+
+void read_sampling(FieldReader& r, ApiRequest* out) {
+  auto& s = out->sampling;
+  out->sampling_given[0] = r.number("temperature", &s.temperature, 0, 2);
+  out->sampling_given[1] = r.number("top_p", &s.top_p, 0, 1, /*lo_open=*/true);
+  int64_t top_k = 0;
+  if (r.integer("top_k", &top_k, -1, kMaxInt32)) {
+    s.top_k = top_k < 0 ? 0 : int(top_k);  // vLLM: -1 and 0 both mean off
+    out->sampling_given[2] = true;
+  }
+  out->sampling_given[3] = r.number("min_p", &s.min_p, 0, 1);
+  r.number("presence_penalty", &s.presence_penalty, -2, 2);
+  r.number("frequency_penalty", &s.frequency_penalty, -2, 2);
+  r.number("repetition_penalty", &s.repetition_penalty, 0, 100, /*lo_open=*/true);
+  int64_t seed = 0;
+  if (r.integer("seed", &seed, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max())) s.seed = seed;
+  r.boolean("ignore_eos", &s.ignore_eos);
+  int64_t min_tokens = 0;
+  if (r.integer("min_tokens", &min_tokens, 0, kMaxInt32)) s.min_tokens = int(min_tokens);
+}
+
+void read_logit_bias(FieldReader& r, const ValidationLimits& limits, ApiRequest* out) {
+  const Json* bias = r.typed("logit_bias", Json::Type::Object, "an object");
+  if (!bias) return;
+  for (const auto& [key, value] : bias->as_object()) {
+    int64_t id = -1;
+    bool digits = !key.empty() && key.size() <= 10 && std::all_of(key.begin(), key.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (digits) id = std::stoll(key);
+    if (!digits || id > kMaxInt32 || (limits.vocab_size > 0 && id >= limits.vocab_size)) {
+      r.fail(invalid_param("logit_bias", "Invalid key in 'logit_bias': '" + key + "' is not a token id in [0, " +
+                                             std::to_string(limits.vocab_size) + ")."));
+      return;
+    }
+    if (!value.is_number() || value.as_double() < -100 || value.as_double() > 100) {
+      r.fail(invalid_param("logit_bias", "Invalid value in 'logit_bias' for token " + key + ": expected a number in [-100, 100]."));
+      return;
+    }
+    out->sampling.logit_bias.emplace_back(int32_t(id), value.as_double());
+  }
+}
+
+void read_stop(FieldReader& r, const ValidationLimits& limits, const char* key, ApiRequest* out) {
+  const Json* stop = r.get(key);
+  if (!stop || r.failed()) return;
+  auto add = [&](const Json& s) {
+    if (!s.is_string()) return r.fail(invalid_type(key, "a string or an array of strings", FieldReader::json_kind(s)));
+    if (s.as_string().empty()) return r.fail(invalid_param(key, std::string("Invalid '") + key + "': stop strings must not be empty."));
+    out->stop.push_back(s.as_string());
+    return true;
+  };
+  if (stop->is_string()) {
+    add(*stop);
+  } else if (stop->is_array()) {
+    if (int(stop->size()) > limits.max_stop)
+      r.fail(invalid_param(key, std::string("Invalid '") + key + "': at most " + std::to_string(limits.max_stop) + " stop strings."));
+    for (const auto& s : stop->as_array())
+      if (!add(s)) break;
+  } else {
+    r.fail(invalid_type(key, "a string or an array of strings", FieldReader::json_kind(*stop)));
+  }
+}
+
+void read_stop_token_ids(FieldReader& r, const ValidationLimits& limits, ApiRequest* out) {
+  const Json* ids = r.typed("stop_token_ids", Json::Type::Array, "an array of integers");
+  if (!ids) return;
+  for (const auto& v : ids->as_array()) {
+    if (!v.is_int() || v.as_int() < 0 || v.as_int() > kMaxInt32 || (limits.vocab_size > 0 && v.as_int() >= limits.vocab_size)) {
+      r.fail(invalid_param("stop_token_ids", "Invalid 'stop_token_ids': each must be a token id in [0, " +
+                                                 std::to_string(limits.vocab_size) + ")."));
+      return;
+    }
+    out->stop_token_ids.push_back(int32_t(v.as_int()));
+  }
+}
+
+void read_stream(FieldReader& r, ApiRequest* out) {
+  r.boolean("stream", &out->stream);
+  const Json* opts = r.typed("stream_options", Json::Type::Object, "an object");
+  if (!opts) return;
+  if (!out->stream) {
+    r.fail(invalid_param("stream_options", "Invalid 'stream_options': only allowed when 'stream' is true."));
+    return;
+  }
+  FieldReader o(*opts);
+  o.boolean("include_usage", &out->include_usage);
+  o.boolean("continuous_usage_stats", &out->continuous_usage);
+  if (o.error) {
+    o.error->param = "stream_options." + o.error->param;
+    r.fail(*o.error);
+  }
+}
+
+bool valid_tool_name(const std::string& name) {
+  if (name.empty() || name.size() > 128) return false;
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.';
+  });
+}
+
+}  // namespace detail
+
+namespace {
+
+using namespace detail;
+
+void read_tools(FieldReader& r, ApiRequest* out) {
+  const Json* tools = r.typed("tools", Json::Type::Array, "an array");
+  if (tools) {
+    for (size_t i = 0; i < tools->size() && !r.failed(); ++i) {
+      const Json& t = tools->as_array()[i];
+      std::string where = "tools[" + std::to_string(i) + "]";
+      if (!t.is_object()) { r.fail(invalid_type(where, "an object", FieldReader::json_kind(t))); break; }
+      std::string type = t.get_string("type", "");
+      if (type != "function") {
+        r.fail(invalid_param(where + ".type", "Invalid '" + where + ".type': only \"function\" tools are supported, got \"" + type + "\"."));
+        break;
+      }
+      const Json* fn = t.find("function");
+      if (!fn || !fn->is_object()) { r.fail(invalid_param(where + ".function", "Missing required parameter: '" + where + ".function'.", "missing_required_parameter")); break; }
+      const Json* name = fn->find("name");
+      if (!name || !name->is_string() || !valid_tool_name(name->as_string())) {
+        r.fail(invalid_param(where + ".function.name", "Invalid '" + where + ".function.name': a tool name must match [A-Za-z0-9_.-]{1,128}."));
+        break;
+      }
+      if (const Json* d = fn->find("description"); d && !d->is_null() && !d->is_string()) {
+        r.fail(invalid_type(where + ".function.description", "a string", FieldReader::json_kind(*d)));
+        break;
+      }
+      if (const Json* p = fn->find("parameters"); p && !p->is_null() && !p->is_object()) {
+        r.fail(invalid_type(where + ".function.parameters", "an object (a JSON schema)", FieldReader::json_kind(*p)));
+        break;
+      }
+    }
+    if (!tools->as_array().empty()) out->tools = *tools;
+  }
+  if (const Json* tc = r.get("tool_choice"); tc && !r.failed()) {
+    auto& choice = out->tool_choice;
+    if (tc->is_string()) {
+      const std::string& s = tc->as_string();
+      if (s == "auto") choice.kind = ToolChoice::Kind::Auto;
+      else if (s == "none") choice.kind = ToolChoice::Kind::None;
+      else if (s == "required") choice.kind = ToolChoice::Kind::Required;
+      else r.fail(invalid_param("tool_choice", "Invalid 'tool_choice': expected \"none\", \"auto\", \"required\" or a named function, got \"" + s + "\"."));
+    } else if (tc->is_object() && tc->get_string("type", "") == "function" && tc->find("function") &&
+               tc->find("function")->find("name") && tc->find("function")->find("name")->is_string()) {
+      choice.kind = ToolChoice::Kind::Named;
+      choice.name = tc->find("function")->find("name")->as_string();
+    } else {
+      r.fail(invalid_param("tool_choice", "Invalid 'tool_choice': an object must be {\"type\": \"function\", \"function\": {\"name\": ...}}."));
+    }
+  } else if (out->tools.is_null() && !r.failed()) {
+    out->tool_choice.kind = ToolChoice::Kind::None;
+  }
+  r.boolean("parallel_tool_calls", &out->parallel_tool_calls);
+  if (r.failed()) return;
+  check_tool_choice(r, out);
+}
+
+void read_response_format(FieldReader& r, ApiRequest* out) {
+  const Json* rf = r.typed("response_format", Json::Type::Object, "an object");
+  if (!rf) return;
+  std::string type = rf->get_string("type", "");
+  if (type == "text") return;
+  if (type == "json_object") {
+    out->response_format = *rf;
+    return;
+  }
+  if (type == "json_schema") {
+    const Json* js = rf->find("json_schema");
+    if (!js || !js->is_object() || !js->find("schema") || !js->find("schema")->is_object()) {
+      r.fail(invalid_param("response_format.json_schema", "Invalid 'response_format': type json_schema needs 'json_schema' with an object 'schema'."));
+      return;
+    }
+    out->response_format = *rf;
+    return;
+  }
+  r.fail(invalid_param("response_format.type", "Invalid 'response_format.type': expected \"text\", \"json_object\" or \"json_schema\", got \"" + type + "\"."));
+}
+
+// Parameters we know but do not implement are refused rather than ignored
+// when ignoring them would change the answer.
+void refuse_unsupported(FieldReader& r, std::initializer_list<const char*> keys) {
+  for (const char* k : keys)
+    if (r.get(k) && !r.failed())
+      r.fail(invalid_param(k, std::string("Parameter '") + k + "' is not supported by this server.", "unsupported_parameter"));
+}
+
+std::optional<ApiError> read_max_tokens(FieldReader& r, const char* key, int64_t lo, ApiRequest* out) {
+  int64_t v = 0;
+  if (r.integer(key, &v, lo, kMaxInt32)) out->max_tokens = v;
+  return std::nullopt;
+}
+
+}  // namespace
+
+void detail::check_tool_choice(FieldReader& r, ApiRequest* out) {
+  auto& choice = out->tool_choice;
+  bool has_tools = !out->tools.is_null();
+  if ((choice.kind == ToolChoice::Kind::Required || choice.kind == ToolChoice::Kind::Named) && !has_tools) {
+    r.fail(invalid_param("tool_choice", "Invalid 'tool_choice': \"" + std::string(choice.kind == ToolChoice::Kind::Required ? "required" : choice.name) +
+                                            "\" needs a non-empty 'tools' list."));
+    return;
+  }
+  if (choice.kind == ToolChoice::Kind::Named) {
+    bool found = false;
+    for (const auto& t : out->tools.as_array()) {
+      const Json* fn = t.find("function");
+      if (!fn) fn = &t;  // Anthropic tools are flat
+      if (fn->get_string("name", "") == choice.name) found = true;
+    }
+    if (!found) r.fail(invalid_param("tool_choice", "Invalid 'tool_choice': no tool named \"" + choice.name + "\" in 'tools'."));
+  }
+}
+
+std::optional<ApiError> parse_chat_request(const Json& body, const ValidationLimits& limits, ApiRequest* out) {
+  *out = ApiRequest{};
+  out->endpoint = Endpoint::ChatCompletions;
+  out->body = body;
+  FieldReader r(body);
+  r.string("model", &out->model);
+  const Json* messages = r.get("messages");
+  if (!messages && !r.failed())
+    return invalid_param("messages", "Missing required parameter: 'messages'.", "missing_required_parameter");
+  if (messages && !messages->is_array()) return invalid_type("messages", "an array", FieldReader::json_kind(*messages));
+  if (messages && messages->as_array().empty()) return invalid_param("messages", "Invalid 'messages': empty array. Expected at least one message.");
+  if (messages) {
+    for (size_t i = 0; i < messages->size(); ++i) {
+      const Json& m = messages->as_array()[i];
+      std::string where = "messages[" + std::to_string(i) + "]";
+      if (!m.is_object()) return invalid_type(where, "an object", FieldReader::json_kind(m));
+      const Json* role = m.find("role");
+      if (!role || !role->is_string()) return invalid_param(where + ".role", "Invalid '" + where + ".role': expected a string.");
+      const Json* content = m.find("content");
+      if (content && !content->is_null() && !content->is_string() && !content->is_array())
+        return invalid_type(where + ".content", "a string, an array of content parts or null", FieldReader::json_kind(*content));
+      if (content && content->is_array())
+        for (const auto& part : content->as_array())
+          if (!part.is_object() || !part.find("type") || !part.find("type")->is_string())
+            return invalid_param(where + ".content", "Invalid '" + where + ".content': each part must be an object with a string 'type'.");
+      if (const Json* calls = m.find("tool_calls"); calls && !calls->is_null()) {
+        if (!calls->is_array()) return invalid_type(where + ".tool_calls", "an array", FieldReader::json_kind(*calls));
+        for (const auto& c : calls->as_array())
+          if (!c.is_object() || !c.find("function") || !c.find("function")->is_object())
+            return invalid_param(where + ".tool_calls", "Invalid '" + where + ".tool_calls': each call needs a 'function' object.");
+      }
+    }
+  }
+  read_stream(r, out);
+  int64_t n = 1;
+  if (r.integer("n", &n, 1, limits.max_n)) out->n = int(n);
+  read_max_tokens(r, "max_tokens", 1, out);
+  read_max_tokens(r, "max_completion_tokens", 1, out);  // read second: it wins
+  read_sampling(r, out);
+  read_logit_bias(r, limits, out);
+  read_stop(r, limits, "stop", out);
+  read_stop_token_ids(r, limits, out);
+  r.boolean("include_stop_str_in_output", &out->include_stop_str_in_output);
+  bool logprobs = false;
+  r.boolean("logprobs", &logprobs);
+  int64_t top = 0;
+  bool has_top = r.integer("top_logprobs", &top, 0, limits.max_logprobs);
+  if (has_top && !logprobs && !r.failed())
+    r.fail(invalid_param("top_logprobs", "Invalid 'top_logprobs': requires 'logprobs' to be true."));
+  if (logprobs) out->logprobs = int(top);
+  r.boolean("skip_special_tokens", &out->skip_special_tokens);
+  r.boolean("include_reasoning", &out->include_reasoning);
+  std::string effort;
+  if (r.string("reasoning_effort", &effort)) {
+    static const char* kEfforts[] = {"none", "minimal", "low", "medium", "high", "xhigh", "max"};
+    if (std::none_of(std::begin(kEfforts), std::end(kEfforts), [&](const char* e) { return effort == e; }))
+      r.fail(invalid_param("reasoning_effort", "Invalid 'reasoning_effort': expected one of none, minimal, low, medium, high, xhigh, max; got \"" + effort + "\"."));
+  }
+  r.typed("chat_template_kwargs", Json::Type::Object, "an object");
+  bool add_generation_prompt = true, continue_final = false;
+  r.boolean("add_generation_prompt", &add_generation_prompt);
+  r.boolean("continue_final_message", &continue_final);
+  if (add_generation_prompt && continue_final && !r.failed() && r.get("add_generation_prompt"))
+    r.fail(invalid_param("continue_final_message", "'continue_final_message' and 'add_generation_prompt' cannot both be true."));
+  read_tools(r, out);
+  read_response_format(r, out);
+  std::string user;
+  r.string("user", &user);
+  if (r.get("chat_template") && !r.failed())
+    r.fail(invalid_param("chat_template", "A per-request 'chat_template' is not accepted; the server uses the model's template (or --chat-template).",
+                         "unsupported_parameter"));
+  refuse_unsupported(r, {"functions", "function_call", "audio", "prediction", "web_search_options"});
+  if (const Json* mod = r.get("modalities"); mod && mod->is_array() && !r.failed())
+    for (const auto& m : mod->as_array())
+      if (!(m.is_string() && m.as_string() == "text"))
+        r.fail(invalid_param("modalities", "Invalid 'modalities': only [\"text\"] output is supported.", "unsupported_value"));
+  return r.error;
+}
+
+std::optional<ApiError> parse_completion_request(const Json& body, const ValidationLimits& limits, ApiRequest* out) {
+  *out = ApiRequest{};
+  out->endpoint = Endpoint::Completions;
+  out->body = body;
+  out->tool_choice.kind = ToolChoice::Kind::None;
+  FieldReader r(body);
+  r.string("model", &out->model);
+  const Json* prompt = r.get("prompt");
+  if (!prompt && !r.failed()) return invalid_param("prompt", "Missing required parameter: 'prompt'.", "missing_required_parameter");
+  auto bad_prompt = [] {
+    return invalid_param("prompt", "Invalid 'prompt': expected a string, an array of strings, an array of token ids, or an array of arrays of token ids.",
+                         "invalid_type");
+  };
+  auto read_ids = [&](const Json& arr, std::vector<int32_t>* ids) -> std::optional<ApiError> {
+    for (const auto& v : arr.as_array()) {
+      if (!v.is_int()) return bad_prompt();
+      if (v.as_int() < 0 || v.as_int() > kMaxInt32 || (limits.vocab_size > 0 && v.as_int() >= limits.vocab_size))
+        return invalid_param("prompt", "Invalid 'prompt': token id " + std::to_string(v.as_int()) + " is out of range [0, " +
+                                           std::to_string(limits.vocab_size) + ").");
+      ids->push_back(int32_t(v.as_int()));
+    }
+    return std::nullopt;
+  };
+  if (prompt) {
+    if (prompt->is_string()) {
+      out->prompts.emplace_back(prompt->as_string());
+    } else if (prompt->is_array()) {
+      const auto& arr = prompt->as_array();
+      if (arr.empty()) return invalid_param("prompt", "Invalid 'prompt': empty array.");
+      if (arr[0].is_int()) {
+        std::vector<int32_t> ids;
+        if (auto e = read_ids(*prompt, &ids)) return e;
+        out->prompts.emplace_back(std::move(ids));
+      } else {
+        for (const auto& p : arr) {
+          if (p.is_string()) {
+            out->prompts.emplace_back(p.as_string());
+          } else if (p.is_array() && !p.as_array().empty()) {
+            std::vector<int32_t> ids;
+            if (auto e = read_ids(p, &ids)) return e;
+            out->prompts.emplace_back(std::move(ids));
+          } else {
+            return bad_prompt();
+          }
+        }
+      }
+    } else {
+      return bad_prompt();
+    }
+  }
+  read_stream(r, out);
+  int64_t n = 1;
+  if (r.integer("n", &n, 1, limits.max_n)) out->n = int(n);
+  int64_t best_of = 0;
+  if (r.integer("best_of", &best_of, 1, limits.max_n) && best_of != out->n)
+    r.fail(invalid_param("best_of", "Invalid 'best_of': only best_of == n is supported.", "unsupported_value"));
+  out->max_tokens = 16;  // the OpenAI default for completions
+  read_max_tokens(r, "max_tokens", 0, out);
+  read_sampling(r, out);
+  read_logit_bias(r, limits, out);
+  read_stop(r, limits, "stop", out);
+  read_stop_token_ids(r, limits, out);
+  r.boolean("include_stop_str_in_output", &out->include_stop_str_in_output);
+  int64_t lp = 0;
+  if (r.integer("logprobs", &lp, 0, limits.max_logprobs)) out->logprobs = int(lp);
+  r.boolean("echo", &out->echo);
+  r.boolean("skip_special_tokens", &out->skip_special_tokens);
+  if (out->max_tokens && *out->max_tokens == 0 && !out->echo && !r.failed())
+    r.fail(invalid_param("max_tokens", "Invalid 'max_tokens': 0 is only allowed with echo."));
+  read_response_format(r, out);
+  std::string user;
+  r.string("user", &user);
+  refuse_unsupported(r, {"suffix"});
+  return r.error;
+}
+
+}  // namespace muse::server

@@ -1,0 +1,71 @@
+// Validation of OpenAI (chat, completions) and Anthropic (messages) request
+// bodies into one typed request. Every parameter docs/server.md lists is
+// checked for type and range here; a failure is an ApiError naming the
+// parameter (400), never a crash. Model-dependent checks (prompt length,
+// served names) happen later, in the handlers.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "muse/core/json.h"
+#include "muse/server/api_error.h"
+#include "muse/server/generation_service.h"
+
+namespace muse::server {
+
+enum class Endpoint { ChatCompletions, Completions, Messages };
+
+struct ToolChoice {
+  enum class Kind { Auto, None, Required, Named } kind = Kind::Auto;
+  std::string name;  // Named
+};
+
+// A prompt of /v1/completions: text or token ids.
+using CompletionPrompt = std::variant<std::string, std::vector<int32_t>>;
+
+struct ApiRequest {
+  Endpoint endpoint = Endpoint::ChatCompletions;
+  Json body;                 // the request as sent (rendering reads it)
+  std::string model;         // empty: not given (the served model)
+  bool stream = false;
+  bool include_usage = false;        // stream_options.include_usage
+  bool continuous_usage = false;     // stream_options.continuous_usage_stats (vLLM)
+  int n = 1;
+  std::optional<int64_t> max_tokens; // max_completion_tokens wins over max_tokens
+  SamplingParams sampling;
+  bool sampling_given[4] = {};       // temperature, top_p, top_k, min_p given (else model defaults)
+  std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;
+  bool include_stop_str_in_output = false;
+  int logprobs = -1;                 // -1 none, else top-k count (chat: top_logprobs)
+  bool echo = false;                 // completions
+  bool skip_special_tokens = true;
+  bool include_reasoning = true;     // vLLM's include_reasoning
+  // Tools (chat and messages).
+  Json tools;                        // null or the non-empty array as sent
+  ToolChoice tool_choice;
+  bool parallel_tool_calls = true;
+  Json response_format;              // null or {"type":...}
+  std::vector<CompletionPrompt> prompts;  // completions only
+};
+
+struct ValidationLimits {
+  int vocab_size = 0;      // 0: token ids unchecked
+  int max_logprobs = 20;   // --max-logprobs
+  int max_n = 128;
+  int max_stop = 64;       // stop strings per request
+};
+
+// Each returns the first problem found, or nullopt with *out filled.
+std::optional<ApiError> parse_chat_request(const Json& body, const ValidationLimits& limits, ApiRequest* out);
+std::optional<ApiError> parse_completion_request(const Json& body, const ValidationLimits& limits, ApiRequest* out);
+std::optional<ApiError> parse_messages_request(const Json& body, const ValidationLimits& limits, ApiRequest* out);
+
+// Parses the body bytes: 400 for malformed JSON or invalid UTF-8, or a body
+// that is not a JSON object.
+std::optional<ApiError> parse_json_body(std::string_view bytes, Json* out);
+
+}  // namespace muse::server

@@ -1,0 +1,245 @@
+// What the HTTP server needs from the rest of muse, as two small interfaces:
+//
+//   ModelAdapter       tokenizer + chat template + response parser (tokenizer/,
+//                      chat/): request JSON -> prompt ids; generated ids/text ->
+//                      reasoning, content and tool-call deltas.
+//   GenerationService  the engine (engine/, sampling/, kv/): prompt ids +
+//                      sampling + stop conditions -> a stream of token/text
+//                      deltas per choice, cancellable at any time.
+//
+// The server owns HTTP, validation, wire formats and metrics; it never touches
+// tensors. Threading contract: the server calls these from its I/O thread;
+// GenerationSink methods are called from the service's own thread(s) and must
+// only enqueue (the server's sink does: a mutex-protected append and a wake-up).
+// fake_model.h implements both deterministically for tests (`--fake-model`).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "muse/core/json.h"
+#include "muse/core/status.h"
+
+namespace muse::server {
+
+// ---------------------------------------------------------------------------
+// Requests to the engine
+// ---------------------------------------------------------------------------
+
+// Already validated by the server (ranges as in docs/server.md).
+struct SamplingParams {
+  double temperature = 1.0;  // 0 = greedy
+  double top_p = 1.0;
+  int top_k = 0;             // 0 = off
+  double min_p = 0.0;
+  double presence_penalty = 0.0;
+  double frequency_penalty = 0.0;
+  double repetition_penalty = 1.0;
+  std::vector<std::pair<int32_t, double>> logit_bias;  // token id -> bias in [-100, 100]
+  std::optional<int64_t> seed;  // same seed + same request -> same output
+  bool ignore_eos = false;
+  int min_tokens = 0;           // EOS/stop ids suppressed until this many tokens
+};
+
+struct StopConditions {
+  int max_tokens = 16;                    // resolved: prompt + max_tokens <= max_model_len
+  std::vector<std::string> stop_strings;  // matched across token boundaries
+  std::vector<int32_t> stop_token_ids;    // in addition to ModelInfo::eos_token_ids
+  bool include_stop_str_in_output = false;
+};
+
+struct GenerationRequest {
+  std::string request_id;            // unique; appears in logs; key for cancel()
+  std::vector<int32_t> prompt_ids;   // already rendered and tokenized
+  int n = 1;                         // independent choices sharing the prompt
+  SamplingParams sampling;
+  StopConditions stop;
+  int logprobs = -1;                 // -1: none; k >= 0: chosen token + top k
+  int prompt_logprobs = -1;          // -1: none; k >= 0: per prompt token (echo)
+  // false for chat: the response parser needs the framing tokens as text.
+  bool skip_special_tokens = true;
+  // Structured output the engine must enforce (only sent when ModelInfo says
+  // it is supported): null, or {"type":"json_object"} / {"type":"json_schema",
+  // "schema":{...}} for the answer body, or {"type":"tool_call","name":N|null}
+  // for tool_choice required (null) / named.
+  Json constraint;
+};
+
+// ---------------------------------------------------------------------------
+// Events from the engine
+// ---------------------------------------------------------------------------
+
+enum class FinishReason { None, Stop, Length, Abort, Error };
+
+struct TopLogprob {
+  int32_t token_id = 0;
+  std::string token;  // the token's text (bytes may be partial UTF-8)
+  double logprob = 0;
+};
+
+struct TokenLogprob {
+  int32_t token_id = 0;
+  std::string token;
+  double logprob = 0;
+  std::vector<TopLogprob> top;  // best first; size = requested k
+};
+
+// One delivery for one choice: everything new since the previous delivery.
+struct GenerationOutput {
+  int index = 0;                      // choice 0..n-1
+  std::vector<int32_t> token_ids;     // new tokens
+  std::string text;                   // their text: whole UTF-8 characters only,
+                                      // stop strings already cut (never leaked)
+  std::vector<TokenLogprob> logprobs; // one per new token when requested
+  // First delivery only, when prompt_logprobs >= 0: one per prompt token, the
+  // first has no logprob (nullopt).
+  std::vector<std::optional<TokenLogprob>> prompt_logprobs;
+  FinishReason finish = FinishReason::None;  // set on the last delivery of this choice
+  // Why it stopped when finish == Stop: the matched stop string, or the stop
+  // token id, or neither (EOS). Reported as `stop_reason` / `stop_sequence`.
+  std::optional<std::string> stop_string;
+  std::optional<int32_t> stop_token;
+};
+
+struct GenerationSummary {
+  int prompt_tokens = 0;
+  int cached_prompt_tokens = 0;          // served from the prefix cache
+  std::vector<int> completion_tokens;    // per choice
+  // Seconds, measured by the engine (for the vLLM-style histograms).
+  double queue_seconds = 0;              // arrival -> first scheduled
+  double prefill_seconds = 0;            // first scheduled -> first token
+  double decode_seconds = 0;             // first token -> last token
+  std::string error;                     // non-empty: the engine failed this request
+};
+
+// Receives one request's events. Called from the service's thread(s); every
+// method must return quickly (enqueue only). on_complete is called exactly
+// once, after the last on_output, also after cancel() (with Abort finishes).
+class GenerationSink {
+ public:
+  virtual ~GenerationSink() = default;
+  virtual void on_output(GenerationOutput output) = 0;
+  virtual void on_complete(GenerationSummary summary) = 0;
+};
+
+// Why submit() refused a request; maps to an HTTP status.
+struct SubmitError {
+  enum class Kind { Invalid, Overloaded, Unavailable } kind = Kind::Invalid;
+  std::string message;
+};
+
+// Live engine figures for /metrics.
+struct EngineStats {
+  int num_requests_running = 0;
+  int num_requests_waiting = 0;
+  double kv_cache_usage = 0;  // 0..1
+  uint64_t prefix_cache_queries = 0;  // tokens looked up
+  uint64_t prefix_cache_hits = 0;     // tokens found
+};
+
+// Model loading progress, reported by the loader as it goes.
+struct LoadProgress {
+  uint64_t bytes_done = 0, bytes_total = 0;
+  uint64_t tensors_done = 0, tensors_total = 0;
+};
+using LoadProgressFn = std::function<void(const LoadProgress&)>;
+
+class GenerationService {
+ public:
+  virtual ~GenerationService() = default;
+  // Loads weights and allocates caches; blocks; called once on a loader thread
+  // while the HTTP server already answers (/health is 503 until it returns).
+  virtual Status load(const LoadProgressFn& progress) = 0;
+  // Queues a request. Outputs arrive on `sink`. An error here means nothing
+  // was queued and the sink will never be called.
+  virtual std::optional<SubmitError> submit(GenerationRequest request, std::shared_ptr<GenerationSink> sink) = 0;
+  // Stops a request as soon as possible (within one engine step). Unknown or
+  // finished ids are ignored. The sink still gets on_complete.
+  virtual void cancel(const std::string& request_id) = 0;
+  virtual EngineStats stats() const = 0;
+};
+
+// ---------------------------------------------------------------------------
+// Tokenizer, chat template and response parsing
+// ---------------------------------------------------------------------------
+
+struct ModelInfo {
+  int max_model_len = 4096;            // context window actually served
+  int vocab_size = 0;                  // for logit_bias / token id checks
+  std::vector<int32_t> eos_token_ids;  // from generation_config.json
+  // Sampling defaults from generation_config.json (absent fields: unset).
+  Json default_sampling;               // e.g. {"temperature":0.6,"top_p":0.95}
+  bool supports_structured_output = false;  // response_format json_*
+  bool supports_forced_tool_choice = false; // tool_choice required/named
+  bool supports_prompt_logprobs = false;    // completions echo + logprobs
+};
+
+enum class ChatApi { OpenAI, Anthropic };
+
+struct RenderedPrompt {
+  std::string text;
+  std::vector<int32_t> ids;
+};
+
+// Incremental delta from the response parser.
+struct ToolCallDelta {
+  int index = 0;          // 0, 1, ... in order of appearance
+  std::string name;       // non-empty on the first delta of an index only
+  std::string arguments;  // a fragment of the JSON-encoded arguments object
+};
+
+struct ParsedDelta {
+  std::string reasoning;
+  std::string content;
+  std::vector<ToolCallDelta> tool_calls;
+  int reasoning_tokens = 0;  // how many of the fed tokens were reasoning
+  bool empty() const { return reasoning.empty() && content.empty() && tool_calls.empty(); }
+};
+
+// Splits one choice's output into reasoning / content / tool calls. Fed in
+// order with what GenerationOutput delivered (ids and their text, special
+// tokens included); holds back anything that might still become a marker.
+// For a finished call the concatenated `arguments` fragments are a JSON object.
+class OutputParser {
+ public:
+  virtual ~OutputParser() = default;
+  virtual void feed(std::span<const int32_t> token_ids, std::string_view text, ParsedDelta& out) = 0;
+  // End of generation: flush held-back text, close what is open.
+  virtual void finish(ParsedDelta& out) = 0;
+};
+
+struct ParserOptions {
+  bool tools_enabled = false;  // false: tool-call syntax stays content
+  Json tools;                  // the request's tools (schemas, for value decoding)
+};
+
+class ModelAdapter {
+ public:
+  virtual ~ModelAdapter() = default;
+  virtual const ModelInfo& info() const = 0;
+  virtual Result<std::vector<int32_t>> tokenize(std::string_view text, bool add_special_tokens) const = 0;
+  virtual Result<std::string> detokenize(std::span<const int32_t> ids, bool skip_special_tokens) const = 0;
+  // `request` is the validated request body (OpenAI chat or Anthropic
+  // messages, as `api` says) with server-side normalisation applied: tool
+  // calls' JSON-string arguments left as sent, `reasoning_effort` (OpenAI) or
+  // `output_config.effort` (Anthropic) as sent, `chat_template_kwargs` as sent.
+  // The adapter maps effort to the template's reasoning_strength, content
+  // parts to template parts, and renders + tokenizes without adding special
+  // tokens. Errors are the client's fault (HTTP 400, message passed through).
+  virtual Result<RenderedPrompt> render_chat(const Json& request, ChatApi api) const = 0;
+  virtual std::unique_ptr<OutputParser> make_output_parser(const ParserOptions& options) const = 0;
+};
+
+// Both halves plus a name for logs; what `muse serve` runs.
+struct ServeBackend {
+  std::shared_ptr<ModelAdapter> adapter;
+  std::shared_ptr<GenerationService> service;
+};
+
+}  // namespace muse::server

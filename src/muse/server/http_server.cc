@@ -1,0 +1,523 @@
+// The only file that includes Boost.Beast/Asio (they cost ~40 s to compile).
+#include <utility>  // Boost 1.74's asio/awaitable.hpp uses std::exchange without it under C++20
+
+#include "muse/server/http_server.h"
+
+#include <atomic>
+#include <cstdio>
+#include <deque>
+#include <optional>
+#include <unordered_map>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/status.hpp>
+#include <boost/beast/http/string_body.hpp>
+
+#include "muse/core/log.h"
+
+namespace muse::server {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+using tcp = net::ip::tcp;
+using error_code = boost::system::error_code;
+
+const std::string* HttpRequest::header(std::string_view name) const {
+  for (const auto& [k, v] : headers)
+    if (k == name) return &v;
+  return nullptr;
+}
+
+namespace {
+
+std::string lowercase(std::string_view s) {
+  std::string out(s);
+  for (char& c : out)
+    if (c >= 'A' && c <= 'Z') c = char(c - 'A' + 'a');
+  return out;
+}
+
+// Header values we emit never carry CR/LF (no response splitting).
+std::string header_safe(std::string_view v) {
+  std::string out;
+  for (char c : v)
+    if (c != '\r' && c != '\n') out.push_back(c);
+  return out;
+}
+
+std::string status_line(int status) {
+  auto reason = http::obsolete_reason(http::int_to_status(unsigned(status)));
+  return "HTTP/1.1 " + std::to_string(status) + " " + std::string(reason.data(), reason.size()) + "\r\n";
+}
+
+class Connection;
+
+class Exchange : public HttpExchange {
+ public:
+  Exchange(std::weak_ptr<Connection> conn, HttpRequest req) : conn_(std::move(conn)), req_(std::move(req)) {}
+  const HttpRequest& request() const override { return req_; }
+  void respond(HttpResponse response) override;
+  void start_stream(int status, std::string content_type, HttpHeaders headers) override;
+  void write(std::string data) override;
+  void end_stream() override;
+  bool closed() const override { return closed_; }
+  void on_close(std::function<void()> fn) override { on_close_ = std::move(fn); }
+  size_t queued_bytes() const override;
+  bool finished() const override { return closed_ || state_ == State::Done; }
+
+  // From the connection: the peer (or the server) closed it early.
+  void mark_closed() {
+    if (closed_) return;
+    closed_ = true;
+    if (state_ != State::Done && on_close_) {
+      auto fn = std::move(on_close_);
+      fn();
+    }
+  }
+
+ private:
+  enum class State { Open, Streaming, Done };
+  std::weak_ptr<Connection> conn_;
+  HttpRequest req_;
+  State state_ = State::Open;
+  bool closed_ = false;
+  std::function<void()> on_close_;
+};
+
+}  // namespace
+
+struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
+  HttpServerOptions opt;
+  HttpHandler handler;
+  HttpErrorRenderer errors;
+  net::io_context io{1};
+  tcp::acceptor acceptor{io};
+  net::signal_set signals{io};
+  std::function<void(int)> signal_fn;
+  std::vector<std::unique_ptr<net::steady_timer>> timers;
+  std::unordered_map<Connection*, std::weak_ptr<Connection>> connections;
+  std::atomic<size_t> connection_count{0};
+  std::optional<net::executor_work_guard<net::io_context::executor_type>> work;
+  uint64_t next_request_id = 0;
+  bool accepting = false;
+  bool stopped = false;
+
+  void accept();
+  void schedule(net::steady_timer* t, std::chrono::milliseconds period, std::shared_ptr<std::function<void()>> fn);
+  void close_all();
+};
+
+namespace {
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(std::shared_ptr<HttpServer::Impl> srv, tcp::socket s)
+      : srv_(std::move(srv)), sock_(std::move(s)), timer_(srv_->io) {
+    error_code ec;
+    auto ep = sock_.remote_endpoint(ec);
+    if (!ec) remote_ = ep.address().to_string() + ":" + std::to_string(ep.port());
+    sock_.set_option(tcp::no_delay(true), ec);  // SSE chunks must not wait for Nagle
+  }
+
+  void start() { read_header(); }
+
+  // Queues bytes; flushes in order. Drops the client when too much piles up.
+  void send(std::string bytes) {
+    if (closed_ || bytes.empty()) return;
+    queued_ += bytes.size();
+    out_.push_back(std::move(bytes));
+    if (queued_ > srv_->opt.max_queued_bytes) {
+      LOG_WARN("http: dropping %s: %zu bytes queued (client not reading)", remote_.c_str(), queued_);
+      close();
+      return;
+    }
+    flush();
+  }
+
+  // The current response has been fully queued.
+  void response_done(bool keep_alive) {
+    response_done_ = true;
+    keep_alive_ = keep_alive_ && keep_alive;
+    after_flush();
+  }
+
+  size_t queued() const { return queued_; }
+  bool keep_alive() const { return keep_alive_; }
+
+  void close() {
+    if (closed_) return;
+    closed_ = true;
+    error_code ec;
+    timer_.cancel();
+    sock_.shutdown(tcp::socket::shutdown_both, ec);
+    sock_.close(ec);
+    out_.clear();
+    queued_ = 0;
+    if (auto ex = exchange_) {
+      exchange_.reset();
+      ex->mark_closed();
+    }
+    srv_->connections.erase(this);
+    srv_->connection_count = srv_->connections.size();
+  }
+
+ private:
+  void arm_idle_timer() {
+    timer_.expires_after(std::chrono::seconds(srv_->opt.idle_timeout_seconds));
+    timer_.async_wait([self = shared_from_this(), gen = ++timer_gen_](error_code ec) {
+      if (!ec && gen == self->timer_gen_ && !self->exchange_) self->close();
+    });
+  }
+
+  void read_header() {
+    if (closed_) return;
+    parser_.emplace();
+    parser_->header_limit(uint32_t(srv_->opt.max_header_bytes));
+    parser_->body_limit(srv_->opt.max_body_bytes);
+    response_done_ = false;
+    arm_idle_timer();
+    http::async_read_header(sock_, buf_, *parser_, [self = shared_from_this()](error_code ec, size_t) { self->on_header(ec); });
+  }
+
+  void on_header(error_code ec) {
+    if (closed_) return;
+    if (ec) return on_read_error(ec, "");
+    auto& req = parser_->get();
+    std::string path(req.target().substr(0, req.target().find('?')));
+    if (auto len = parser_->content_length(); len && *len > srv_->opt.max_body_bytes)
+      return protocol_error(413, path, "Request body of " + std::to_string(*len) + " bytes exceeds the limit of " +
+                                           std::to_string(srv_->opt.max_body_bytes) + " bytes.");
+    auto expect = req[http::field::expect];
+    if (!expect.empty() && lowercase(std::string_view(expect.data(), expect.size())) == "100-continue")
+      send("HTTP/1.1 100 Continue\r\n\r\n");
+    http::async_read(sock_, buf_, *parser_, [self = shared_from_this(), path](error_code ec, size_t) { self->on_body(ec, path); });
+  }
+
+  void on_body(error_code ec, const std::string& path) {
+    if (closed_) return;
+    if (ec) return on_read_error(ec, path);
+    timer_.cancel();
+    auto& msg = parser_->get();
+    HttpRequest req;
+    req.method = std::string(msg.method_string());
+    req.target = std::string(msg.target());
+    req.path = path;
+    for (const auto& f : msg) req.headers.emplace_back(lowercase(std::string_view(f.name_string().data(), f.name_string().size())),
+                                                       std::string(f.value()));
+    req.body = std::move(msg.body());
+    req.remote = remote_;
+    req.id = ++srv_->next_request_id;
+    keep_alive_ = msg.keep_alive();
+    head_only_ = req.method == "HEAD";
+    parser_.reset();
+    exchange_ = std::make_shared<Exchange>(weak_from_this(), std::move(req));
+    watch();
+    auto ex = exchange_;
+    srv_->handler(ex);
+  }
+
+  void on_read_error(error_code ec, const std::string& path) {
+    if (ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::operation_aborted ||
+        ec == net::error::connection_reset || ec == http::error::partial_message) {
+      close();
+    } else if (ec == http::error::body_limit) {
+      protocol_error(413, path, "Request body exceeds the limit of " + std::to_string(srv_->opt.max_body_bytes) + " bytes.");
+    } else if (ec == http::error::header_limit) {
+      protocol_error(431, path, "Request headers exceed the limit of " + std::to_string(srv_->opt.max_header_bytes) + " bytes.");
+    } else if (ec.category() == http::make_error_code(http::error::bad_target).category()) {
+      protocol_error(400, path, "Malformed HTTP request: " + ec.message() + ".");
+    } else {
+      close();
+    }
+  }
+
+  // An error before a handler saw the request: answer and close.
+  void protocol_error(int status, const std::string& path, std::string message) {
+    HttpResponse r = srv_->errors(status, path, std::move(message));
+    std::string head = status_line(status) + "Content-Type: " + r.content_type + "\r\nContent-Length: " +
+                       std::to_string(r.body.size()) + "\r\nConnection: close\r\n";
+    for (const auto& [k, v] : r.headers) head += header_safe(k) + ": " + header_safe(v) + "\r\n";
+    keep_alive_ = false;
+    send(head + "\r\n" + r.body);
+    response_done(false);
+  }
+
+  // While a request is handled, keep one read pending so that EOF/RST from
+  // the client is noticed at once. Bytes that arrive (a pipelined request)
+  // stay in buf_ for the next read_header().
+  void watch() {
+    if (closed_ || watching_) return;
+    if (buf_.size() > srv_->opt.max_header_bytes) return;  // enough pipelined data: stop reading
+    watching_ = true;
+    sock_.async_read_some(buf_.prepare(4096), [self = shared_from_this()](error_code ec, size_t n) {
+      self->watching_ = false;
+      self->buf_.commit(n);
+      if (self->closed_) return;
+      if (ec && ec != net::error::operation_aborted) {
+        self->close();  // the client went away
+        return;
+      }
+      if (self->resume_after_watch_) {
+        self->resume_after_watch_ = false;
+        self->read_header();
+        return;
+      }
+      if (!ec) self->watch();
+    });
+  }
+
+  void flush() {
+    if (writing_ || closed_ || out_.empty()) return;
+    writing_ = true;
+    // Coalesce everything queued into one write.
+    auto batch = std::make_shared<std::vector<std::string>>();
+    while (!out_.empty()) {
+      batch->push_back(std::move(out_.front()));
+      out_.pop_front();
+    }
+    std::vector<net::const_buffer> bufs;
+    for (const auto& s : *batch) bufs.emplace_back(s.data(), s.size());
+    net::async_write(sock_, bufs, [self = shared_from_this(), batch](error_code ec, size_t n) {
+      self->writing_ = false;
+      if (self->closed_) return;
+      if (ec) {
+        self->close();
+        return;
+      }
+      self->queued_ -= std::min(self->queued_, n);
+      if (!self->out_.empty()) self->flush();
+      else self->after_flush();
+    });
+  }
+
+  void after_flush() {
+    if (!response_done_ || writing_ || !out_.empty() || closed_) return;
+    exchange_.reset();
+    response_done_ = false;
+    if (!keep_alive_ || srv_->stopped) {
+      error_code ec;
+      sock_.shutdown(tcp::socket::shutdown_send, ec);
+      close();
+      return;
+    }
+    if (watching_) {
+      resume_after_watch_ = true;
+      error_code ec;
+      sock_.cancel(ec);
+    } else {
+      read_header();
+    }
+  }
+
+  std::shared_ptr<HttpServer::Impl> srv_;
+  tcp::socket sock_;
+  beast::flat_buffer buf_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  net::steady_timer timer_;
+  uint64_t timer_gen_ = 0;
+  std::shared_ptr<Exchange> exchange_;
+  std::deque<std::string> out_;
+  size_t queued_ = 0;
+  std::string remote_;
+  bool writing_ = false, watching_ = false, resume_after_watch_ = false;
+  bool response_done_ = false, keep_alive_ = true, closed_ = false;
+
+ public:
+  bool head_only_ = false;
+};
+
+void Exchange::respond(HttpResponse r) {
+  auto conn = conn_.lock();
+  if (closed_ || state_ != State::Open || !conn) return;
+  state_ = State::Done;
+  std::string out = status_line(r.status);
+  if (!r.content_type.empty()) out += "Content-Type: " + header_safe(r.content_type) + "\r\n";
+  out += "Content-Length: " + std::to_string(r.body.size()) + "\r\n";
+  out += conn->keep_alive() ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
+  for (const auto& [k, v] : r.headers) out += header_safe(k) + ": " + header_safe(v) + "\r\n";
+  out += "\r\n";
+  if (!conn->head_only_) out += r.body;
+  conn->send(std::move(out));
+  conn->response_done(true);
+}
+
+void Exchange::start_stream(int status, std::string content_type, HttpHeaders headers) {
+  auto conn = conn_.lock();
+  if (closed_ || state_ != State::Open || !conn) return;
+  state_ = State::Streaming;
+  std::string out = status_line(status) + "Content-Type: " + header_safe(content_type) +
+                    "\r\nTransfer-Encoding: chunked\r\nCache-Control: no-cache\r\n";
+  out += conn->keep_alive() ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
+  for (const auto& [k, v] : headers) out += header_safe(k) + ": " + header_safe(v) + "\r\n";
+  conn->send(out + "\r\n");
+}
+
+void Exchange::write(std::string data) {
+  auto conn = conn_.lock();
+  if (closed_ || state_ != State::Streaming || !conn || data.empty()) return;
+  char size[20];
+  int len = std::snprintf(size, sizeof size, "%zx\r\n", data.size());
+  data.insert(0, size, size_t(len));
+  data += "\r\n";
+  conn->send(std::move(data));
+}
+
+void Exchange::end_stream() {
+  auto conn = conn_.lock();
+  if (closed_ || state_ != State::Streaming || !conn) return;
+  state_ = State::Done;
+  conn->send("0\r\n\r\n");
+  conn->response_done(true);
+}
+
+size_t Exchange::queued_bytes() const {
+  auto conn = conn_.lock();
+  return conn ? conn->queued() : 0;
+}
+
+}  // namespace
+
+void HttpServer::Impl::accept() {
+  if (!accepting) return;
+  acceptor.async_accept([self = shared_from_this()](error_code ec, tcp::socket s) {
+    if (!self->accepting) return;
+    if (!ec) {
+      auto conn = std::make_shared<Connection>(self, std::move(s));
+      self->connections[conn.get()] = conn;
+      self->connection_count = self->connections.size();
+      if (int(self->connections.size()) > self->opt.max_connections) {
+        HttpResponse r = self->errors(503, "", "Too many open connections.");
+        conn->send(status_line(503) + "Content-Type: " + r.content_type + "\r\nContent-Length: " + std::to_string(r.body.size()) +
+                   "\r\nConnection: close\r\n\r\n" + r.body);
+        conn->response_done(false);
+      } else {
+        conn->start();
+      }
+    } else if (ec == net::error::no_descriptors || ec == net::error::no_buffer_space) {
+      LOG_WARN("http: accept failed: %s", ec.message().c_str());
+    }
+    self->accept();
+  });
+}
+
+void HttpServer::Impl::schedule(net::steady_timer* t, std::chrono::milliseconds period, std::shared_ptr<std::function<void()>> fn) {
+  t->expires_after(period);
+  t->async_wait([self = shared_from_this(), t, period, fn](error_code ec) {
+    if (ec || self->stopped) return;
+    (*fn)();
+    self->schedule(t, period, fn);
+  });
+}
+
+void HttpServer::Impl::close_all() {
+  std::vector<std::shared_ptr<Connection>> all;
+  for (auto& [p, w] : connections)
+    if (auto c = w.lock()) all.push_back(c);
+  for (auto& c : all) c->close();
+  connections.clear();
+  connection_count = 0;
+}
+
+HttpServer::HttpServer(HttpServerOptions options, HttpHandler handler, HttpErrorRenderer errors)
+    : impl_(std::make_shared<Impl>()) {
+  impl_->opt = std::move(options);
+  impl_->handler = std::move(handler);
+  impl_->errors = std::move(errors);
+}
+
+HttpServer::~HttpServer() {
+  if (impl_) {
+    impl_->stopped = true;
+    impl_->accepting = false;
+    error_code ec;
+    impl_->acceptor.close(ec);
+    impl_->close_all();
+    impl_->timers.clear();
+  }
+}
+
+Status HttpServer::listen() {
+  error_code ec;
+  auto addr = net::ip::make_address(impl_->opt.host == "localhost" ? "127.0.0.1" : impl_->opt.host, ec);
+  if (ec) return make_error("--host: '" + impl_->opt.host + "' is not an IP address (" + ec.message() + ")");
+  tcp::endpoint ep(addr, uint16_t(impl_->opt.port));
+  auto& a = impl_->acceptor;
+  a.open(ep.protocol(), ec);
+  if (!ec) a.set_option(net::socket_base::reuse_address(true), ec);
+  if (!ec) a.bind(ep, ec);
+  if (!ec) a.listen(net::socket_base::max_listen_connections, ec);
+  if (ec) return make_error("cannot listen on " + impl_->opt.host + ":" + std::to_string(impl_->opt.port) + ": " + ec.message());
+  impl_->accepting = true;
+  impl_->accept();
+  return Status::Ok();
+}
+
+int HttpServer::port() const {
+  error_code ec;
+  auto ep = impl_->acceptor.local_endpoint(ec);
+  return ec ? -1 : ep.port();
+}
+
+void HttpServer::run() {
+  impl_->work.emplace(impl_->io.get_executor());
+  if (impl_->signal_fn) {
+    impl_->signals.add(SIGINT);
+    impl_->signals.add(SIGTERM);
+    std::function<void()> arm;
+    auto self = impl_;
+    auto rearm = std::make_shared<std::function<void()>>();
+    *rearm = [self, rearm] {
+      self->signals.async_wait([self, rearm](error_code ec, int sig) {
+        if (ec) return;
+        self->signal_fn(sig);
+        (*rearm)();
+      });
+    };
+    (*rearm)();
+  }
+  impl_->io.run();
+}
+
+void HttpServer::post(std::function<void()> fn) { net::post(impl_->io, std::move(fn)); }
+
+void HttpServer::every(std::chrono::milliseconds period, std::function<void()> fn) {
+  impl_->timers.push_back(std::make_unique<net::steady_timer>(impl_->io));
+  impl_->schedule(impl_->timers.back().get(), period, std::make_shared<std::function<void()>>(std::move(fn)));
+}
+
+void HttpServer::on_signal(std::function<void(int)> fn) { impl_->signal_fn = std::move(fn); }
+
+void HttpServer::stop_accepting() {
+  net::post(impl_->io, [self = impl_] {
+    self->accepting = false;
+    error_code ec;
+    self->acceptor.close(ec);
+  });
+}
+
+void HttpServer::stop() {
+  net::post(impl_->io, [self = impl_] {
+    self->stopped = true;
+    self->accepting = false;
+    error_code ec;
+    self->acceptor.close(ec);
+    self->signals.cancel(ec);
+    for (auto& t : self->timers) t->cancel();
+    self->close_all();
+    self->work.reset();
+  });
+}
+
+size_t HttpServer::open_connections() const { return impl_->connection_count.load(); }
+
+}  // namespace muse::server
