@@ -1,0 +1,270 @@
+// Known-answer tests for the quantized-format decoders (checkpoint-formats.md
+// §5.6 item 6): bytes packed by hand the way each reference packer writes
+// them, stored in a safetensors file under the format's tensor names, read
+// back and decoded. They pin nibble order, scale reciprocals, the GPTQ zero
+// offset and act-order group lookup.
+#include "muse/loading/quant.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <unistd.h>
+
+#include "muse/loading/safetensors.h"
+
+using namespace muse;
+
+namespace {
+
+std::string f32_bytes(std::vector<float> v) { return tensor_bytes_f32(v, DType::F32); }
+std::string i32_bytes(const std::vector<uint32_t>& v) {
+  std::string s(v.size() * 4, '\0');
+  std::memcpy(s.data(), v.data(), s.size());
+  return s;
+}
+
+// Writes tensors to a file, maps it back, and hands out inputs by name:
+// the decoders see real, mapped checkpoint bytes.
+class Stored {
+ public:
+  explicit Stored(const std::vector<TensorToWrite>& tensors) {
+    path_ = testing::TempDir() + "/quant_" + std::to_string(::getpid()) + "_" +
+            testing::UnitTest::GetInstance()->current_test_info()->name() + ".safetensors";
+    Status s = write_safetensors(path_, tensors);
+    EXPECT_TRUE(s.ok()) << s.message();
+    auto f = SafetensorsFile::open(path_);
+    EXPECT_TRUE(f.ok()) << f.message();
+    file_ = std::make_unique<SafetensorsFile>(std::move(*f));
+  }
+  ~Stored() { ::unlink(path_.c_str()); }
+  QuantInput operator[](const std::string& name) const {
+    const TensorInfo* t = file_->find(name);
+    EXPECT_NE(t, nullptr) << name;
+    if (!t) return {};
+    return QuantInput{file_->data(*t), size_t(t->nbytes()), t->dtype};
+  }
+  float scalar(const std::string& name) const {
+    float v;
+    std::memcpy(&v, (*this)[name].data, 4);
+    return v;
+  }
+
+ private:
+  std::string path_;
+  std::unique_ptr<SafetensorsFile> file_;
+};
+
+}  // namespace
+
+TEST(QuantKnownAnswer, Nvfp4ModelOptAndCompressedTensors) {
+  // One row of 32 inputs = two 16-element blocks. ModelOpt packs
+  // (q[1::2] << 4) | q[0::2]: byte 0x72 holds element 0 = code 2 (1.0) and
+  // element 1 = code 7 (6.0); byte 0x9F holds element 16 = code 15 (-6.0) and
+  // element 17 = code 9 (-0.5).
+  std::string packed(16, '\0');
+  packed[0] = '\x72';
+  packed[8] = '\x9F';
+  packed[15] = '\x1E';  // elements 30 = code 14 (-4), 31 = code 1 (0.5)
+  std::string scales = "\x38\x40";  // e4m3: 1.0, 2.0
+  Stored modelopt({{"w.weight", DType::U8, {1, 16}, packed},
+                   {"w.weight_scale", DType::F8_E4M3, {1, 2}, scales},
+                   {"w.weight_scale_2", DType::F32, {}, f32_bytes({0.5f})}});
+  std::vector<float> out(32);
+  ASSERT_TRUE(decode_nvfp4(modelopt["w.weight"], modelopt["w.weight_scale"], modelopt.scalar("w.weight_scale_2"), 1, 32,
+                           out.data()).ok());
+  std::vector<float> want(32, 0.0f);
+  want[0] = 0.5f;    // 1.0 · 1.0 · 0.5
+  want[1] = 3.0f;    // 6.0 · 1.0 · 0.5
+  want[16] = -6.0f;  // -6 · 2.0 · 0.5
+  want[17] = -0.5f;
+  want[30] = -4.0f;
+  want[31] = 0.5f;
+  EXPECT_EQ(out, want);
+
+  // compressed-tensors stores the reciprocal global scale (448·6/amax): the
+  // same bytes with weight_global_scale = 2.0 decode identically.
+  Stored ct({{"w.weight_packed", DType::U8, {1, 16}, packed},
+             {"w.weight_scale", DType::F8_E4M3, {1, 2}, scales},
+             {"w.weight_global_scale", DType::F32, {1}, f32_bytes({2.0f})}});
+  std::vector<float> out2(32);
+  ASSERT_TRUE(decode_nvfp4(ct["w.weight_packed"], ct["w.weight_scale"], 1.0f / ct.scalar("w.weight_global_scale"), 1, 32,
+                           out2.data()).ok());
+  EXPECT_EQ(out2, want);
+
+  EXPECT_FALSE(decode_nvfp4(ct["w.weight_packed"], ct["w.weight_scale"], 1.0f, 1, 16, out2.data()).ok());
+  EXPECT_FALSE(decode_nvfp4(ct["w.weight_packed"], ct["w.weight_global_scale"], 1.0f, 1, 32, out2.data()).ok());
+}
+
+TEST(QuantKnownAnswer, Nvfp4RandomAgainstReferencePacker) {
+  // The ModelOpt packer applied to random codes; decoding must give
+  // E2M1(q) · scale[k/16] · scale_2 at every position.
+  const int64_t N = 3, K = 48;
+  std::mt19937 rng(3);
+  std::vector<uint8_t> codes(size_t(N * K)), sc(size_t(N * K / 16));
+  for (auto& c : codes) c = uint8_t(rng() & 15);
+  for (auto& s : sc) s = uint8_t(0x30 + rng() % 0x20);  // e4m3 in [2^-1, 2^3)
+  std::string packed(size_t(N * K / 2), '\0');
+  for (int64_t i = 0; i < N * K / 2; ++i) packed[size_t(i)] = char(codes[size_t(2 * i)] | (codes[size_t(2 * i + 1)] << 4));
+  std::string scales(sc.begin(), sc.end());
+  Stored st({{"weight", DType::U8, {N, K / 2}, packed}, {"weight_scale", DType::F8_E4M3, {N, K / 16}, scales}});
+  std::vector<float> out(size_t(N * K));
+  ASSERT_TRUE(decode_nvfp4(st["weight"], st["weight_scale"], 0.25f, N, K, out.data()).ok());
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t k = 0; k < K; ++k)
+      ASSERT_EQ(out[size_t(n * K + k)],
+                e2m1_to_f32(codes[size_t(n * K + k)]) * (f8_e4m3_to_f32(sc[size_t(n * K / 16 + k / 16)]) * 0.25f))
+          << n << "," << k;
+}
+
+TEST(QuantKnownAnswer, Mxfp4QuarkAndGptOssBlocks) {
+  // Two rows of 32: row 0 scale 129 (x4), row 1 scale 126 (x0.5). Byte 0x21:
+  // element 0 = code 1 (0.5), element 1 = code 2 (1.0).
+  std::string packed(32, '\0');
+  packed[0] = '\x21';
+  packed[16 + 15] = '\xA7';  // row 1, elements 30 = code 7 (6), 31 = code 10 (-1)
+  std::string scales = "\x81\x7e";
+  Stored quark({{"w.weight", DType::U8, {2, 16}, packed}, {"w.weight_scale", DType::U8, {2, 1}, scales}});
+  std::vector<float> out(64);
+  ASSERT_TRUE(decode_mxfp4(quark["w.weight"], quark["w.weight_scale"], 2, 32, out.data()).ok());
+  std::vector<float> want(64, 0.0f);
+  want[0] = 2.0f;
+  want[1] = 4.0f;
+  want[32 + 30] = 3.0f;
+  want[32 + 31] = -0.5f;
+  EXPECT_EQ(out, want);
+  // gpt-oss stores the same bytes as _blocks [E, N, K/32, 16] with U8 _scales [E, N, K/32].
+  Stored oss({{"experts.gate_up_proj_blocks", DType::U8, {1, 2, 1, 16}, packed},
+              {"experts.gate_up_proj_scales", DType::U8, {1, 2, 1}, scales}});
+  std::vector<float> out2(64);
+  ASSERT_TRUE(decode_mxfp4(oss["experts.gate_up_proj_blocks"], oss["experts.gate_up_proj_scales"], 2, 32, out2.data()).ok());
+  EXPECT_EQ(out2, want);
+}
+
+TEST(QuantKnownAnswer, Fp8PerTensorChannelAndBlock) {
+  // e4m3fn: 0x38 = 1.0, 0x40 = 2.0, 0xC4 = -3.0, 0x7E = 448.
+  std::string w = "\x38\x40\xC4\x7E";
+  Stored st({{"t.weight", DType::F8_E4M3, {2, 2}, w},
+             {"t.weight_scale", DType::F32, {}, f32_bytes({0.5f})},
+             {"c.weight_scale", DType::F32, {2}, f32_bytes({0.5f, 2.0f})}});
+  std::vector<float> out(4);
+  ASSERT_TRUE(decode_fp8(st["t.weight"], st["t.weight_scale"], Fp8Scaling::PerTensor, 2, 2, out.data()).ok());
+  EXPECT_EQ(out, (std::vector<float>{0.5f, 1.0f, -1.5f, 224.0f}));
+  ASSERT_TRUE(decode_fp8(st["t.weight"], st["c.weight_scale"], Fp8Scaling::PerChannel, 2, 2, out.data()).ok());
+  EXPECT_EQ(out, (std::vector<float>{0.5f, 1.0f, -6.0f, 896.0f}));
+
+  // DeepSeek 128×128 blocks with a ragged edge: [130, 2] has scale_inv [2, 1];
+  // row 129 uses the second block's scale, which multiplies.
+  std::string big(130 * 2, '\x38');
+  Stored blk({{"b.weight", DType::F8_E4M3, {130, 2}, big},
+              {"b.weight_scale_inv", DType::F32, {2, 1}, f32_bytes({3.0f, 0.25f})}});
+  std::vector<float> o(260);
+  ASSERT_TRUE(decode_fp8(blk["b.weight"], blk["b.weight_scale_inv"], Fp8Scaling::Block, 130, 2, o.data()).ok());
+  EXPECT_EQ(o[0], 3.0f);
+  EXPECT_EQ(o[127 * 2 + 1], 3.0f);
+  EXPECT_EQ(o[128 * 2], 0.25f);
+  EXPECT_EQ(o[129 * 2 + 1], 0.25f);
+  EXPECT_FALSE(decode_fp8(blk["b.weight"], blk["b.weight_scale_inv"], Fp8Scaling::PerChannel, 130, 2, o.data()).ok());
+}
+
+TEST(QuantKnownAnswer, GptqV1V2AndActOrder) {
+  // K = 8, N = 8, one group. qweight [1, 8]: column n holds q[k, n] for
+  // k = 0..7 at bits 4k. Column 0 = 0x76543210 (q = k), others 0x88888888.
+  std::vector<uint32_t> qweight(8, 0x88888888u);
+  qweight[0] = 0x76543210u;
+  // v1 stores zero − 1: 0x77777777 means zero 8 for every column.
+  std::vector<float> scales(8, 1.0f);
+  scales[0] = 0.5f;
+  scales[3] = 2.0f;
+  Stored v1({{"l.qweight", DType::I32, {1, 8}, i32_bytes(qweight)},
+             {"l.qzeros", DType::I32, {1, 1}, i32_bytes({0x77777777u})},
+             {"l.scales", DType::F16, {1, 8}, tensor_bytes_f32(scales, DType::F16)}});
+  GptqArgs a{v1["l.qweight"], v1["l.qzeros"], v1["l.scales"], {}, 8, 8, 8, true};
+  std::vector<float> out(64);
+  ASSERT_TRUE(decode_gptq_int4(a, out.data()).ok());
+  for (int k = 0; k < 8; ++k) EXPECT_EQ(out[size_t(k)], 0.5f * float(k - 8)) << k;  // row n = 0 of [N, K]
+  for (int k = 0; k < 8; ++k) EXPECT_EQ(out[size_t(3 * 8 + k)], 0.0f);             // q = 8 = zero
+  // gptq_v2 stores the zero itself: 0x88888888 with zeros_minus_one = false is the same model.
+  Stored v2({{"l.qweight", DType::I32, {1, 8}, i32_bytes(qweight)},
+             {"l.qzeros", DType::I32, {1, 1}, i32_bytes({0x88888888u})},
+             {"l.scales", DType::F16, {1, 8}, tensor_bytes_f32(scales, DType::F16)}});
+  GptqArgs b{v2["l.qweight"], v2["l.qzeros"], v2["l.scales"], {}, 8, 8, 8, false};
+  std::vector<float> out2(64);
+  ASSERT_TRUE(decode_gptq_int4(b, out2.data()).ok());
+  EXPECT_EQ(out, out2);
+
+  // Act-order: K = 16, group size 8, g_idx alternating groups 1, 0, 1, 0, ...
+  // Group 0 scale 1, group 1 scale 10; every q = 9, zero 8 (v1 stored 7): W = scale.
+  std::vector<uint32_t> qw(2 * 8, 0x99999999u);
+  std::vector<uint32_t> g_idx(16);
+  for (int k = 0; k < 16; ++k) g_idx[size_t(k)] = uint32_t(1 - k % 2);
+  std::vector<float> gs(16, 1.0f);
+  for (int n = 0; n < 8; ++n) gs[size_t(8 + n)] = 10.0f;
+  Stored ao({{"qweight", DType::I32, {2, 8}, i32_bytes(qw)},
+             {"qzeros", DType::I32, {2, 1}, i32_bytes({0x77777777u, 0x77777777u})},
+             {"scales", DType::F16, {2, 8}, tensor_bytes_f32(gs, DType::F16)},
+             {"g_idx", DType::I32, {16}, i32_bytes(g_idx)}});
+  GptqArgs c{ao["qweight"], ao["qzeros"], ao["scales"], ao["g_idx"], 16, 8, 8, true};
+  std::vector<float> out3(128);
+  ASSERT_TRUE(decode_gptq_int4(c, out3.data()).ok());
+  EXPECT_EQ(out3[0], 10.0f);  // k = 0 -> group 1
+  EXPECT_EQ(out3[1], 1.0f);   // k = 1 -> group 0
+  EXPECT_EQ(out3[5 * 16 + 14], 10.0f);
+  g_idx[3] = 2;  // out of range
+  Stored bad({{"qweight", DType::I32, {2, 8}, i32_bytes(qw)},
+              {"qzeros", DType::I32, {2, 1}, i32_bytes({0x77777777u, 0x77777777u})},
+              {"scales", DType::F16, {2, 8}, tensor_bytes_f32(gs, DType::F16)},
+              {"g_idx", DType::I32, {16}, i32_bytes(g_idx)}});
+  GptqArgs d{bad["qweight"], bad["qzeros"], bad["scales"], bad["g_idx"], 16, 8, 8, true};
+  auto s = decode_gptq_int4(d, out3.data());
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("g_idx[3]"), std::string::npos) << s.message();
+}
+
+TEST(QuantKnownAnswer, CompressedTensorsPackQuantized) {
+  // [N = 2, K = 8], group 8; stored nibble = value + 8, low bits first:
+  // row 0 = 0xFEDCBA98 holds values 0..7, row 1 = 0x01234567 holds -1..-8.
+  Stored st({{"w.weight_packed", DType::I32, {2, 1}, i32_bytes({0xFEDCBA98u, 0x01234567u})},
+             {"w.weight_scale", DType::BF16, {2, 1}, tensor_bytes_f32({0.5f, 2.0f}, DType::BF16)}});
+  std::vector<float> out(16);
+  ASSERT_TRUE(decode_ct_int4(st["w.weight_packed"], st["w.weight_scale"], 2, 8, 8, out.data()).ok());
+  for (int k = 0; k < 8; ++k) {
+    EXPECT_EQ(out[size_t(k)], 0.5f * float(k));
+    EXPECT_EQ(out[size_t(8 + k)], 2.0f * float(-1 - k));
+  }
+}
+
+TEST(QuantConfig, DescribesSchemes) {
+  auto scheme = [](const char* text) {
+    auto j = Json::parse(text);
+    EXPECT_TRUE(j.ok());
+    auto r = describe_quantization(*j);
+    EXPECT_TRUE(r.ok()) << r.message();
+    return r.ok() ? *r : QuantInfo{};
+  };
+  EXPECT_EQ(scheme("null").scheme, QuantScheme::None);
+  EXPECT_EQ(scheme(R"({"quant_method":"modelopt","quant_algo":"NVFP4"})").scheme, QuantScheme::ModelOptNvfp4);
+  EXPECT_EQ(scheme(R"({"quant_method":"modelopt","quant_algo":"FP8"})").scheme, QuantScheme::ModelOptFp8);
+  auto ct = scheme(R"({"quant_method":"compressed-tensors","format":"pack-quantized",
+                       "config_groups":{"group_0":{"weights":{"num_bits":4,"group_size":64}}}})");
+  EXPECT_EQ(ct.scheme, QuantScheme::CompressedTensorsInt4);
+  EXPECT_EQ(ct.group_size, 64);
+  EXPECT_EQ(scheme(R"({"quant_method":"compressed-tensors","format":"nvfp4-pack-quantized"})").scheme,
+            QuantScheme::CompressedTensorsNvfp4);
+  EXPECT_EQ(scheme(R"({"quant_method":"quark","global_quant_config":{"weight":{"dtype":"fp4"}}})").scheme,
+            QuantScheme::QuarkMxfp4);
+  EXPECT_EQ(scheme(R"({"quant_method":"quark","global_quant_config":{"weight":{"dtype":"fp8_e4m3"}}})").scheme,
+            QuantScheme::QuarkFp8);
+  EXPECT_EQ(scheme(R"({"quant_method":"mxfp4"})").scheme, QuantScheme::Mxfp4);
+  EXPECT_EQ(scheme(R"({"quant_method":"fp8","weight_block_size":[128,128]})").scheme, QuantScheme::Fp8Block);
+  auto g1 = scheme(R"({"quant_method":"gptq","bits":4,"group_size":128})");
+  EXPECT_EQ(g1.scheme, QuantScheme::Gptq);
+  EXPECT_TRUE(g1.zeros_minus_one);
+  EXPECT_FALSE(scheme(R"({"quant_method":"gptq","bits":4,"checkpoint_format":"gptq_v2"})").zeros_minus_one);
+  EXPECT_TRUE(scheme(R"({"quant_method":"auto-round","bits":4})").zeros_minus_one);
+  EXPECT_FALSE(scheme(R"({"quant_method":"auto-round","bits":4,"packing_format":"auto_round"})").zeros_minus_one);
+  EXPECT_EQ(scheme(R"({"quant_method":"bitsandbytes"})").scheme, QuantScheme::Unknown);
+  EXPECT_FALSE(describe_quantization(*Json::parse(R"({"quant_method":5})")).ok());
+  EXPECT_FALSE(describe_quantization(*Json::parse("[1]")).ok());
+}
