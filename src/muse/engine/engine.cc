@@ -135,6 +135,17 @@ Session::~Session() {
 Result<std::vector<float>> Session::feed(std::span<const int32_t> tokens, LogitsWanted want) {
   std::vector<float> out;
   const int64_t chunk = engine_->options().max_batch_tokens;
+  // Check the whole feed first so a bad one advances nothing (each step
+  // checks again, but a later chunk failing would leave earlier ones fed).
+  const int64_t end = length() + int64_t(tokens.size());
+  if (end > engine_->max_model_len()) {
+    return make_error("sequence of " + std::to_string(end) + " tokens exceeds max_model_len " +
+                      std::to_string(engine_->max_model_len()));
+  }
+  const int64_t V = engine_->config().vocab_size;
+  for (int32_t t : tokens)
+    if (t < 0 || t >= V)
+      return make_error("token id " + std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(V) + ")");
   std::vector<std::vector<float>> step_logits;
   for (size_t done = 0; done < tokens.size();) {
     const size_t n = std::min<size_t>(size_t(chunk), tokens.size() - done);

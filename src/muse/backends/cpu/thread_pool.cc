@@ -65,7 +65,12 @@ void ThreadPool::run_impl(int64_t n, Call call, void* ctx) {
   generation_.fetch_add(1, std::memory_order_release);
   if (sleepers_.load(std::memory_order_seq_cst) > 0) generation_.notify_all();
   work(0);
-  while (pending_.load(std::memory_order_acquire) != 0) MUSE_CPU_RELAX();
+  // Wait for the stragglers. Spin first (they are usually microseconds
+  // behind); yield after a while so an oversubscribed machine can run them.
+  for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+    if (spins < 4096) MUSE_CPU_RELAX();
+    else std::this_thread::yield();
+  }
 }
 
 void ThreadPool::worker_loop(int thread) {
@@ -77,7 +82,8 @@ void ThreadPool::worker_loop(int thread) {
       int spins = 0;
       while ((g = generation_.load(std::memory_order_acquire)) == seen) {
         MUSE_CPU_RELAX();
-        if (++spins % 64 == 0 && std::chrono::steady_clock::now() - start > kSpin) {
+        if (++spins % 256 == 0) std::this_thread::yield();  // let a preempted caller run
+        if (spins % 64 == 0 && std::chrono::steady_clock::now() - start > kSpin) {
           sleepers_.fetch_add(1, std::memory_order_seq_cst);
           // Re-check after announcing ourselves: the caller reads sleepers_
           // after bumping generation_, so one of us sees the other.

@@ -1,0 +1,172 @@
+// Engine/Session behaviour on tiny random models of both families:
+// determinism (run to run, thread count, batch composition), KV rings over
+// more than three windows, block bookkeeping, and clear errors.
+#include <cstring>
+
+#include "engine_test_util.h"
+#include "muse/sampling/sampler.h"
+
+namespace muse::testing {
+namespace {
+
+class BothFamilies : public ::testing::TestWithParam<bool> {};
+
+// Greedy and seeded sampling: two independent runs give the same ids.
+std::vector<int32_t> generate(Engine& e, const std::vector<int32_t>& prompt, int n, const SamplingParams& sp,
+                              std::vector<float>* all_logits = nullptr) {
+  auto s = e.new_session();
+  EXPECT_TRUE(s.ok());
+  auto logits = (*s)->feed(prompt);
+  EXPECT_TRUE(logits.ok());
+  Sampler sampler(sp);
+  std::vector<int32_t> out;
+  for (int i = 0; i < n; ++i) {
+    if (all_logits) all_logits->insert(all_logits->end(), logits->begin(), logits->end());
+    out.push_back(sampler.sample(*logits, e.config().sampled_vocab_size));
+    logits = (*s)->feed(std::span<const int32_t>(&out.back(), 1));
+    EXPECT_TRUE(logits.ok()) << (logits.ok() ? "" : logits.message());
+  }
+  return out;
+}
+
+TEST_P(BothFamilies, RunToRunAndThreadCountIdentical) {
+  const bool spark = GetParam();
+  auto prompt = some_tokens(19);
+  for (double temperature : {0.0, 0.8}) {
+    SamplingParams sp{temperature, 0, 1.0, 42};
+    std::vector<float> l1, l2, l3;
+    auto e1 = tiny_engine(spark, 2), e2 = tiny_engine(spark, 2), e3 = tiny_engine(spark, 1);
+    auto a = generate(*e1, prompt, 24, sp, &l1);
+    auto b = generate(*e2, prompt, 24, sp, &l2);
+    auto c = generate(*e3, prompt, 24, sp, &l3);
+    EXPECT_EQ(a, b);
+    EXPECT_EQ(a, c);
+    EXPECT_TRUE(bits_equal(l1, l2)) << "run to run";
+    EXPECT_TRUE(bits_equal(l1, l3)) << "1 vs 2 threads";
+  }
+}
+
+// The ring keeps exactly the window (4): decoding token by token for 21
+// positions (more than five windows) gives the same bits as one prefill of
+// all positions, where every key comes straight from the step.
+TEST_P(BothFamilies, RingDecodeLongerThanThreeWindowsEqualsFullPrefill) {
+  const bool spark = GetParam();
+  auto e = tiny_engine(spark, 2);
+  auto tokens = some_tokens(21, 3);
+  auto full = e->new_session();
+  auto all = (*full)->feed(tokens, LogitsWanted::All);
+  ASSERT_TRUE(all.ok());
+  full->reset();
+  auto inc = e->new_session();
+  std::vector<float> rows;
+  for (int32_t t : tokens) {
+    auto r = (*inc)->feed(std::span<const int32_t>(&t, 1));
+    ASSERT_TRUE(r.ok()) << r.message();
+    rows.insert(rows.end(), r->begin(), r->end());
+  }
+  EXPECT_TRUE(bits_equal(*all, rows));
+  EXPECT_EQ((*inc)->length(), 21);
+}
+
+// Two sequences in one step (a prefill chunk and a decode token) give the
+// same bits as running each alone.
+TEST_P(BothFamilies, BatchCompositionChangesNothing) {
+  const bool spark = GetParam();
+  EngineOptions o;
+  o.max_sequences = 3;
+  auto e = tiny_engine(spark, 2, o);
+  auto pa = some_tokens(9, 1), pb = some_tokens(6, 2), more = some_tokens(7, 4);
+  // Alone.
+  std::vector<float> alone_a, alone_b;
+  {
+    auto a = e->new_session();
+    ASSERT_TRUE((*a)->feed(pa).ok());
+    alone_a = *(*a)->feed(more, LogitsWanted::All);
+    auto b = e->new_session();
+    ASSERT_TRUE((*b)->feed(pb).ok());
+    alone_b = *(*b)->feed(std::span<const int32_t>(more.data(), 1));
+  }
+  // Together: a's chunk of 7 and b's one decode token in the same step.
+  auto a = e->new_session();
+  auto b = e->new_session();
+  ASSERT_TRUE((*a)->feed(pa).ok());
+  ASSERT_TRUE((*b)->feed(pb).ok());
+  StepItem items[] = {{a->get(), more, LogitsWanted::All}, {b->get(), std::span<const int32_t>(more.data(), 1)}};
+  std::vector<std::vector<float>> logits;
+  ASSERT_TRUE(e->step(items, &logits).ok());
+  EXPECT_TRUE(bits_equal(logits[0], alone_a));
+  EXPECT_TRUE(bits_equal(logits[1], alone_b));
+  EXPECT_EQ((*a)->length(), 16);
+  EXPECT_EQ((*b)->length(), 7);
+}
+
+INSTANTIATE_TEST_SUITE_P(Engine, BothFamilies, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "spark" : "glimmer"; });
+
+TEST(EngineErrors, BadInputIsAClearError) {
+  EngineOptions o;
+  o.max_model_len = 10;
+  o.max_batch_tokens = 8;
+  auto e = tiny_engine(true, 1, o);
+  auto s = e->new_session();
+  ASSERT_TRUE(s.ok());
+  std::vector<int32_t> bad = {5, 97};
+  auto r = (*s)->feed(bad);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.message().find("97"), std::string::npos) << r.message();
+  EXPECT_EQ((*s)->length(), 0) << "a failed step advances nothing";
+  auto r2 = (*s)->feed(some_tokens(11));
+  ASSERT_FALSE(r2.ok());
+  EXPECT_NE(r2.message().find("max_model_len"), std::string::npos) << r2.message();
+  // max_sequences = 1 by default.
+  auto s2 = e->new_session();
+  ASSERT_FALSE(s2.ok());
+  EXPECT_NE(s2.message().find("slots"), std::string::npos) << s2.message();
+  // A session twice in one step; more than max_batch_tokens.
+  auto t = some_tokens(3);
+  StepItem twice[] = {{s->get(), t}, {s->get(), t}};
+  EXPECT_FALSE(e->step(twice, nullptr).ok());
+  auto nine = some_tokens(9);
+  StepItem big[] = {{s->get(), nine}};
+  Status st = e->step(big, nullptr);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("max_batch_tokens"), std::string::npos) << st.message();
+}
+
+TEST(EngineKv, BlocksAreReturnedAndFullPoolIsAnError) {
+  EngineOptions o;
+  o.max_sequences = 2;
+  o.kv_blocks = 5;  // 20 positions of 4
+  o.max_model_len = 64;
+  auto e = tiny_engine(false, 1, o);
+  const KvCache& kv = e->kv_cache();
+  EXPECT_EQ(kv.free_blocks(), 5);
+  {
+    auto a = e->new_session();
+    ASSERT_TRUE((*a)->feed(some_tokens(13)).ok());  // 4 blocks
+    EXPECT_EQ(kv.free_blocks(), 1);
+    auto b = e->new_session();
+    auto r = (*b)->feed(some_tokens(5));  // needs 2
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.message().find("KV cache full"), std::string::npos) << r.message();
+  }
+  EXPECT_EQ(kv.free_blocks(), 5);
+  EXPECT_EQ(kv.free_sequences(), 2);
+}
+
+TEST(BlockAllocator, LowestIdFirst) {
+  BlockAllocator a(4);
+  EXPECT_EQ(*a.allocate(), 0);
+  EXPECT_EQ(*a.allocate(), 1);
+  EXPECT_EQ(*a.allocate(), 2);
+  a.release(1);
+  a.release(0);
+  EXPECT_EQ(*a.allocate(), 0);
+  EXPECT_EQ(*a.allocate(), 1);
+  EXPECT_EQ(*a.allocate(), 3);
+  EXPECT_FALSE(a.allocate().has_value());
+  EXPECT_EQ(a.free_count(), 0);
+}
+
+}  // namespace
+}  // namespace muse::testing
