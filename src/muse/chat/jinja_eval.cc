@@ -206,13 +206,16 @@ Value Interpreter::getitem(const Value& obj, const Value& key) {
 }
 
 Value Interpreter::slice(const Value& obj, const SliceExpr& s, const FramePtr& frame) {
+  bool bad_index = false;
   auto bound = [&](const ExprPtr& e, bool* present) -> int64_t {
     *present = false;
     if (!e) return 0;
     Value v = eval(*e, frame);
     if (v.is_none()) return 0;
-    if (!v.is_int() && !v.is_bool())
-      type_error("slice indices must be integers or None or have an __index__ method");
+    if (!v.is_int() && !v.is_bool()) {
+      bad_index = true;  // Python's TypeError, which jinja2's getitem turns into undefined
+      return 0;
+    }
     *present = true;
     return v.as_int();
   };
@@ -221,8 +224,9 @@ Value Interpreter::slice(const Value& obj, const SliceExpr& s, const FramePtr& f
   int64_t stop = bound(s.stop, &has_stop);
   int64_t step_n = bound(s.step, &has_step);
   if (!has_step) step_n = 1;
-  if (step_n == 0) type_error("slice step cannot be zero");
   if (obj.is_undefined()) fail_undefined(obj);
+  if (bad_index) return Value::undefined(object_description(obj) + " has no element slice");
+  if (step_n == 0) type_error("slice step cannot be zero");
   bool is_str = obj.is_string();
   if (!is_str && !is_sequence_list(obj)) return Value::undefined(object_description(obj) + " has no element slice");
   std::vector<size_t> offs;
