@@ -1,0 +1,173 @@
+"""Tokenize gen_data.py conversations into flat arrays and serve length-bucketed batches.
+
+`tokenize_jsonl` turns JSONL conversations into one .npz: `ids` (uint16, all conversations
+back to back), `loss` (uint8, 1 where the token is a training target: its first character
+lies in an assistant span), `offsets` (int64, conversation boundaries). Workers run in
+parallel processes, one tokenizer each.
+
+`Batches` keeps everything on the training device and yields [n, L] batches of whole
+conversations (no packing, so no attention across conversations), bucketed by length so
+padding stays small; labels are the ids with -100 off the assistant spans.
+"""
+
+import json
+import multiprocessing
+import os
+import re
+
+import numpy as np
+
+import tiny_config as tcfg
+
+
+class ByteTokenizerForTests:
+    """Stand-in for local tests where HF tokenizers is absent: special tokens by name, other
+    text as UTF-8 bytes (ids 0..255)."""
+
+    _special = re.compile("|".join(re.escape(s) for s in tcfg.NAMED_SPECIALS.values()))
+
+    def encode(self, text):
+        ids, starts, pos = [], [], 0
+        for m in list(self._special.finditer(text)) + [None]:
+            end = m.start() if m else len(text)
+            for i in range(pos, end):
+                for b in text[i].encode("utf-8"):
+                    ids.append(b)
+                    starts.append(i)
+            if m:
+                ids.append(tcfg.special_id(m.group(0)))
+                starts.append(m.start())
+                pos = m.end()
+        return ids, starts
+
+    def decode(self, ids):
+        specials = tcfg.special_tokens()
+        out, buf = [], bytearray()
+        for i in ids:
+            if i < 256:
+                buf.append(i)
+                continue
+            out.append(buf.decode("utf-8", "replace"))
+            buf = bytearray()
+            if tcfg.SPECIAL_BASE <= i < tcfg.TOKENIZER_SIZE:
+                out.append(specials[i - tcfg.SPECIAL_BASE])
+        out.append(buf.decode("utf-8", "replace"))
+        return "".join(out)
+
+
+class HFTokenizer:
+    def __init__(self, path):
+        from tokenizers import Tokenizer
+        self.tok = Tokenizer.from_file(path)
+
+    def encode(self, text):
+        enc = self.tok.encode(text, add_special_tokens=False)
+        return enc.ids, [a for a, _ in enc.offsets]
+
+    def decode(self, ids):
+        return self.tok.decode(ids, skip_special_tokens=False)
+
+
+def load_tokenizer(path):
+    return ByteTokenizerForTests() if path == "bytes" else HFTokenizer(path)
+
+
+def _tokenize_chunk(job):
+    tok_path, lines = job
+    tok = load_tokenizer(tok_path)
+    ids_out, loss_out, lengths = [], [], []
+    for line in lines:
+        row = json.loads(line)
+        ids, starts = tok.encode(row["text"])
+        starts = np.asarray(starts, dtype=np.int64)
+        loss = np.zeros(len(ids), dtype=np.uint8)
+        for a, b in row["spans"]:
+            loss[(starts >= a) & (starts < b)] = 1
+        ids_out.append(np.asarray(ids, dtype=np.uint16))
+        loss_out.append(loss)
+        lengths.append(len(ids))
+    return np.concatenate(ids_out), np.concatenate(loss_out), np.asarray(lengths, dtype=np.int64)
+
+
+def tokenize_jsonl(jsonl, tok_path, out_npz, workers=None, chunk=2000):
+    with open(jsonl, encoding="utf-8") as f:
+        lines = f.readlines()
+    jobs = [(tok_path, lines[i:i + chunk]) for i in range(0, len(lines), chunk)]
+    workers = workers or os.cpu_count() or 1
+    if workers > 1 and len(jobs) > 1:
+        with multiprocessing.Pool(min(workers, len(jobs))) as pool:
+            parts = pool.map(_tokenize_chunk, jobs)
+    else:
+        parts = [_tokenize_chunk(j) for j in jobs]
+    ids = np.concatenate([p[0] for p in parts])
+    loss = np.concatenate([p[1] for p in parts])
+    lengths = np.concatenate([p[2] for p in parts])
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    np.savez(out_npz, ids=ids, loss=loss, offsets=offsets)
+    return {"conversations": int(len(lengths)), "tokens": int(len(ids)), "loss_tokens": int(loss.sum()),
+            "mean_len": float(lengths.mean()), "max_len": int(lengths.max())}
+
+
+class Batches:
+    """Length-bucketed batches of whole conversations on `device`."""
+
+    def __init__(self, npz, device, tokens_per_batch, max_len, seed=0, pad_multiple=64):
+        import torch
+        data = np.load(npz)
+        offsets = data["offsets"]
+        lengths = offsets[1:] - offsets[:-1]
+        keep = np.nonzero(lengths <= max_len)[0]
+        self.dropped = int(len(lengths) - len(keep))
+        self.ids = torch.from_numpy(data["ids"].astype(np.int64)).to(device)
+        self.loss = torch.from_numpy(data["loss"].astype(np.bool_)).to(device)
+        self.starts = offsets[:-1]
+        self.lengths = lengths
+        self.device = device
+        self.rng = np.random.default_rng(seed)
+        order = keep[np.argsort(lengths[keep], kind="stable")]
+        self.batches = []
+        i = 0
+        while i < len(order):
+            L = int(-(-lengths[order[i]] // pad_multiple) * pad_multiple)
+            j = i
+            while j < len(order):  # grow while the padded batch fits the token budget
+                L = int(-(-lengths[order[j]] // pad_multiple) * pad_multiple)
+                if (j - i + 1) * L > tokens_per_batch and j > i:
+                    break
+                j += 1
+            self.batches.append(order[i:j])
+            i = j
+        self.tokens = int(lengths[keep].sum())
+        per_conv_loss = np.add.reduceat(data["loss"].astype(np.int64), offsets[:-1]) if len(lengths) else np.zeros(0)
+        self.loss_tokens = int(per_conv_loss[keep].sum())
+
+    def __len__(self):
+        return len(self.batches)
+
+    def make(self, members):
+        import torch
+        lens = self.lengths[members]
+        L = int(-(-lens.max() // 64) * 64)
+        starts = torch.as_tensor(self.starts[members], device=self.device)
+        lens_t = torch.as_tensor(lens, device=self.device)
+        pos = torch.arange(L, device=self.device)
+        valid = pos[None, :] < lens_t[:, None]
+        index = torch.where(valid, starts[:, None] + pos[None, :], torch.zeros_like(pos)[None, :])
+        ids = torch.where(valid, self.ids[index], torch.full_like(index, tcfg.PAD_ID))
+        labels = torch.where(valid & self.loss[index], ids, torch.full_like(index, -100))
+        return ids, labels, valid
+
+    def epoch(self):
+        for k in self.rng.permutation(len(self.batches)):
+            yield self.make(self.batches[k])
+
+
+if __name__ == "__main__":
+    import argparse
+    ap = argparse.ArgumentParser(description="Tokenize gen_data.py JSONL into an .npz of ids and loss flags.")
+    ap.add_argument("jsonl")
+    ap.add_argument("tokenizer", help="tokenizer.json, or 'bytes' for the local test stand-in")
+    ap.add_argument("out")
+    ap.add_argument("--workers", type=int, default=None)
+    a = ap.parse_args()
+    print(json.dumps(tokenize_jsonl(a.jsonl, a.tokenizer, a.out, a.workers)))
