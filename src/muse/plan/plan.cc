@@ -19,6 +19,12 @@ std::string lower(std::string s) {
   return s;
 }
 
+std::string num(double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
 std::string gib_text(double bytes) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / double(kGiB));
@@ -50,12 +56,12 @@ Status validate(PlanOptions& o, const ModelConfig& c) {
     return make_error("--max-num-batched-tokens = " + std::to_string(o.max_num_batched_tokens) +
                       " is impossible (1 to 16777216)");
   if (!(o.gpu_memory_utilization > 0 && o.gpu_memory_utilization <= 1))
-    return make_error("--gpu-memory-utilization = " + std::to_string(o.gpu_memory_utilization) +
+    return make_error("--gpu-memory-utilization = " + num(o.gpu_memory_utilization) +
                       " is impossible (a fraction in (0, 1])");
   if (o.cpu_offload_gib && !(*o.cpu_offload_gib >= 0 && *o.cpu_offload_gib <= (1 << 24)))
-    return make_error("--cpu-offload-gb = " + std::to_string(*o.cpu_offload_gib) + " is impossible (0 to 16777216 GiB)");
+    return make_error("--cpu-offload-gb = " + num(*o.cpu_offload_gib) + " is impossible (0 to 16777216 GiB)");
   if (o.runtime_overhead_gib && !(*o.runtime_overhead_gib >= 0 && *o.runtime_overhead_gib <= (1 << 20)))
-    return make_error("--runtime-overhead-gb = " + std::to_string(*o.runtime_overhead_gib) + " is impossible");
+    return make_error("--runtime-overhead-gb = " + num(*o.runtime_overhead_gib) + " is impossible (0 to 1048576 GiB)");
   if (o.decode_context == 0) o.decode_context = std::min<int64_t>(4096, o.max_model_len);
   if (o.decode_context < 1 || o.decode_context > o.max_model_len)
     return make_error("--decode-context = " + std::to_string(o.decode_context) + " must be between 1 and --max-model-len (" +
@@ -332,13 +338,15 @@ Result<Plan> make_plan(const PlanOptions& options) {
     const std::string have = "the KV budget is " + gib_text(double(e.kv_budget_total)) + " after weights and overhead";
     if (!p.offload.possible) {
       p.problems.push_back("does not fit: " + need + ", " + have + ", and " + p.hardware.name +
-                           " has no separate host memory to offload weights to");
+                           (p.hardware.kind == MemoryKind::Discrete
+                                ? " has no host memory or host link figures to offload weights to"
+                                : " has no separate host memory to offload weights to"));
     } else if (!min_gib) {
       p.problems.push_back("cannot fit even with offload: with every " +
                            (params.empty() ? std::string("decoder") : "'" + params.front() + "'") +
                            " weight in host memory, " + have + " and " + need);
     } else {
-      p.problems.push_back("does not fit with --cpu-offload-gb " + std::to_string(p.offload.gib_per_gpu) + ": " + need +
+      p.problems.push_back("does not fit with --cpu-offload-gb " + num(p.offload.gib_per_gpu) + ": " + need +
                            ", " + have + "; offload at least --cpu-offload-gb " + std::to_string(*min_gib) +
                            (params.empty() ? "" : " --cpu-offload-params " + params.front()));
     }
