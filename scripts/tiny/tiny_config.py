@@ -1,10 +1,11 @@
 """muse-tiny's numbers in one place: tokenizer layout, target decoder, drafter.
 
 Special tokens keep Muse's layout shifted down: id = SPECIAL_BASE + (Muse id - 200000), so
-`<|begin_of_text|>` is 8064 (Muse 200000), `<|eot|>` 8072 (200008), `<|start|>` 8086
-(200022). The tokenizer has 8192 ids; the embedding has 8256 rows, the extra rows untrained
+`<|begin_of_text|>` is 3968 (Muse 200000), `<|eot|>` 3976 (200008), `<|start|>` 3990
+(200022). The tokenizer has 4096 ids (the generated data saturates byte-level BPE near 5k
+merges, so 8k would not fill); the embedding has 4160 rows, the extra rows untrained
 and never sampled, like Muse Spark's 201,818 tokenizer ids against 202,048 rows. The drafter's
-mask token is the first id past the tokenizer (8192), as the Glimmer assistant's 201818.
+mask token is the first id past the tokenizer (4096), as the Glimmer assistant's 201818.
 """
 
 import os
@@ -13,11 +14,11 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "fixtures"))
 
-BPE_VOCAB = 8064  # byte-level BPE ids 0..8063
+BPE_VOCAB = 3968  # byte-level BPE ids 0..3967
 SPECIAL_BASE = BPE_VOCAB
 NUM_SPECIAL = 128
-TOKENIZER_SIZE = BPE_VOCAB + NUM_SPECIAL  # 8192
-EMBED_ROWS = 8256
+TOKENIZER_SIZE = BPE_VOCAB + NUM_SPECIAL  # 4096
+EMBED_ROWS = 4160
 
 NAMED_SPECIALS = {  # Muse id offset from 200000 -> name (chat-format.md section 3)
     0: "<|begin_of_text|>", 1: "<|end_of_text|>", 7: "<|eom|>", 8: "<|eot|>",
@@ -36,15 +37,15 @@ def special_id(name):
     return SPECIAL_BASE + special_tokens().index(name)
 
 
-BOS_ID = special_id("<|begin_of_text|>")  # 8064
-EOS_ID = special_id("<|end_of_text|>")  # 8065
-EOM_ID = special_id("<|eom|>")  # 8071
-EOT_ID = special_id("<|eot|>")  # 8072
-PAD_ID = special_id("<|finetune_right_pad|>")  # 8082
-START_ID = special_id("<|start|>")  # 8086
-MESSAGE_ID = special_id("<|message|>")  # 8087
+BOS_ID = special_id("<|begin_of_text|>")  # 3968
+EOS_ID = special_id("<|end_of_text|>")  # 3969
+EOM_ID = special_id("<|eom|>")  # 3975
+EOT_ID = special_id("<|eot|>")  # 3976
+PAD_ID = special_id("<|finetune_right_pad|>")  # 3986
+START_ID = special_id("<|start|>")  # 3990
+MESSAGE_ID = special_id("<|message|>")  # 3991
 STOP_IDS = [EOS_ID, EOT_ID]
-MASK_ID = TOKENIZER_SIZE  # 8192, first id past the tokenizer
+MASK_ID = TOKENIZER_SIZE  # 4096, first id past the tokenizer
 
 # Muse's o200k-style pre-tokenizer split (letters with case classes, digits in runs of at most 3,
 # punctuation runs, newlines, whitespace).
@@ -60,7 +61,7 @@ PRETOKENIZE_PATTERN = (
 TARGET = dict(
     vocab_size=EMBED_ROWS, hidden_size=256, num_hidden_layers=10, num_attention_heads=8,
     num_key_value_heads=2, head_dim=32, num_local_experts=16, num_experts_per_tok=4,
-    moe_hidden_size=128, moe_intermediate_size=128, sliding_window=128,
+    moe_hidden_size=128, moe_intermediate_size=160, sliding_window=128,
     max_position_embeddings=4096, bos_token_id=BOS_ID, pad_token_id=PAD_ID, eos_token_id=EOS_ID,
 )
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Train muse-tiny's byte-level BPE tokenizer on generated conversations (HF `tokenizers`).
 
-Layout (tiny_config.py): 8064 BPE ids, then 128 special tokens at Muse's offsets
-(`<|begin_of_text|>` 8064, `<|eot|>` 8072, `<|start|>` 8086, ...), added as special tokens
+Layout (tiny_config.py): 3968 BPE ids, then 128 special tokens at Muse's offsets
+(`<|begin_of_text|>` 3968, `<|eot|>` 3976, `<|start|>` 3990, ...), added as special tokens
 so their spelling in a rendered prompt is read as one id. Pre-tokenizer: Muse's o200k-style
 regex split followed by byte-level mapping; decoder: byte-level. The post-processor prepends
 `<|begin_of_text|>` when special tokens are added, as Muse's does (the server tokenizes
