@@ -310,3 +310,185 @@ TEST(ResponseParser, P13_CallAsFirstFrame) {
 
 }  // namespace
 }  // namespace muse::chat
+
+namespace muse::chat {
+namespace {
+
+// §4.6 item 4: fumbled recipients make a call only when the body is solely the block.
+TEST(ResponseParserMisbehaviour, FumbledHeaderWithOnlyAtemIsACall) {
+  for (const char* header : {" to=muse<|message|>", "<|message|>", " to=user<|message|>", " to=atem:function_calls<|message|>"}) {
+    auto o = parse_all_ways(std::string(header) + atem("get_weather", {{"city", "Rome"}}) + "<|eot|>", default_tools());
+    ASSERT_EQ(o.calls.size(), 1u) << header;
+    EXPECT_EQ(o.calls[0].first, "get_weather");
+    EXPECT_EQ(o.content, "") << header;
+    EXPECT_EQ(o.finish, "tool_calls");
+  }
+}
+
+TEST(ResponseParserMisbehaviour, FumbledHeaderWithMoreTextIsContent) {
+  std::string body = atem("get_weather", {{"city", "Rome"}}) + "\nand some words";
+  for (const char* header : {" to=muse<|message|>", " to=user<|message|>"}) {
+    auto o = parse_all_ways(std::string(header) + body + "<|eot|>", default_tools());
+    EXPECT_TRUE(o.calls.empty()) << header;
+    EXPECT_EQ(o.content, body) << header;
+  }
+}
+
+TEST(ResponseParserMisbehaviour, HeaderInvokeMismatchIsContent) {
+  std::string body = atem("read", {{"path", "x"}});
+  ResponseParser p(glimmer(), options(default_tools()));
+  p.push_text(" to=get_weather<|message|>" + body + "<|eot|>");
+  p.finish(FinishCause::Stop);
+  EXPECT_TRUE(p.result().tool_calls.empty());
+  EXPECT_EQ(p.result().content, body);
+  EXPECT_FALSE(p.result().warnings.empty());
+  parse_all_ways(" to=get_weather<|message|>" + body + "<|eot|>", default_tools());
+}
+
+TEST(ResponseParserMisbehaviour, SwallowedParameterOpenerRecovered) {
+  auto o = parse_all_ways(" to=read<|message|><atem:function_calls>\n<atem:invoke name=\"read.filePath\">go.mod</atem:parameter>\n"
+                          "</atem:invoke>\n</atem:function_calls><|eot|>",
+                          default_tools());
+  ASSERT_EQ(o.calls.size(), 1u);
+  EXPECT_EQ(o.calls[0].first, "read");
+  EXPECT_EQ(o.calls[0].second, J(R"({"filePath":"go.mod"})"));
+}
+
+TEST(ResponseParserMisbehaviour, UnrecoverableSwallowedOpenerIsVisible) {
+  std::string body = "<atem:function_calls>\n<atem:invoke name=\"read.nosuch\">go.mod</atem:parameter>\n</atem:invoke>\n</atem:function_calls>";
+  auto o = parse_all_ways(" to=read<|message|>" + body + "<|eot|>", default_tools());
+  EXPECT_TRUE(o.calls.empty());
+  EXPECT_NE(o.content.find("go.mod"), std::string::npos);
+}
+
+TEST(ResponseParserMisbehaviour, TruncatedToolCallBestEffortOnLength) {
+  std::string text = " to=weather.get_forecast<|message|><atem:function_calls>\n<atem:invoke name=\"weather.get_forecast\">\n"
+                     "<atem:parameter name=\"city\">Paris</atem:parameter>\n<atem:parameter name=\"days\">1";
+  auto o = parse_all_ways(text, default_tools(), FinishCause::Length);
+  ASSERT_EQ(o.calls.size(), 1u);
+  EXPECT_EQ(o.calls[0].second, J(R"({"city":"Paris"})"));
+  EXPECT_EQ(o.finish, "length");
+}
+
+TEST(ResponseParserMisbehaviour, EndOfTurnInsideOpenParameterIsContent) {
+  std::string body = "<atem:function_calls>\n<atem:invoke name=\"get_weather\">\n<atem:parameter name=\"city\">Par";
+  // Token input only: in text input the spelling is part of the value.
+  for (size_t chunk : {size_t(1), size_t(4)}) {
+    auto o = run_tokens(" to=get_weather<|message|>" + body + "<|eot|>", default_tools(), FinishCause::Stop, chunk);
+    EXPECT_TRUE(o.calls.empty());
+    EXPECT_EQ(o.content, body);
+  }
+}
+
+TEST(ResponseParserMisbehaviour, MissingInvokeCloseStillACall) {
+  auto o = parse_all_ways(" to=get_weather<|message|><atem:function_calls>\n<atem:invoke name=\"get_weather\">\n"
+                          "<atem:parameter name=\"city\">Oslo</atem:parameter>\n<|eot|>",
+                          default_tools());
+  ASSERT_EQ(o.calls.size(), 1u);
+  EXPECT_EQ(o.calls[0].second, J(R"({"city":"Oslo"})"));
+}
+
+TEST(ResponseParserMisbehaviour, NoHeaderAtAllIsContent) {
+  auto o = parse_all_ways("Hello there.<|eot|>", default_tools());
+  EXPECT_EQ(o.content, "Hello there.");
+  o = parse_all_ways("  tomorrow it rains<|eot|>", default_tools());
+  EXPECT_EQ(o.content, "  tomorrow it rains");
+}
+
+TEST(ResponseParserMisbehaviour, HallucinatedUserTurnDropped) {
+  auto o = parse_all_ways(" to=user<|message|>Hi<|eom|><|start|>user<|message|>more questions<|eom|>"
+                          "<|start|>assistant to=user<|message|> again<|eot|>trailing",
+                          default_tools());
+  EXPECT_EQ(o.content, "Hi again");
+}
+
+TEST(ResponseParserMisbehaviour, NoMarkerLeaksIntoContentOrReasoning) {
+  auto o = parse_all_ways(" to=self<|message|>a<|message|>b<|eom|><|start|>assistant to=user<|message|>c<|message|>d<|end_of_text|>",
+                          default_tools());
+  EXPECT_EQ(o.reasoning, "ab");
+  EXPECT_EQ(o.content, "cd");
+  ResponseParser p(glimmer(), options(default_tools()));
+  p.push_token(glimmer().message_id, "<|message|>", true);
+  p.push_token(200092, "<|patch|>", true);  // other special tokens are dropped too
+  p.push_token(5, "x");
+  p.finish(FinishCause::Stop);
+  EXPECT_EQ(p.result().content, "x");
+}
+
+TEST(ResponseParserMisbehaviour, TextAfterEndOfTurnIgnored) {
+  auto o = parse_all_ways(" to=user<|message|>Yes.<|eot|> to=user<|message|>No.", default_tools());
+  EXPECT_EQ(o.content, "Yes.");
+}
+
+TEST(ResponseParserMisbehaviour, LengthInsideReasoningLeavesContentEmpty) {
+  auto o = parse_all_ways(" to=self<|message|>Long thought", default_tools(), FinishCause::Length);
+  EXPECT_EQ(o.reasoning, "Long thought");
+  EXPECT_EQ(o.content, "");
+  EXPECT_EQ(o.finish, "length");
+}
+
+TEST(ResponseParserMisbehaviour, UndeclaredAndInvalidValues) {
+  auto o = parse_all_ways(" to=get_weather<|message|>" +
+                              atem("get_weather", {{"city", "{\"not\": \"decoded\"}"}, {"extra", "[1, 2]"}, {"note", "plain text"}}) +
+                              "<|eot|>",
+                          default_tools());
+  ASSERT_EQ(o.calls.size(), 1u);
+  EXPECT_EQ(o.calls[0].second, J(R"({"city":"{\"not\": \"decoded\"}","extra":[1,2],"note":"plain text"})"));
+  o = parse_all_ways(" to=report<|message|>" + atem("report", {{"limit", "three"}}) + "<|eot|>", default_tools());
+  ASSERT_EQ(o.calls.size(), 1u);
+  EXPECT_EQ(o.calls[0].second, J(R"({"limit":"three"})"));
+}
+
+TEST(ResponseParserMisbehaviour, UnresolvedNamesPassThrough) {
+  auto o = parse_all_ways(" to=functions.read<|message|>" + atem("functions.read", {{"path", "a"}}) + "<|eot|>", default_tools());
+  ASSERT_EQ(o.calls.size(), 1u);
+  EXPECT_EQ(o.calls[0].first, "functions.read");
+}
+
+TEST(ResponseParserMisbehaviour, SeveralInvokesInOneBlock) {
+  std::string body = "<atem:function_calls>\n<atem:invoke name=\"get_weather\">\n<atem:parameter name=\"city\">A</atem:parameter>\n"
+                     "</atem:invoke>\n<atem:invoke name=\"get_weather\">\n<atem:parameter name=\"city\">B</atem:parameter>\n"
+                     "</atem:invoke>\n</atem:function_calls>";
+  auto o = parse_all_ways(" to=get_weather<|message|>" + body + "<|eot|>", default_tools());
+  ASSERT_EQ(o.calls.size(), 2u);
+  EXPECT_EQ(o.calls[1].second, J(R"({"city":"B"})"));
+}
+
+TEST(ResponseParserMisbehaviour, TextAfterBlockBecomesContent) {
+  auto o = parse_all_ways(" to=get_weather<|message|>" + atem("get_weather", {{"city", "A"}}) + "\nDone!<|eot|>", default_tools());
+  ASSERT_EQ(o.calls.size(), 1u);
+  EXPECT_EQ(o.content, "Done!");
+}
+
+TEST(ResponseParserMisbehaviour, ToolChannelWithoutAtemIsContent) {
+  auto o = parse_all_ways(" to=get_weather<|message|>{\"city\": \"A\"}<|eot|>", default_tools());
+  EXPECT_TRUE(o.calls.empty());
+  EXPECT_EQ(o.content, "{\"city\": \"A\"}");
+}
+
+TEST(ResponseParserSpark, RecipientlessIsReasoningCommentaryIsContent) {
+  ResponseParserOptions opt = options(default_tools());
+  ResponseParser p(muse_spark_profile().framing, opt);
+  p.push_text("<|message|>thinking<|eom|><|start|>assistant to=commentary<|message|>update <|eom|>"
+              "<|start|>assistant to=user<|message|>answer<|eot|>");
+  p.finish(FinishCause::Stop);
+  EXPECT_EQ(p.result().reasoning, "thinking");
+  EXPECT_EQ(p.result().content, "update answer");
+}
+
+TEST(ResponseParser, StreamingDeltasArriveEarly) {
+  ResponseParser p(glimmer(), options(default_tools()));
+  EXPECT_TRUE(p.push_text(" to").empty());  // could still be a header
+  EXPECT_TRUE(p.push_text("=user<|mess").empty());
+  auto d = p.push_text("age|>Hel");
+  EXPECT_EQ(d.content, "Hel");
+  EXPECT_EQ(p.channel(), Channel::Content);
+  d = p.push_text("lo <|e");
+  EXPECT_EQ(d.content, "lo ");
+  d = p.push_text("ot|>");
+  EXPECT_TRUE(d.empty());
+  EXPECT_TRUE(p.turn_ended());
+}
+
+}  // namespace
+}  // namespace muse::chat

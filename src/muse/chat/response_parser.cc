@@ -250,6 +250,7 @@ void ResponseParser::open_body(bool role_ok, const std::string& recipient) {
   header_tool_ = nullptr;
   invoke_ = Invoke{};
   fumbled_calls_.clear();
+  frame_calls_ = 0;
   if (!role_ok) {
     body_ = BodyKind::Ignored;
     warn("dropped a generated message with a non-assistant role");
@@ -315,6 +316,7 @@ void ResponseParser::body_text(std::string_view text, ResponseDelta& d) {
 // Gives up on ATEM for the rest of this body: raw text from `raw_offset`
 // on becomes content, and so does everything after it.
 void ResponseParser::to_content(size_t raw_offset, ResponseDelta& d, const std::string& why) {
+  if (frame_calls_ == 0) raw_offset = 0;  // nothing of this body became a call: all of it is content
   std::string raw = atem_ ? atem_->raw().substr(std::min(raw_offset, atem_->raw().size())) : std::string();
   warn(why);
   atem_.reset();
@@ -362,6 +364,7 @@ void ResponseParser::emit_call(ResponseDelta& d) {
   call.id = opt_.make_call_id(index);
   d.tool_calls.push_back(ToolCallDelta{index, call.id, call.name, call.arguments});
   result_.tool_calls.push_back(std::move(call));
+  ++frame_calls_;
 }
 
 void ResponseParser::atem_events(ResponseDelta& d) {

@@ -130,7 +130,8 @@ class ResponseParser {
     size_t at = 0;
     JsonObject args;
   } invoke_;
-  std::vector<ToolCall> fumbled_calls_;  // held until a fumbled body proves to be solely ATEM
+  std::vector<ToolCall> fumbled_calls_;
+  size_t frame_calls_ = 0;  // calls emitted from the current body  // held until a fumbled body proves to be solely ATEM
 };
 
 // Whole-output conveniences (text input).

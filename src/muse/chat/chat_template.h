@@ -1,0 +1,59 @@
+// A model's chat template, compiled, with what Hugging Face passes to it
+// besides the messages (special tokens) and the model family's profile.
+//
+//   MUSE_ASSIGN_OR_RETURN(auto files, load_tokenizer_files(dir));
+//   MUSE_ASSIGN_OR_RETURN(auto tpl, ChatTemplate::from_tokenizer_files(files, model_type));
+//   MUSE_ASSIGN_OR_RETURN(std::string prompt, render_chat_prompt(request_json, tpl));
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "muse/chat/chat_profile.h"
+#include "muse/chat/jinja.h"
+#include "muse/core/json.h"
+#include "muse/core/status.h"
+
+namespace muse {
+struct TokenizerFiles;
+}
+
+namespace muse::chat {
+
+class ChatTemplate {
+ public:
+  struct Options {
+    // Special-token strings passed to the template like transformers'
+    // special_tokens_map (bos_token, eos_token, unk_token, pad_token, ...).
+    std::vector<std::pair<std::string, std::string>> special_tokens;
+    std::string model_type;  // config.json model_type, for picking the profile
+  };
+
+  static Result<ChatTemplate> create(std::string source, const Options& options);
+  // From a model directory's tokenizer files; `model_type` may be empty.
+  static Result<ChatTemplate> from_tokenizer_files(const TokenizerFiles& files, const std::string& model_type);
+
+  const std::string& source() const { return source_; }
+  const std::string& sha256() const { return sha256_; }
+  const ChatProfile& profile() const { return *profile_; }
+  // The template is a known older revision (rendered as shipped; warn).
+  bool legacy() const { return legacy_; }
+  const jinja::Template& compiled() const { return compiled_; }
+  const std::vector<std::pair<std::string, std::string>>& special_tokens() const { return special_tokens_; }
+  // Whether the template iterates over a message's content parts; if not,
+  // text-only part lists are joined into one string (vLLM's "string" format).
+  bool accepts_content_lists() const { return accepts_content_lists_; }
+
+ private:
+  std::string source_, sha256_;
+  const ChatProfile* profile_ = nullptr;
+  bool legacy_ = false;
+  bool accepts_content_lists_ = true;
+  jinja::Template compiled_;
+  std::vector<std::pair<std::string, std::string>> special_tokens_;
+};
+
+// Lower-case hex SHA-256 of `data` (for pinning templates by hash).
+std::string sha256_hex(std::string_view data);
+
+}  // namespace muse::chat
