@@ -231,7 +231,22 @@ void append_dict_repr(std::string& out, const DictData& d) {
 
 }  // namespace
 
+// Namespaces are mutable, so they can contain themselves; printing them
+// must stop somewhere (Python raises RecursionError near this depth).
+struct ReprDepthGuard {
+  static thread_local int depth;
+  ReprDepthGuard() {
+    if (++depth > 500) {
+      depth = 0;
+      raise(ErrorKind::Limit, "maximum recursion depth exceeded while printing a value");
+    }
+  }
+  ~ReprDepthGuard() { if (depth > 0) --depth; }
+};
+thread_local int ReprDepthGuard::depth = 0;
+
 void append_repr(std::string& out, const Value& v) {
+  ReprDepthGuard guard;
   switch (v.kind()) {
     case Value::Kind::Undefined: out += "Undefined"; return;
     case Value::Kind::String: append_string_repr(out, v.as_string()); return;
