@@ -34,23 +34,26 @@ python3 $S/tokenized_data.py $W/heldout.jsonl $MODEL/tokenizer.json $W/heldout.n
 
 phase "target: ${T_TARGET}s"
 python3 $S/train.py --train $W/train.npz --heldout $W/heldout.npz --out $MODEL --log $OUT/train_log.json \
-  --seconds "$T_TARGET"
+  --seconds "$T_TARGET" --evals 3
+# Keep the trained target even if a later phase dies.
+tar cf - -C $W muse-tiny | split -b 15m - $OUT/muse-tiny.tar.part-
 
 phase "drafter (${T_DRAFTER}s, GPU) and gates (CPU) in parallel"
 python3 $S/train_drafter.py --target $MODEL --train $W/train.npz --heldout $W/heldout.npz --out $MODEL/drafter \
   --log $OUT/drafter_log.json --seconds "$T_DRAFTER" > $OUT/drafter_stdout.txt 2>&1 &
 DRAFTER_PID=$!
-python3 $S/eval_gates.py --model $MODEL --n "$GATES" --workers $((CPUS - 2)) --out $OUT/gates.json || true
+timeout 200 python3 $S/eval_gates.py --model $MODEL --n "$GATES" --workers $((CPUS - 2)) --out $OUT/gates.json || true
 wait $DRAFTER_PID
 cat $OUT/drafter_stdout.txt | tail -n 5
 
 phase acceptance
-python3 $S/eval_gates.py --model $MODEL --drafter $MODEL/drafter --records $OUT/gates_records.json \
+timeout 60 python3 $S/eval_gates.py --model $MODEL --drafter $MODEL/drafter --records $OUT/gates_records.json \
   --device cuda --out $OUT/acceptance.json || true
 rm -f $OUT/gates_records.json
 
 phase package
 du -ab $MODEL
+rm -f $OUT/muse-tiny.tar.part-*
 tar cf - -C $W muse-tiny | split -b 15m - $OUT/muse-tiny.tar.part-
 ls -la $OUT
 phase done

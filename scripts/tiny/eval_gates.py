@@ -109,7 +109,9 @@ def _init_worker(model_dir, tokenizer_path):
     import torch
     torch.set_num_threads(1)
     import muse_spark_reference as ref
+    import fast_reference
     from tokenized_data import load_tokenizer
+    fast_reference.enable()  # same maths, ~10x fewer CPU operations per token
     _state["model"] = ref.load_pretrained(model_dir).eval()
     _state["tok"] = load_tokenizer(tokenizer_path)
     with open(os.path.join(model_dir, "generation_config.json")) as f:
@@ -238,7 +240,9 @@ def drafter_acceptance(model_dir, drafter_dir, records, device):
     context < s with anchor token s and count leading drafts equal to the target's greedy tokens."""
     import torch
     import muse_spark_reference as ref
+    import fast_reference
     from dspark_drafter import TapRecorder, draft_greedy, load_drafter
+    fast_reference.enable()
     target = ref.load_pretrained(model_dir).to(device).eval()
     drafter = load_drafter(drafter_dir).to(device).eval()
     rec = TapRecorder(target, drafter.cfg.target_layer_ids)

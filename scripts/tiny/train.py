@@ -29,6 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tiny_config as tcfg  # noqa: E402
 from tokenized_data import Batches  # noqa: E402
 import muse_spark_reference as ref  # noqa: E402
+import fast_reference  # noqa: E402
 
 
 def head_loss(model, hidden, labels, reduction="mean"):
@@ -51,21 +52,24 @@ def lr_at(frac, peak, warmup=0.03, floor=0.1):
 @torch.no_grad()
 def balance_experts(model, routing, valid, rate):
     """Move each layer's selection bias toward uniform load; returns the worst max/mean load."""
-    worst = 0.0
+    worst = []
     E = model.config.num_local_experts
     for layer, r in zip(model.model.language_model.layers, routing):
         chosen = r.experts[valid]  # [tokens, k]
         load = torch.bincount(chosen.reshape(-1), minlength=E).float()
         layer.mlp.gate.e_score_correction_bias += rate * torch.sign(load.mean() - load)
-        worst = max(worst, float(load.max() / load.mean().clamp(min=1)))
-    return worst
+        worst.append(load.max() / load.mean().clamp(min=1))
+    return torch.stack(worst).max()  # a device tensor: read it only when logging
 
 
 @torch.no_grad()
-def heldout_loss(model, batches, autocast):
+def heldout_loss(model, batches, autocast, max_tokens=None):
     model.eval()
-    total, count = 0.0, 0
+    total, count, used = 0.0, 0, 0
     for members in batches.batches:
+        used += int(batches.lengths[members].sum())
+        if max_tokens and used > max_tokens:
+            break
         ids, labels, _ = batches.make(members)
         with autocast():
             hidden, _ = model.model.language_model(ids)
@@ -100,7 +104,7 @@ def main():
     ap.add_argument("--log", required=True, help="training log JSON to write")
     ap.add_argument("--seconds", type=float, default=240.0, help="wall-clock training budget")
     ap.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0: time only)")
-    ap.add_argument("--tokens-per-batch", type=int, default=65536)
+    ap.add_argument("--tokens-per-batch", type=int, default=131072)
     ap.add_argument("--max-len", type=int, default=2048)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--weight-decay", type=float, default=0.05)
@@ -116,6 +120,10 @@ def main():
                      moe_hidden_size=16, moe_intermediate_size=16, num_attention_heads=4, head_dim=8,
                      sliding_window=16) if args.tiny else {}
     cfg = tcfg.spark_config(**overrides)
+    err = fast_reference.check(cfg)
+    assert err < 1e-12, "dense experts differ from the reference by %g" % err
+    fast_reference.enable()
+    print("dense experts match the reference (max rel. diff %.1e)" % err, flush=True)
     model = ref.MuseSparkForConditionalGeneration(cfg).to(device)
     if hasattr(F, "scaled_dot_product_attention"):
         model.set_attention_impl("sdpa")
@@ -170,19 +178,19 @@ def main():
             step += 1
             seen_tokens += int(valid.sum())
             seen_loss_tokens += n
-            window.append(float(loss))
+            window.append(loss.detach())
             window_tokens += int(valid.sum())
             if step % 50 == 0:
                 dt = time.time() - window_start
                 entry = {"step": step, "seconds": round(time.time() - start, 1), "tokens": seen_tokens,
-                         "loss": round(sum(window) / len(window), 4), "lr": lr,
-                         "tok_per_s": int(window_tokens / dt), "expert_load_max_over_mean": round(imbalance, 2)}
+                         "loss": round(float(torch.stack(window).mean()), 4), "lr": lr,
+                         "tok_per_s": int(window_tokens / dt), "expert_load_max_over_mean": round(float(imbalance), 2)}
                 log["curve"].append(entry)
                 print(json.dumps(entry), flush=True)
                 window, window_tokens, window_start = [], 0, time.time()
             if frac >= next_eval / (args.evals + 1):
                 next_eval += 1
-                h = heldout_loss(model, held, autocast)
+                h = heldout_loss(model, held, autocast, max_tokens=400000)
                 log["heldout"].append({"step": step, "tokens": seen_tokens, "loss": round(h, 4)})
                 print("held-out loss %.4f at step %d" % (h, step), flush=True)
     final = heldout_loss(model, held, autocast)

@@ -20,6 +20,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tiny_config as tcfg  # noqa: E402
 import muse_spark_reference as ref  # noqa: E402
+import fast_reference  # noqa: E402
 from dspark_drafter import DrafterConfig, DSparkDrafter, TapRecorder, drafter_loss, save_drafter  # noqa: E402
 from tokenized_data import Batches  # noqa: E402
 
@@ -76,6 +77,7 @@ def main():
 
     torch.manual_seed(1)
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    fast_reference.enable()
     target = ref.load_pretrained(args.target).to(device).eval()
     for p in target.parameters():
         p.requires_grad_(False)
@@ -132,7 +134,7 @@ def main():
             torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
             opt.step()
             step += 1
-            window.append(float(loss))
+            window.append(float(loss.detach()))
             if step % 50 == 0:
                 entry = {"step": step, "seconds": round(time.time() - start, 1), "loss": round(sum(window) / len(window), 4),
                          "ce": round(stats["ce"], 4), "l1": round(stats["l1"], 4),
