@@ -34,7 +34,7 @@ python3 $S/tokenized_data.py $W/heldout.jsonl $MODEL/tokenizer.json $W/heldout.n
 
 phase "target: ${T_TARGET}s"
 python3 $S/train.py --train $W/train.npz --heldout $W/heldout.npz --out $MODEL --log $OUT/train_log.json \
-  --seconds "$T_TARGET" --evals 3
+  --seconds "$T_TARGET" --evals 3 --tokens-per-batch 65536
 # Keep the trained target even if a later phase dies.
 tar cf - -C $W muse-tiny | split -b 15m - $OUT/muse-tiny.tar.part-
 
