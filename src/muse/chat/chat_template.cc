@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "muse/core/log.h"
+#include "muse/core/mapped_file.h"
 #include "muse/tokenizer/tokenizer_files.h"
 
 namespace muse::chat {
@@ -106,8 +107,19 @@ Result<ChatTemplate> ChatTemplate::create(std::string source, const Options& opt
   return t;
 }
 
-Result<ChatTemplate> ChatTemplate::from_tokenizer_files(const TokenizerFiles& files, const std::string& model_type) {
-  if (files.chat_template.empty())
+Result<ChatTemplate> ChatTemplate::from_tokenizer_files(const TokenizerFiles& files, const std::string& model_type,
+                                                       const std::string& override_template) {
+  std::string source = files.chat_template;
+  if (!override_template.empty()) {
+    if (file_exists(override_template)) {
+      MUSE_ASSIGN_OR_RETURN(source, read_file(override_template));
+    } else if (override_template.find("{%") != std::string::npos || override_template.find("{{") != std::string::npos) {
+      source = override_template;
+    } else {
+      return make_error("--chat-template: no such file: " + override_template);
+    }
+  }
+  if (source.empty())
     return make_error("the model has no chat template (no chat_template.jinja, chat_template.json or "
                       "tokenizer_config.json 'chat_template'); pass one with --chat-template");
   Options o;
@@ -125,7 +137,16 @@ Result<ChatTemplate> ChatTemplate::from_tokenizer_files(const TokenizerFiles& fi
     else if (v && v->is_object() && v->find("content") && v->find("content")->is_string())
       add(key, v->find("content")->as_string());
   }
-  return create(files.chat_template, o);
+  return create(std::move(source), o);
+}
+
+Result<std::string> read_model_type(const std::string& model_dir) {
+  std::string path = model_dir + "/config.json";
+  if (!file_exists(path)) return std::string();
+  MUSE_ASSIGN_OR_RETURN(std::string text, read_file(path));
+  auto j = Json::parse(text);
+  if (!j.ok()) return make_error(path + " is not valid JSON: " + j.message());
+  return j->get_string("model_type", "");
 }
 
 }  // namespace muse::chat

@@ -31,7 +31,10 @@ class ChatTemplate {
 
   static Result<ChatTemplate> create(std::string source, const Options& options);
   // From a model directory's tokenizer files; `model_type` may be empty.
-  static Result<ChatTemplate> from_tokenizer_files(const TokenizerFiles& files, const std::string& model_type);
+  // `override_template` (vLLM's --chat-template: a file path, or the
+  // template text itself) replaces the model's template when non-empty.
+  static Result<ChatTemplate> from_tokenizer_files(const TokenizerFiles& files, const std::string& model_type,
+                                                   const std::string& override_template = "");
 
   const std::string& source() const { return source_; }
   const std::string& sha256() const { return sha256_; }
@@ -52,6 +55,10 @@ class ChatTemplate {
   jinja::Template compiled_;
   std::vector<std::pair<std::string, std::string>> special_tokens_;
 };
+
+// config.json's model_type in a model directory ("" when the file is absent;
+// an error when it is unreadable or not JSON).
+Result<std::string> read_model_type(const std::string& model_dir);
 
 // Lower-case hex SHA-256 of `data` (for pinning templates by hash).
 std::string sha256_hex(std::string_view data);
