@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -265,9 +266,10 @@ class FakeEngine : public GenerationService {
     if (job.req.prompt_logprobs >= 0 && !seq.sent_prompt_logprobs) {
       seq.sent_prompt_logprobs = true;
       for (size_t i = 0; i < job.req.prompt_ids.size(); ++i) {
-        if (i == 0) { out.prompt_logprobs.push_back(std::nullopt); continue; }
         Sequence fake_seq{int(i), {}, 0, int(i)};
-        out.prompt_logprobs.push_back(logprob_of(job.req.prompt_ids[i], fake_seq, job.req.prompt_logprobs));
+        TokenLogprob lp = logprob_of(job.req.prompt_ids[i], fake_seq, i == 0 ? 0 : job.req.prompt_logprobs);
+        if (i == 0) lp.logprob = std::nan("");
+        out.prompt_logprobs.push_back(std::move(lp));
       }
     }
     int32_t tok = seq.pos < seq.plan.size() ? seq.plan[seq.pos++] : kEot;

@@ -97,9 +97,9 @@ struct GenerationOutput {
   std::string text;                   // their text: whole UTF-8 characters only,
                                       // stop strings already cut (never leaked)
   std::vector<TokenLogprob> logprobs; // one per new token when requested
-  // First delivery only, when prompt_logprobs >= 0: one per prompt token, the
-  // first has no logprob (nullopt).
-  std::vector<std::optional<TokenLogprob>> prompt_logprobs;
+  // First delivery only, when prompt_logprobs >= 0: one per prompt token; the
+  // first token has no logprob (NaN, sent as null) and an empty `top`.
+  std::vector<TokenLogprob> prompt_logprobs;
   FinishReason finish = FinishReason::None;  // set on the last delivery of this choice
   // Why it stopped when finish == Stop: the matched stop string, or the stop
   // token id, or neither (EOS). Reported as `stop_reason` / `stop_sequence`.

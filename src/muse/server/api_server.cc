@@ -1,0 +1,390 @@
+// Routes, authentication, CORS and the small endpoints. The generation
+// endpoints live in generation_job.cc.
+#include "muse/server/api_server.h"
+
+#include <algorithm>
+#include <csignal>
+#include <ctime>
+#include <random>
+
+#include "muse/core/log.h"
+#include "muse/server/api_state.h"
+#include "muse/server/generation_job.h"
+
+namespace muse::server {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+bool is_messages_path(std::string_view path) { return path.starts_with("/v1/messages"); }
+
+// Compares every byte whatever the first difference, so response time does
+// not reveal how much of a guessed key was right.
+bool constant_time_equal(std::string_view a, std::string_view b) {
+  volatile unsigned char diff = a.size() != b.size();
+  size_t n = std::max(a.size(), b.size());
+  for (size_t i = 0; i < n; ++i)
+    diff = diff | (static_cast<unsigned char>(i < a.size() ? a[i] : 0) ^ static_cast<unsigned char>(i < b.size() ? b[i] : 0));
+  return diff == 0;
+}
+
+// Adds headers (CORS, X-Request-Id) to whatever response goes out, and
+// counts it in http_requests_total once its status is known.
+class TrackedExchange : public HttpExchange {
+ public:
+  TrackedExchange(std::shared_ptr<HttpExchange> inner, HttpHeaders extra, ServerMetrics* metrics, std::string handler)
+      : inner_(std::move(inner)), extra_(std::move(extra)), metrics_(metrics), handler_(std::move(handler)),
+        start_(Clock::now()) {}
+  const HttpRequest& request() const override { return inner_->request(); }
+  void respond(HttpResponse r) override {
+    count(r.status);
+    r.headers.insert(r.headers.end(), extra_.begin(), extra_.end());
+    inner_->respond(std::move(r));
+  }
+  void start_stream(int status, std::string content_type, HttpHeaders headers) override {
+    count(status);
+    headers.insert(headers.end(), extra_.begin(), extra_.end());
+    inner_->start_stream(status, std::move(content_type), std::move(headers));
+  }
+  void write(std::string data) override { inner_->write(std::move(data)); }
+  void end_stream() override { inner_->end_stream(); }
+  bool closed() const override { return inner_->closed(); }
+  void on_close(std::function<void()> fn) override { inner_->on_close(std::move(fn)); }
+  size_t queued_bytes() const override { return inner_->queued_bytes(); }
+  bool finished() const override { return inner_->finished(); }
+
+ private:
+  void count(int status) {
+    if (counted_) return;
+    counted_ = true;
+    metrics_->http_request(handler_, inner_->request().method, status);
+    if (status >= 400 || log_level() <= LogLevel::Debug) {
+      double ms = std::chrono::duration<double, std::milli>(Clock::now() - start_).count();
+      MUSE_LOG(Info, "http %s %s from %s -> %d (%.1f ms)", inner_->request().method.c_str(), inner_->request().path.c_str(),
+               inner_->request().remote.c_str(), status, ms);
+    }
+  }
+  std::shared_ptr<HttpExchange> inner_;
+  HttpHeaders extra_;
+  ServerMetrics* metrics_;
+  std::string handler_;
+  Clock::time_point start_;
+  bool counted_ = false;
+};
+
+HttpResponse json_response(int status, std::string body) {
+  HttpResponse r;
+  r.status = status;
+  r.body = std::move(body);
+  return r;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+}  // namespace
+
+std::string random_id(const char* prefix, size_t length) {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  static const char kChars[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
+  std::string id = prefix;
+  for (size_t i = 0; i < length; ++i) id.push_back(kChars[rng() % 62]);
+  return id;
+}
+
+ValidationLimits ApiServer::State::limits() const {
+  ValidationLimits l;
+  l.vocab_size = backend.adapter->info().vocab_size;
+  l.max_logprobs = opt.max_logprobs;
+  return l;
+}
+
+HttpResponse ApiServer::State::error_response(const ApiError& e, std::string_view path) const {
+  HttpResponse r = json_response(e.status, is_messages_path(path) ? anthropic_error_body(e) : openai_error_body(e));
+  if (e.status == 429) r.headers.emplace_back("Retry-After", "1");
+  if (e.status == 401 && !is_messages_path(path)) r.headers.emplace_back("WWW-Authenticate", "Bearer");
+  return r;
+}
+
+void ApiServer::State::respond_error(HttpExchange& ex, const ApiError& e) { ex.respond(error_response(e, ex.request().path)); }
+
+void ApiServer::State::finish_job(const std::shared_ptr<GenerationJob>& job) { jobs.erase(job); }
+
+namespace {
+
+using State = ApiServer::State;
+
+ApiError not_found_route(const HttpRequest& req) {
+  ApiError e;
+  e.status = 404;
+  e.message = "No route for " + req.method + " " + req.path + ".";
+  e.code = "not_found";
+  return e;
+}
+
+ApiError unavailable(const State& s) {
+  ApiError e;
+  e.status = 503;
+  e.type = "service_unavailable";
+  e.message = s.shutting_down ? "The server is shutting down." : "The model is loading; try again shortly.";
+  e.code = s.shutting_down ? "server_shutting_down" : "model_loading";
+  return e;
+}
+
+Json model_card(const State& s, const std::string& name) {
+  Json m = Json::object();
+  m.set("id", name);
+  m.set("object", "model");
+  m.set("created", int64_t(std::time(nullptr)));
+  m.set("owned_by", "muse");
+  m.set("root", s.served_name());
+  m.set("parent", Json());
+  if (s.ready) m.set("max_model_len", s.backend.adapter->info().max_model_len);
+  return m;
+}
+
+void handle_tokenize(State& s, HttpExchange& ex, const Json& body) {
+  Json out = Json::object();
+  std::vector<int32_t> ids;
+  if (body.find("messages")) {
+    ApiRequest req;
+    if (auto e = parse_chat_request(body, s.limits(), &req)) return s.respond_error(ex, *e);
+    auto rendered = s.backend.adapter->render_chat(body, ChatApi::OpenAI);
+    if (!rendered.ok()) return s.respond_error(ex, invalid_param("messages", rendered.message(), "invalid_value"));
+    ids = rendered->ids;
+  } else {
+    const Json* prompt = body.find("prompt");
+    if (!prompt || !prompt->is_string())
+      return s.respond_error(ex, invalid_param("prompt", "Missing required parameter: 'prompt' (a string) or 'messages'.",
+                                               "missing_required_parameter"));
+    auto add = body.bool_member("add_special_tokens", true);
+    if (!add.ok()) return s.respond_error(ex, invalid_type("add_special_tokens", "a boolean", "another type"));
+    auto r = s.backend.adapter->tokenize(prompt->as_string(), *add);
+    if (!r.ok()) return s.respond_error(ex, invalid_param("prompt", r.message()));
+    ids = std::move(r).value();
+  }
+  Json tokens = Json::array();
+  for (int32_t id : ids) tokens.push_back(int64_t(id));
+  out.set("count", int64_t(ids.size()));
+  out.set("max_model_len", s.backend.adapter->info().max_model_len);
+  out.set("tokens", std::move(tokens));
+  out.set("token_strs", Json());
+  ex.respond(json_response(200, out.dump()));
+}
+
+void handle_detokenize(State& s, HttpExchange& ex, const Json& body) {
+  const Json* tokens = body.find("tokens");
+  if (!tokens || !tokens->is_array())
+    return s.respond_error(ex, invalid_param("tokens", "Missing required parameter: 'tokens' (an array of token ids).",
+                                             "missing_required_parameter"));
+  std::vector<int32_t> ids;
+  for (const auto& t : tokens->as_array()) {
+    if (!t.is_int() || t.as_int() < 0 || t.as_int() > INT32_MAX)
+      return s.respond_error(ex, invalid_param("tokens", "Invalid 'tokens': each must be a non-negative integer token id."));
+    ids.push_back(int32_t(t.as_int()));
+  }
+  auto text = s.backend.adapter->detokenize(ids, false);
+  if (!text.ok()) return s.respond_error(ex, invalid_param("tokens", text.message()));
+  Json out = Json::object();
+  out.set("prompt", sanitize_utf8(*text));
+  ex.respond(json_response(200, out.dump()));
+}
+
+void route(const std::shared_ptr<State>& sp, std::shared_ptr<HttpExchange> raw) {
+  State& s = *sp;
+  const HttpRequest& req = raw->request();
+  const std::string& path = req.path;
+  const std::string& method = req.method;
+
+  // CORS (off unless --allowed-origins): answer preflights, tag responses.
+  HttpHeaders extra;
+  const std::string* origin = req.header("origin");
+  bool cors = false;
+  if (origin && !s.opt.allowed_origins.empty()) {
+    for (const auto& o : s.opt.allowed_origins) cors |= o == "*" || o == *origin;
+    if (cors) {
+      bool any = std::find(s.opt.allowed_origins.begin(), s.opt.allowed_origins.end(), "*") != s.opt.allowed_origins.end();
+      extra.emplace_back("Access-Control-Allow-Origin", any && !s.opt.allow_credentials ? "*" : *origin);
+      if (!(any && !s.opt.allow_credentials)) extra.emplace_back("Vary", "Origin");
+      if (s.opt.allow_credentials) extra.emplace_back("Access-Control-Allow-Credentials", "true");
+    }
+  }
+  auto ex = std::make_shared<TrackedExchange>(std::move(raw), extra, s.metrics.get(), path);
+  if (method == "OPTIONS") {
+    if (!cors) return s.respond_error(*ex, ApiError{405, "invalid_request_error", "CORS is not enabled for this origin.", "", "method_not_allowed"});
+    HttpResponse r;
+    r.status = 204;
+    r.content_type.clear();
+    const std::string* want_headers = req.header("access-control-request-headers");
+    auto allowed = [](const std::vector<std::string>& v, const std::string& fallback) {
+      return std::find(v.begin(), v.end(), "*") != v.end() ? fallback : join(v);
+    };
+    r.headers.emplace_back("Access-Control-Allow-Methods", allowed(s.opt.allowed_methods, "GET, POST, OPTIONS"));
+    r.headers.emplace_back("Access-Control-Allow-Headers",
+                           allowed(s.opt.allowed_headers, want_headers ? *want_headers : "Authorization, Content-Type, X-Api-Key"));
+    r.headers.emplace_back("Access-Control-Max-Age", "600");
+    return ex->respond(std::move(r));
+  }
+
+  if (path == "/health") {
+    if (!s.ready || s.shutting_down) return s.respond_error(*ex, unavailable(s));
+    HttpResponse r = json_response(200, "");
+    r.content_type.clear();
+    return ex->respond(std::move(r));
+  }
+
+  // Every other route needs the key when one is configured.
+  if (!s.opt.api_key.empty()) {
+    std::string given;
+    if (const std::string* auth = req.header("authorization"); auth && auth->starts_with("Bearer ")) given = auth->substr(7);
+    else if (const std::string* key = req.header("x-api-key")) given = *key;
+    if (!constant_time_equal(given, s.opt.api_key))
+      return s.respond_error(*ex, ApiError{401, "authentication_error", "Invalid or missing API key. Send it as 'Authorization: Bearer <key>' (or 'x-api-key').", "", "invalid_api_key"});
+  }
+
+  auto expect_method = [&](const char* m) {
+    if (method == m || (std::string_view(m) == "GET" && method == "HEAD")) return true;
+    HttpResponse r = s.error_response(ApiError{405, "invalid_request_error", "Method " + method + " is not allowed on " + path + "; use " + m + ".", "", "method_not_allowed"}, path);
+    r.headers.emplace_back("Allow", m);
+    ex->respond(std::move(r));
+    return false;
+  };
+
+  if (path == "/version") {
+    if (!expect_method("GET")) return;
+    return ex->respond(json_response(200, std::string("{\"version\":\"") + MUSE_VERSION + "\"}"));
+  }
+  if (path == "/metrics") {
+    if (!expect_method("GET")) return;
+    EngineStats stats = s.ready ? s.backend.service->stats() : EngineStats{};
+    HttpResponse r;
+    r.content_type = "text/plain; version=0.0.4; charset=utf-8";
+    r.body = s.metrics->render(stats, s.http->open_connections());
+    return ex->respond(std::move(r));
+  }
+  if (path == "/v1/models" || path.starts_with("/v1/models/")) {
+    if (!expect_method("GET")) return;
+    if (path == "/v1/models") {
+      Json data = Json::array();
+      for (const auto& name : s.opt.served_model_names) data.push_back(model_card(s, name));
+      Json out = Json::object();
+      out.set("object", "list");
+      out.set("data", std::move(data));
+      return ex->respond(json_response(200, out.dump()));
+    }
+    std::string id = path.substr(11);
+    for (const auto& name : s.opt.served_model_names)
+      if (name == id) return ex->respond(json_response(200, model_card(s, name).dump()));
+    return s.respond_error(*ex, ApiError{404, "invalid_request_error", "The model `" + id + "` does not exist. Served models: " + join(s.opt.served_model_names) + ".", "model", "model_not_found"});
+  }
+
+  static const std::pair<const char*, Endpoint> kGeneration[] = {
+      {"/v1/chat/completions", Endpoint::ChatCompletions},
+      {"/v1/completions", Endpoint::Completions},
+      {"/v1/messages", Endpoint::Messages},
+      {"/v1/messages/count_tokens", Endpoint::Messages},
+  };
+  bool is_tokenize = path == "/tokenize" || path == "/detokenize";
+  const std::pair<const char*, Endpoint>* gen = nullptr;
+  for (const auto& g : kGeneration)
+    if (path == g.first) gen = &g;
+  if (!gen && !is_tokenize) return s.respond_error(*ex, not_found_route(req));
+  if (!expect_method("POST")) return;
+  if (!s.ready || (s.shutting_down && gen)) return s.respond_error(*ex, unavailable(s));
+  Json body;
+  if (auto e = parse_json_body(req.body, &body)) return s.respond_error(*ex, *e);
+  if (path == "/tokenize") return handle_tokenize(s, *ex, body);
+  if (path == "/detokenize") return handle_detokenize(s, *ex, body);
+  if (path == "/v1/messages/count_tokens") return handle_count_tokens(s, *ex, body);
+  handle_generation(sp, ex, gen->second, std::move(body));
+}
+
+}  // namespace
+
+ApiServer::ApiServer(ApiServerOptions options, ServeBackend backend) : state_(std::make_shared<State>()) {
+  state_->opt = std::move(options);
+  if (state_->opt.served_model_names.empty()) state_->opt.served_model_names.push_back("muse");
+  state_->backend = std::move(backend);
+  state_->metrics = std::make_unique<ServerMetrics>(state_->served_name(), state_->backend.adapter->info().max_model_len);
+  std::weak_ptr<State> weak = state_;
+  state_->http = std::make_unique<HttpServer>(
+      state_->opt.http,
+      [weak](std::shared_ptr<HttpExchange> ex) {
+        if (auto s = weak.lock()) route(s, std::move(ex));
+      },
+      [weak](int status, std::string_view path, std::string message) {
+        ApiError e;
+        e.status = status;
+        e.message = std::move(message);
+        e.code = status == 413 ? "request_too_large" : status == 431 ? "headers_too_large" : status == 503 ? "too_many_connections" : "invalid_http";
+        if (status >= 500) e.type = "service_unavailable";
+        auto s = weak.lock();
+        return s ? s->error_response(e, path) : HttpResponse{status, "application/json", {}, openai_error_body(e)};
+      });
+  state_->poster->http = state_->http.get();
+}
+
+ApiServer::~ApiServer() {
+  {
+    std::lock_guard lock(state_->poster->mu);
+    state_->poster->http = nullptr;
+  }
+  state_->jobs.clear();
+}
+
+Status ApiServer::listen() { return state_->http->listen(); }
+int ApiServer::port() const { return state_->http->port(); }
+void ApiServer::set_ready() { state_->ready = true; }
+
+void ApiServer::shutdown() {
+  std::weak_ptr<State> weak = state_;
+  state_->http->post([weak] {
+    auto s = weak.lock();
+    if (!s) return;
+    if (s->shutting_down) {
+      // A second signal: do not wait for the grace period.
+      LOG_WARN("shutdown: second signal, cancelling %zu running request(s) now", s->jobs.size());
+      cancel_all_jobs(*s);
+      s->cancelled_for_shutdown = true;
+      return;
+    }
+    s->shutting_down = true;
+    s->shutdown_started = Clock::now();
+    s->http->stop_accepting();
+    LOG_INFO("shutdown: no longer accepting; waiting up to %d s for %zu running request(s)", s->opt.shutdown_grace_seconds, s->jobs.size());
+  });
+}
+
+void ApiServer::run() {
+  std::weak_ptr<State> weak = state_;
+  state_->http->on_signal([this](int sig) {
+    LOG_INFO("received %s", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    shutdown();
+  });
+  state_->http->every(std::chrono::milliseconds(100), [weak] {
+    auto s = weak.lock();
+    if (!s) return;
+    send_keepalives(*s);
+    if (!s->shutting_down) return;
+    double waited = std::chrono::duration<double>(Clock::now() - s->shutdown_started).count();
+    if (s->jobs.empty()) {
+      LOG_INFO("shutdown: all requests finished; stopping");
+      s->http->stop();
+    } else if (!s->cancelled_for_shutdown && waited >= s->opt.shutdown_grace_seconds) {
+      LOG_WARN("shutdown: grace period over; cancelling %zu request(s)", s->jobs.size());
+      cancel_all_jobs(*s);
+      s->cancelled_for_shutdown = true;
+    } else if (waited >= s->opt.shutdown_grace_seconds + 10) {
+      LOG_WARN("shutdown: %zu request(s) did not finish after cancel; closing connections", s->jobs.size());
+      s->jobs.clear();
+      s->http->stop();
+    }
+  });
+  state_->http->run();
+}
+
+}  // namespace muse::server

@@ -1,0 +1,176 @@
+// From a parsed body to a running GenerationJob: validation, model name,
+// capability checks, rendering/tokenizing, the context-length check, and the
+// engine request (sampling defaults, stop conditions, constraints).
+#include "muse/core/log.h"
+#include "muse/server/generation_job.h"
+
+namespace muse::server {
+
+using State = ApiServer::State;
+
+namespace {
+
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : ", ") + s;
+  return out;
+}
+
+ApiError context_error(const State& s, int prompt, int64_t max_tokens, const char* param) {
+  int ctx = s.backend.adapter->info().max_model_len;
+  std::string msg = "This model's maximum context length is " + std::to_string(ctx) + " tokens. However, you requested " +
+                    std::to_string(int64_t(prompt) + max_tokens) + " tokens (" + std::to_string(prompt) + " in the " +
+                    (std::string(param) == "prompt" ? "prompt" : "messages") + ", " + std::to_string(max_tokens) +
+                    " in the completion). Please reduce the length of the " + (std::string(param) == "prompt" ? "prompt" : "messages") +
+                    " or completion.";
+  return invalid_param(param, std::move(msg), "context_length_exceeded");
+}
+
+std::optional<ApiError> check_model(const State& s, const ApiRequest& req) {
+  if (req.model.empty()) return std::nullopt;
+  for (const auto& name : s.opt.served_model_names)
+    if (name == req.model) return std::nullopt;
+  ApiError e;
+  e.status = 404;
+  e.param = "model";
+  e.code = "model_not_found";
+  e.message = "The model `" + req.model + "` does not exist. Served models: " + join(s.opt.served_model_names) + ".";
+  return e;
+}
+
+std::optional<ApiError> check_capabilities(const State& s, const ApiRequest& req) {
+  const ModelInfo& info = s.backend.adapter->info();
+  if (!req.response_format.is_null() && !info.supports_structured_output)
+    return invalid_param("response_format", "response_format \"" + req.response_format.get_string("type", "") +
+                                                "\" is not supported by this server yet (no structured-output engine).",
+                         "unsupported_value");
+  bool forced = req.tool_choice.kind == ToolChoice::Kind::Required || req.tool_choice.kind == ToolChoice::Kind::Named;
+  if (forced && !info.supports_forced_tool_choice)
+    return invalid_param("tool_choice", "tool_choice \"required\" or a named tool is not supported by this server yet.", "unsupported_value");
+  if (!req.tools.is_null() && req.tool_choice.kind == ToolChoice::Kind::Auto && !s.opt.enable_auto_tool_choice)
+    return invalid_param("tool_choice", "\"auto\" tool choice requires --enable-auto-tool-choice to be set.", "unsupported_value");
+  if (req.echo && req.logprobs >= 0 && !info.supports_prompt_logprobs)
+    return invalid_param("echo", "echo with logprobs (prompt logprobs) is not supported by this server yet.", "unsupported_value");
+  return std::nullopt;
+}
+
+GenerationRequest engine_request(const State& s, const ApiRequest& req, std::vector<int32_t> ids, int64_t max_tokens) {
+  GenerationRequest g;
+  g.prompt_ids = std::move(ids);
+  g.n = req.n;
+  g.sampling = req.sampling;
+  // generation_config.json defaults for what the request left out.
+  const Json& defaults = s.backend.adapter->info().default_sampling;
+  if (s.opt.use_generation_config && defaults.is_object()) {
+    if (!req.sampling_given[0]) g.sampling.temperature = defaults.get_double("temperature", g.sampling.temperature);
+    if (!req.sampling_given[1]) g.sampling.top_p = defaults.get_double("top_p", g.sampling.top_p);
+    if (!req.sampling_given[2]) g.sampling.top_k = int(defaults.get_int("top_k", g.sampling.top_k));
+    if (!req.sampling_given[3]) g.sampling.min_p = defaults.get_double("min_p", g.sampling.min_p);
+    if (!req.body.find("repetition_penalty"))
+      g.sampling.repetition_penalty = defaults.get_double("repetition_penalty", g.sampling.repetition_penalty);
+  }
+  g.stop.max_tokens = int(max_tokens);
+  g.stop.stop_strings = req.stop;
+  g.stop.stop_token_ids = req.stop_token_ids;
+  g.stop.include_stop_str_in_output = req.include_stop_str_in_output;
+  g.logprobs = req.logprobs;
+  g.prompt_logprobs = req.echo && req.logprobs >= 0 ? req.logprobs : -1;
+  // Chat output goes through the response parser, which needs the framing.
+  g.skip_special_tokens = req.endpoint == Endpoint::Completions ? req.skip_special_tokens : false;
+  if (!req.response_format.is_null()) {
+    Json c = Json::object();
+    std::string type = req.response_format.get_string("type", "");
+    c.set("type", type);
+    if (type == "json_schema") c.set("schema", *req.response_format.find("json_schema")->find("schema"));
+    g.constraint = std::move(c);
+  } else if (req.tool_choice.kind == ToolChoice::Kind::Required || req.tool_choice.kind == ToolChoice::Kind::Named) {
+    Json c = Json::object();
+    c.set("type", "tool_call");
+    c.set("name", req.tool_choice.kind == ToolChoice::Kind::Named ? Json(req.tool_choice.name) : Json());
+    g.constraint = std::move(c);
+  }
+  return g;
+}
+
+}  // namespace
+
+void handle_generation(const std::shared_ptr<State>& sp, std::shared_ptr<HttpExchange> ex, Endpoint endpoint, Json body) {
+  State& s = *sp;
+  ApiRequest req;
+  ValidationLimits limits = s.limits();
+  std::optional<ApiError> err = endpoint == Endpoint::ChatCompletions ? parse_chat_request(body, limits, &req)
+                                : endpoint == Endpoint::Completions   ? parse_completion_request(body, limits, &req)
+                                                                      : parse_messages_request(body, limits, &req);
+  if (!err) err = check_model(s, req);
+  if (!err) err = check_capabilities(s, req);
+  if (err) return s.respond_error(*ex, *err);
+
+  const ModelInfo& info = s.backend.adapter->info();
+  const char* id_prefix = endpoint == Endpoint::ChatCompletions ? "chatcmpl-" : endpoint == Endpoint::Completions ? "cmpl-" : "msg_";
+  std::string id = random_id(id_prefix, 24);
+  std::vector<GenerationJob::Part> parts;
+  int prompt_tokens = 0;
+  const char* prompt_param = endpoint == Endpoint::Completions ? "prompt" : "messages";
+
+  auto add_part = [&](std::vector<int32_t> ids, std::string echo_text) -> std::optional<ApiError> {
+    int p = int(ids.size());
+    if (p == 0) return invalid_param(prompt_param, "The prompt is empty.");
+    int64_t max_tokens = req.max_tokens ? *req.max_tokens : int64_t(info.max_model_len) - p;
+    if (p >= info.max_model_len || int64_t(p) + max_tokens > info.max_model_len)
+      return context_error(s, p, req.max_tokens ? max_tokens : 1, req.max_tokens ? "max_tokens" : prompt_param);
+    if (req.sampling.min_tokens > max_tokens)
+      return invalid_param("min_tokens", "Invalid 'min_tokens': must be <= max_tokens (" + std::to_string(max_tokens) + ").");
+    GenerationJob::Part part{engine_request(s, req, std::move(ids), max_tokens), std::move(echo_text)};
+    part.request.request_id = parts.empty() ? id : id + "-" + std::to_string(parts.size());
+    prompt_tokens += p;
+    parts.push_back(std::move(part));
+    return std::nullopt;
+  };
+
+  if (endpoint == Endpoint::Completions) {
+    for (auto& prompt : req.prompts) {
+      std::optional<ApiError> e;
+      if (auto* text = std::get_if<std::string>(&prompt)) {
+        auto ids = s.backend.adapter->tokenize(*text, /*add_special_tokens=*/true);
+        if (!ids.ok()) return s.respond_error(*ex, invalid_param("prompt", ids.message()));
+        e = add_part(std::move(ids).value(), req.echo ? *text : "");
+      } else {
+        auto& ids = std::get<std::vector<int32_t>>(prompt);
+        std::string echo;
+        if (req.echo) {
+          auto t = s.backend.adapter->detokenize(ids, req.skip_special_tokens);
+          if (!t.ok()) return s.respond_error(*ex, invalid_param("prompt", t.message()));
+          echo = sanitize_utf8(*t);
+        }
+        e = add_part(std::move(ids), std::move(echo));
+      }
+      if (e) return s.respond_error(*ex, *e);
+    }
+  } else {
+    auto rendered = s.backend.adapter->render_chat(req.body, endpoint == Endpoint::Messages ? ChatApi::Anthropic : ChatApi::OpenAI);
+    // Template and conversion errors are the request's fault: 400, never 500.
+    if (!rendered.ok()) return s.respond_error(*ex, invalid_param("messages", rendered.message()));
+    if (auto e = add_part(std::move(rendered->ids), "")) return s.respond_error(*ex, *e);
+  }
+
+  auto job = std::make_shared<GenerationJob>(&s, ex, std::move(req), id, prompt_tokens);
+  s.jobs.insert(job);
+  if (!job->start(std::move(parts), s.poster)) s.jobs.erase(job);
+}
+
+void handle_count_tokens(State& s, HttpExchange& ex, const Json& body) {
+  Json with_max = body;
+  if (!with_max.find("max_tokens")) with_max.set("max_tokens", 1);
+  ApiRequest req;
+  if (auto e = parse_messages_request(with_max, s.limits(), &req)) return s.respond_error(ex, *e);
+  if (auto e = check_model(s, req)) return s.respond_error(ex, *e);
+  auto rendered = s.backend.adapter->render_chat(body, ChatApi::Anthropic);
+  if (!rendered.ok()) return s.respond_error(ex, invalid_param("messages", rendered.message()));
+  Json out = Json::object();
+  out.set("input_tokens", int64_t(rendered->ids.size()));
+  HttpResponse r;
+  r.body = out.dump();
+  ex.respond(std::move(r));
+}
+
+}  // namespace muse::server

@@ -1,0 +1,309 @@
+// The generation endpoints: validation -> rendering -> admission -> the
+// GenerationJob pipeline (see generation_job.h).
+#include "muse/server/generation_job.h"
+
+#include <ctime>
+
+#include "muse/core/log.h"
+
+namespace muse::server {
+
+using Clock = std::chrono::steady_clock;
+using State = ApiServer::State;
+
+// Filled on the engine's thread, emptied on the I/O thread.
+struct GenerationJob::Inbox {
+  struct Event {
+    int part = 0;
+    std::optional<GenerationOutput> output;
+    std::optional<GenerationSummary> summary;
+  };
+  std::mutex mu;
+  std::vector<Event> events;
+  bool wake_pending = false;
+};
+
+namespace {
+
+class JobSink : public GenerationSink {
+ public:
+  JobSink(std::shared_ptr<GenerationJob::Inbox> inbox, std::shared_ptr<IoPoster> poster, std::weak_ptr<GenerationJob> job, int part)
+      : inbox_(std::move(inbox)), poster_(std::move(poster)), job_(std::move(job)), part_(part) {}
+  void on_output(GenerationOutput output) override { push({part_, std::move(output), std::nullopt}); }
+  void on_complete(GenerationSummary summary) override { push({part_, std::nullopt, std::move(summary)}); }
+
+ private:
+  void push(GenerationJob::Inbox::Event e) {
+    bool wake;
+    {
+      std::lock_guard lock(inbox_->mu);
+      inbox_->events.push_back(std::move(e));
+      wake = !inbox_->wake_pending;
+      inbox_->wake_pending = true;
+    }
+    // One wake-up per batch of events, however many tokens it carries.
+    if (wake)
+      poster_->post([job = job_] {
+        if (auto j = job.lock()) j->drain();
+      });
+  }
+  std::shared_ptr<GenerationJob::Inbox> inbox_;
+  std::shared_ptr<IoPoster> poster_;
+  std::weak_ptr<GenerationJob> job_;
+  int part_;
+};
+
+const char* finish_name(FinishReason f) {
+  switch (f) {
+    case FinishReason::Stop: return "stop";
+    case FinishReason::Length: return "length";
+    case FinishReason::Abort: return "abort";
+    case FinishReason::Error: return "error";
+    case FinishReason::None: break;
+  }
+  return "stop";
+}
+
+}  // namespace
+
+GenerationJob::GenerationJob(State* state, std::shared_ptr<HttpExchange> ex, ApiRequest req, std::string id, int prompt_tokens)
+    : state_(state), ex_(std::move(ex)), req_(std::move(req)), id_(std::move(id)), inbox_(std::make_shared<Inbox>()),
+      prompt_tokens_(prompt_tokens), arrival_(Clock::now()), last_write_(arrival_) {}
+
+bool GenerationJob::start(std::vector<Part> parts, const std::shared_ptr<IoPoster>& poster) {
+  parts_ = std::move(parts);
+  part_done_.assign(parts_.size(), false);
+  choices_.resize(parts_.size() * size_t(req_.n));
+  ParserOptions popt;
+  popt.tools_enabled = !req_.tools.is_null() && req_.tool_choice.kind != ToolChoice::Kind::None;
+  popt.tools = req_.tools;
+  if (req_.endpoint != Endpoint::Completions)
+    for (auto& c : choices_) c.parser = state_->backend.adapter->make_output_parser(popt);
+
+  WriterOptions wopt;
+  wopt.id = id_;
+  wopt.model = req_.model.empty() ? state_->served_name() : req_.model;
+  wopt.created = int64_t(std::time(nullptr));
+  wopt.choices = int(choices_.size());
+  wopt.include_usage = req_.include_usage || (req_.stream && state_->opt.force_include_usage);
+  wopt.continuous_usage = req_.continuous_usage;
+  wopt.include_reasoning = req_.include_reasoning;
+  wopt.reasoning_fields = state_->opt.reasoning_fields;
+  wopt.prompt_tokens = prompt_tokens_;
+  writer_ = req_.endpoint == Endpoint::ChatCompletions ? make_chat_writer(wopt)
+            : req_.endpoint == Endpoint::Completions   ? make_completion_writer(wopt)
+                                                       : make_messages_writer(wopt);
+
+  auto self = shared_from_this();
+  for (size_t p = 0; p < parts_.size(); ++p) {
+    auto sink = std::make_shared<JobSink>(inbox_, poster, weak_from_this(), int(p));
+    if (auto err = state_->backend.service->submit(parts_[p].request, sink)) {
+      ApiError e;
+      switch (err->kind) {
+        case SubmitError::Kind::Invalid: e = invalid_param("", err->message); break;
+        case SubmitError::Kind::Overloaded: e = ApiError{429, "rate_limit_error", err->message + " Retry shortly.", "", "server_overloaded"}; break;
+        case SubmitError::Kind::Unavailable: e = ApiError{503, "service_unavailable", err->message, "", "model_unavailable"}; break;
+      }
+      // Parts already queued are cancelled; their summaries are still awaited.
+      for (size_t q = 0; q < p; ++q) state_->backend.service->cancel(parts_[q].request.request_id);
+      for (size_t q = p; q < parts_.size(); ++q) {
+        part_done_[q] = true;
+        ++parts_done_;
+      }
+      client_gone_ = true;  // nothing more is written
+      state_->respond_error(*ex_, e);
+      if (parts_done_ == int(parts_.size())) finalized_ = true;
+      return p > 0;  // keep the job registered while cancelled parts drain
+    }
+  }
+  if (state_->opt.log_requests)
+    LOG_INFO("[%s] %s from %s: prompt %d tokens, max_tokens %d, n %d%s", id_.c_str(), ex_->request().path.c_str(),
+             ex_->request().remote.c_str(), prompt_tokens_, parts_[0].request.stop.max_tokens, req_.n, req_.stream ? ", stream" : "");
+  if (req_.stream) {
+    ex_->start_stream(200, "text/event-stream", {{"X-Request-Id", id_}});
+    write(writer_->stream_start());
+  }
+  std::weak_ptr<GenerationJob> weak = self;
+  ex_->on_close([weak] {
+    auto j = weak.lock();
+    if (!j || j->finalized_) return;
+    j->client_gone_ = true;
+    j->state_->metrics->client_disconnected();
+    LOG_INFO("[%s] client disconnected; cancelling", j->id_.c_str());
+    j->cancel();
+  });
+  return true;
+}
+
+void GenerationJob::cancel() {
+  for (size_t p = 0; p < parts_.size(); ++p)
+    if (!part_done_[p]) state_->backend.service->cancel(parts_[p].request.request_id);
+}
+
+void GenerationJob::write(std::string bytes) {
+  if (bytes.empty() || client_gone_) return;
+  last_write_ = Clock::now();
+  ex_->write(std::move(bytes));
+}
+
+void GenerationJob::keepalive(Clock::time_point now) {
+  if (!req_.stream || client_gone_ || finalized_) return;
+  if (std::chrono::duration<double>(now - last_write_).count() >= state_->opt.sse_keepalive_seconds) write(writer_->keepalive());
+}
+
+UsageInfo GenerationJob::usage() const {
+  UsageInfo u;
+  u.prompt_tokens = prompt_tokens_;
+  u.cached_tokens = cached_tokens_;
+  for (const auto& c : choices_) {
+    u.completion_tokens += c.completion_tokens;
+    u.reasoning_tokens += c.reasoning_tokens;
+  }
+  return u;
+}
+
+void GenerationJob::drain() {
+  std::vector<Inbox::Event> events;
+  {
+    std::lock_guard lock(inbox_->mu);
+    events.swap(inbox_->events);
+    inbox_->wake_pending = false;
+  }
+  for (auto& e : events) {
+    if (e.output) on_output(e.part, std::move(*e.output));
+    else if (e.summary) on_summary(e.part, *e.summary);
+  }
+}
+
+void GenerationJob::on_output(int part, GenerationOutput out) {
+  if (out.index < 0 || out.index >= req_.n) return;
+  int index = part * req_.n + out.index;
+  Choice& c = choices_[size_t(index)];
+  if (c.finished) return;
+  auto now = Clock::now();
+  if (!out.token_ids.empty()) {
+    if (!first_token_) first_token_ = now;
+    if (c.last_token) state_->metrics->inter_token_latency(std::chrono::duration<double>(now - *c.last_token).count() / double(out.token_ids.size()));
+    c.last_token = now;
+  }
+  c.completion_tokens += int(out.token_ids.size());
+
+  ChoiceDelta d;
+  if (req_.endpoint == Endpoint::Completions) {
+    if (req_.echo && !c.sent_echo) {
+      c.sent_echo = true;
+      d.echo_text = parts_[size_t(part)].echo_text;
+      if (req_.logprobs >= 0) d.prompt_logprobs = std::move(out.prompt_logprobs);
+    }
+    d.text = std::move(out.text);
+  } else {
+    ParsedDelta pd;
+    c.parser->feed(out.token_ids, out.text, pd);
+    if (out.finish != FinishReason::None) c.parser->finish(pd);
+    c.reasoning_tokens += pd.reasoning_tokens;
+    d.reasoning = std::move(pd.reasoning);
+    d.content = std::move(pd.content);
+    for (auto& tc : pd.tool_calls) {
+      // parallel_tool_calls=false keeps the first call only.
+      if (!req_.parallel_tool_calls && tc.index > 0) continue;
+      if (tc.index < 0 || tc.index > 1024) continue;
+      ToolCallOut t;
+      t.index = tc.index;
+      t.arguments = std::move(tc.arguments);
+      if (size_t(tc.index) >= c.tool_ids.size()) c.tool_ids.resize(size_t(tc.index) + 1);
+      if (c.tool_ids[size_t(tc.index)].empty()) {
+        // The first delta of a call names it and gets its id.
+        c.tool_ids[size_t(tc.index)] = random_id(req_.endpoint == Endpoint::Messages ? "toolu_" : "call_", 24);
+        t.id = c.tool_ids[size_t(tc.index)];
+        t.name = tc.name.empty() ? "unknown" : std::move(tc.name);
+      }
+      c.saw_tool_call = true;
+      d.tool_calls.push_back(std::move(t));
+    }
+  }
+  if (req_.logprobs >= 0) d.logprobs = std::move(out.logprobs);
+
+  if (!d.empty()) {
+    if (req_.stream) write(writer_->stream_delta(index, d, usage()));
+    else writer_->add(index, d);
+  }
+  if (out.finish != FinishReason::None) {
+    c.finished = true;
+    if (out.finish == FinishReason::Error) return;  // reported once, as an error, in finalize()
+    FinishInfo f;
+    f.reason = out.finish == FinishReason::Stop && c.saw_tool_call ? "tool_calls" : finish_name(out.finish);
+    if (out.stop_string) f.stop_reason = *out.stop_string;
+    else if (out.stop_token) f.stop_reason = int64_t(*out.stop_token);
+    if (req_.stream) write(writer_->stream_finish(index, f));
+    else writer_->finish(index, f);
+  }
+}
+
+void GenerationJob::on_summary(int part, const GenerationSummary& s) {
+  if (part < 0 || size_t(part) >= parts_.size() || part_done_[size_t(part)]) return;
+  part_done_[size_t(part)] = true;
+  ++parts_done_;
+  cached_tokens_ += s.cached_prompt_tokens;
+  for (size_t i = 0; i < s.completion_tokens.size() && i < size_t(req_.n); ++i)
+    choices_[size_t(part) * size_t(req_.n) + i].completion_tokens = s.completion_tokens[i];
+  queue_s_ = std::max(queue_s_, s.queue_seconds);
+  prefill_s_ = std::max(prefill_s_, s.prefill_seconds);
+  decode_s_ = std::max(decode_s_, s.decode_seconds);
+  if (!s.error.empty() && engine_error_.empty()) engine_error_ = s.error;
+  if (parts_done_ == int(parts_.size())) finalize();
+}
+
+void GenerationJob::finalize() {
+  if (finalized_) return;
+  finalized_ = true;
+  UsageInfo u = usage();
+  FinishedRequest fr;
+  bool aborted = false, length = false;
+  for (const auto& c : choices_) (void)c;
+  for (size_t p = 0; p < parts_.size(); ++p) (void)p;
+  fr.prompt_tokens = u.prompt_tokens;
+  fr.generation_tokens = u.completion_tokens;
+  fr.e2e_seconds = std::chrono::duration<double>(Clock::now() - arrival_).count();
+  fr.ttft_seconds = first_token_ ? std::chrono::duration<double>(*first_token_ - arrival_).count() : -1;
+  fr.queue_seconds = queue_s_;
+  fr.prefill_seconds = prefill_s_;
+  fr.decode_seconds = decode_s_;
+  aborted = client_gone_;
+  (void)length;
+  fr.finished_reason = !engine_error_.empty() ? "error" : aborted ? "abort" : "stop";
+  state_->metrics->request_finished(fr);
+
+  if (!engine_error_.empty()) {
+    LOG_ERROR("[%s] engine error: %s", id_.c_str(), engine_error_.c_str());
+    ApiError e{500, "server_error", "The engine failed while generating: " + engine_error_, "", "engine_error"};
+    if (req_.stream) {
+      write(writer_->stream_error(e));
+      ex_->end_stream();
+    } else if (!client_gone_) {
+      state_->respond_error(*ex_, e);
+    }
+  } else if (req_.stream) {
+    write(writer_->stream_end(u));
+    ex_->end_stream();
+  } else if (!client_gone_) {
+    HttpResponse r;
+    r.body = writer_->body(u);
+    r.headers.emplace_back("X-Request-Id", id_);
+    ex_->respond(std::move(r));
+  }
+  if (state_->opt.log_requests)
+    LOG_INFO("[%s] finished%s: %d prompt + %d completion tokens in %.3f s", id_.c_str(), aborted ? " (client gone)" : "",
+             u.prompt_tokens, u.completion_tokens, fr.e2e_seconds);
+  state_->finish_job(shared_from_this());
+}
+
+void cancel_all_jobs(State& state) {
+  for (const auto& j : state.jobs) j->cancel();
+}
+
+void send_keepalives(State& state) {
+  auto now = Clock::now();
+  for (const auto& j : state.jobs) j->keepalive(now);
+}
+
+}  // namespace muse::server

@@ -1,0 +1,74 @@
+// One generation request in flight, from admission to the last byte: it
+// submits to the GenerationService, receives the engine's outputs through a
+// thread-safe inbox (the engine thread only enqueues and wakes the I/O
+// thread), runs the response parser per choice, and writes SSE frames or the
+// whole body through a ResponseWriter. A client disconnect cancels it.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "muse/server/api_state.h"
+
+namespace muse::server {
+
+class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
+ public:
+  struct Part {
+    GenerationRequest request;
+    std::string echo_text;  // completions with echo
+  };
+
+  GenerationJob(ApiServer::State* state, std::shared_ptr<HttpExchange> ex, ApiRequest req, std::string id, int prompt_tokens);
+  // Submits every part; on failure answers the error and returns false.
+  bool start(std::vector<Part> parts, const std::shared_ptr<IoPoster>& poster);
+  void drain();             // I/O thread: handle what the engine delivered
+  void cancel();            // asks the engine to stop every part
+  void keepalive(std::chrono::steady_clock::time_point now);
+
+  struct Inbox;  // engine thread -> I/O thread hand-over (generation_job.cc)
+
+ private:
+  struct Choice {
+    std::unique_ptr<OutputParser> parser;
+    std::vector<std::string> tool_ids;  // by tool-call index
+    bool saw_tool_call = false;
+    bool finished = false;
+    bool sent_echo = false;
+    int completion_tokens = 0;
+    int reasoning_tokens = 0;
+    std::optional<std::chrono::steady_clock::time_point> last_token;
+  };
+
+  void on_output(int part, GenerationOutput out);
+  void on_summary(int part, const GenerationSummary& summary);
+  void finalize();
+  void write(std::string bytes);
+  UsageInfo usage() const;
+
+  ApiServer::State* state_;
+  std::shared_ptr<HttpExchange> ex_;
+  ApiRequest req_;
+  std::string id_;
+  std::unique_ptr<ResponseWriter> writer_;
+  std::shared_ptr<Inbox> inbox_;
+  std::vector<Part> parts_;
+  std::vector<Choice> choices_;
+  std::vector<bool> part_done_;
+  int parts_done_ = 0;
+  int prompt_tokens_ = 0, cached_tokens_ = 0;
+  std::string engine_error_;
+  double queue_s_ = 0, prefill_s_ = 0, decode_s_ = 0;
+  bool client_gone_ = false;
+  bool finalized_ = false;
+  std::chrono::steady_clock::time_point arrival_, last_write_;
+  std::optional<std::chrono::steady_clock::time_point> first_token_;
+};
+
+// POST /v1/messages/count_tokens
+void handle_count_tokens(ApiServer::State& state, HttpExchange& ex, const Json& body);
+
+}  // namespace muse::server

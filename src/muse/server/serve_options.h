@@ -1,0 +1,40 @@
+// `muse serve` options: one typed struct filled from the command line
+// (tools/muse/cmd_serve.cc). The API part goes to ApiServer; the engine part
+// is for the backend factory (backend_factory.h) the lead wires to the engine.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "muse/server/api_server.h"
+#include "muse/server/fake_model.h"
+
+namespace muse::server {
+
+struct EngineServeOptions {
+  std::string model;                 // checkpoint directory (positional MODEL or --model)
+  std::string tokenizer;             // --tokenizer (default: the model directory)
+  int max_model_len = 0;             // 0: the checkpoint's context length
+  int max_num_seqs = 256;
+  int max_num_batched_tokens = 8192;
+  double gpu_memory_utilization = 0.9;
+  std::string dtype = "auto";        // auto | bfloat16
+  std::string chat_template;         // --chat-template: a file, or the template text
+  std::string generation_config = "auto";  // auto: the model's generation_config.json; vllm: none; or a directory
+  std::string reasoning_parser;      // muse | muse_glimmer | muse_spark (validated)
+  std::string tool_call_parser;
+  int tensor_parallel_size = 1;
+  bool language_model_only = false;  // accepted; muse serves text only today
+  bool enable_chunked_prefill = true;
+  int64_t seed = 0;
+};
+
+struct ServeOptions {
+  ApiServerOptions api;
+  EngineServeOptions engine;
+  bool fake_model = false;           // hidden: serve the deterministic fake (tests)
+  FakeModelOptions fake;
+  std::string log_level = "info";
+};
+
+}  // namespace muse::server

@@ -1,0 +1,292 @@
+// muse serve: the OpenAI/Anthropic-compatible HTTP server. Flags follow
+// `vllm serve`; every vllm flag the project's deployment recipes use is
+// recognised: implemented ones act, the others are refused by name at start.
+// SIGINT/SIGTERM stop admissions, let running requests finish within
+// --shutdown-timeout, cancel the rest and exit 0.
+#include <sys/resource.h>
+
+#include <atomic>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include "command.h"
+#include "muse/core/cli.h"
+#include "muse/core/json.h"
+#include "muse/core/log.h"
+#include "muse/server/backend_factory.h"
+#include "muse/server/load_progress.h"
+#include "muse/server/serve_options.h"
+
+namespace muse::tool {
+namespace {
+
+using namespace muse::server;
+
+int fail(const std::string& message) {
+  std::fprintf(stderr, "muse serve: %s\n", message.c_str());
+  return 2;
+}
+
+// vLLM's human-friendly lengths: 1k = 1000, 1K = 1024, 1m = 10^6, 1M = 2^20.
+Result<int64_t> parse_length(const std::string& flag, const std::string& v) {
+  if (v.empty()) return make_error(flag + " needs a value");
+  int64_t mult = 1;
+  std::string digits = v;
+  switch (v.back()) {
+    case 'k': mult = 1000; break;
+    case 'K': mult = 1024; break;
+    case 'm': mult = 1000000; break;
+    case 'M': mult = 1 << 20; break;
+    default: break;
+  }
+  if (mult != 1) digits.pop_back();
+  char* end = nullptr;
+  double x = std::strtod(digits.c_str(), &end);
+  if (digits.empty() || *end || !(x > 0) || x * double(mult) > 1e9)
+    return make_error(flag + " expects a positive length like 32768, 128k or 1M, got '" + v + "'");
+  return int64_t(x * double(mult));
+}
+
+// --allowed-origins etc. take a JSON list (vLLM) or a comma-separated list.
+Result<std::vector<std::string>> parse_list(const std::string& flag, const std::string& v) {
+  std::vector<std::string> out;
+  if (!v.empty() && v[0] == '[') {
+    auto j = Json::parse(v);
+    if (!j.ok() || !j->is_array()) return make_error(flag + " expects a JSON list of strings, got '" + v + "'");
+    for (const auto& s : j->as_array()) {
+      if (!s.is_string()) return make_error(flag + " expects a JSON list of strings, got '" + v + "'");
+      out.push_back(s.as_string());
+    }
+    return out;
+  }
+  size_t start = 0;
+  while (start <= v.size()) {
+    size_t comma = v.find(',', start);
+    if (comma == std::string::npos) comma = v.size();
+    std::string item = v.substr(start, comma - start);
+    if (!item.empty()) out.push_back(item);
+    start = comma + 1;
+  }
+  return out;
+}
+
+void raise_fd_limit() {
+  // Each streaming client holds a socket: lift the soft limit to the hard one.
+  rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
+void declare_refused(ArgParser& args) {
+  struct Refused { const char* name; bool value; const char* why; };
+  static const Refused kRefused[] = {
+      {"--attention-backend", true, "muse has one attention implementation per backend"},
+      {"--compilation-config", true, "there is no torch.compile/CUDA-graph configuration in muse"},
+      {"--kernel-config", true, "kernel autotuning options do not apply to muse's kernels"},
+      {"--cpu-offload-gb", true, "expert offload is not implemented yet"},
+      {"--cpu-offload-params", true, "expert offload is not implemented yet"},
+      {"--offload-backend", true, "expert offload is not implemented yet"},
+      {"--distributed-executor-backend", true, "muse runs in one process on one GPU"},
+      {"--pipeline-parallel-size", true, "muse runs on one GPU"},
+      {"--enable-expert-parallel", false, "muse runs on one GPU (no expert parallelism yet)"},
+      {"--moe-backend", true, "muse has one MoE implementation per backend"},
+      {"--speculative-config", true, "speculative decoding (DSpark) is not implemented yet"},
+      {"--quantization", true, "the weight format is read from the checkpoint; forcing one is not implemented"},
+      {"--kv-cache-dtype", true, "the KV cache dtype is fixed per backend for now"},
+      {"--lora-modules", true, "LoRA adapters are not implemented yet"},
+      {"--enable-lora", false, "LoRA adapters are not implemented yet"},
+      {"--ssl-keyfile", true, "TLS is not implemented; put a reverse proxy in front"},
+      {"--ssl-certfile", true, "TLS is not implemented; put a reverse proxy in front"},
+      {"--trust-request-chat-template", false, "per-request chat templates are not accepted"},
+      {"--scheduling-policy", true, "only first-come-first-served scheduling is implemented"},
+      {"--model-path", true, "that is SGLang's spelling; give the model as the first argument (or --model)"},
+      {"--tp-size", true, "that is SGLang's spelling; use --tensor-parallel-size"},
+  };
+  for (const auto& r : kRefused) args.unsupported(r.name, r.value, r.why);
+}
+
+int serve_command(int argc, char** argv) {
+  ServeOptions o;
+  o.api.http.max_body_bytes = 64u << 20;
+  std::string positional_model, max_model_len, served_names, origins, methods, headers, reasoning_field = "both";
+  std::string tokenizer_mode = "auto", config_format = "auto", load_format = "auto";
+  std::vector<std::string> served_repeated;
+  bool disable_log_requests = false, enable_auto_tool_choice = false;
+  int64_t max_body_mb = 64;
+  double fake_step_ms = 2.0;
+  int fake_load_ms = 0;
+
+  ArgParser args("serve", "Serve a Muse checkpoint over the OpenAI (/v1/chat/completions, /v1/completions) and Anthropic "
+                          "(/v1/messages) APIs. Flags follow `vllm serve`.");
+  args.positional("MODEL", &positional_model, false, "model directory (or --model)");
+  args.option("--model", &o.engine.model, "DIR", "model directory");
+  args.option("--host", &o.api.http.host, "ADDR", "address to listen on (default 0.0.0.0)");
+  args.option("--port", &o.api.http.port, "N", "port (default 8000; 0 picks a free one and logs it)");
+  args.option("--api-key", &o.api.api_key, "KEY", "require this key (Authorization: Bearer KEY, or x-api-key) on every route but /health");
+  args.option("--served-model-name", &served_names, "NAMES",
+              "model name(s) clients use, comma-separated; the first is reported (default: the model path)");
+  args.option("--max-model-len", &max_model_len, "N", "context length served (e.g. 32768, 128k; default: the model's)");
+  args.option("--max-num-seqs", &o.engine.max_num_seqs, "N", "sequences decoded together (default 256)");
+  args.option("--max-num-batched-tokens", &o.engine.max_num_batched_tokens, "N", "tokens per engine step, prefill chunks included (default 8192)");
+  args.option("--gpu-memory-utilization", &o.engine.gpu_memory_utilization, "F", "share of GPU memory muse may use (default 0.9)");
+  args.option("--dtype", &o.engine.dtype, "T", "auto or bfloat16 (default auto)");
+  args.option("--tokenizer", &o.engine.tokenizer, "DIR", "tokenizer directory (default: the model directory)");
+  args.option("--tokenizer-mode", &tokenizer_mode, "MODE", "auto or hf: the checkpoint's tokenizer.json (the only mode)");
+  args.option("--config-format", &config_format, "F", "auto or hf: config.json (the only format)");
+  args.option("--load-format", &load_format, "F", "auto or safetensors (the only format)");
+  args.option("--generation-config", &o.engine.generation_config, "SRC",
+              "auto: sampling defaults and stop ids from the model's generation_config.json; vllm: no sampling defaults; or a directory");
+  args.option("--chat-template", &o.engine.chat_template, "FILE", "chat template file (or inline template) instead of the model's");
+  args.option("--reasoning-parser", &o.engine.reasoning_parser, "NAME", "muse, muse_glimmer or muse_spark (Muse output is always parsed)");
+  args.option("--tool-call-parser", &o.engine.tool_call_parser, "NAME", "muse, muse_glimmer or muse_spark");
+  args.flag("--enable-auto-tool-choice", &enable_auto_tool_choice, "allow tool_choice \"auto\" (on by default in muse: the Muse parser is built in)");
+  args.flag("--enable-chunked-prefill", &o.engine.enable_chunked_prefill, "split long prompts over steps (always on)");
+  args.flag("--language-model-only", &o.engine.language_model_only, "serve text only (muse serves text only today)");
+  args.option("--tensor-parallel-size", &o.engine.tensor_parallel_size, "N", "GPUs per model (only 1 is supported)");
+  args.alias("-tp", "--tensor-parallel-size");
+  args.option("--seed", &o.engine.seed, "N", "seed for requests that give none (default: random per request)");
+  args.option("--max-logprobs", &o.api.max_logprobs, "N", "largest logprobs/top_logprobs accepted (default 20)");
+  args.option("--allowed-origins", &origins, "LIST", "CORS origins, JSON list or comma-separated; CORS is off unless given");
+  args.option("--allowed-methods", &methods, "LIST", "CORS methods (default [\"*\"])");
+  args.option("--allowed-headers", &headers, "LIST", "CORS headers (default [\"*\"])");
+  args.flag("--allow-credentials", &o.api.allow_credentials, "CORS: allow credentials");
+  args.flag("--enable-force-include-usage", &o.api.force_include_usage, "send the usage chunk on every stream");
+  args.flag("--disable-log-requests", &disable_log_requests, "do not log each request at info level");
+  args.option("--reasoning-field", &reasoning_field, "F", "reasoning output field: both (default), reasoning or reasoning_content");
+  args.option("--max-request-body-mb", &max_body_mb, "N", "largest request body in MiB (default 64); larger get 413");
+  args.option("--sse-keepalive-interval", &o.api.sse_keepalive_seconds, "S", "SSE keep-alive comment after S silent seconds (default 15)");
+  args.option("--shutdown-timeout", &o.api.shutdown_grace_seconds, "S", "on SIGINT/SIGTERM, wait S seconds for running requests before cancelling them (default 30)");
+  args.option("--log-level", &o.log_level, "L", "debug, info, warn, error (default info)");
+  args.flag("--fake-model", &o.fake_model, "(testing) serve a deterministic fake model instead of MODEL");
+  args.option("--fake-step-ms", &fake_step_ms, "MS", "(testing) fake engine step time (default 2)");
+  args.option("--fake-load-ms", &fake_load_ms, "MS", "(testing) fake loading time (default 0)");
+  declare_refused(args);
+
+  Status st = args.parse(argc, argv);
+  if (!st.ok()) return std::fprintf(stderr, "muse serve: %s\n", st.message().c_str()), 2;
+  if (args.help_requested()) return std::printf("%s", args.usage().c_str()), 0;
+  if (o.engine.model.empty()) o.engine.model = positional_model;
+  if (o.engine.model.empty() && !o.fake_model) return fail("missing MODEL (a model directory)\n\n" + args.usage());
+
+  LogLevel level;
+  if (!parse_log_level(o.log_level, &level)) return fail("--log-level: expected debug, info, warn or error, got '" + o.log_level + "'");
+  set_log_level(level);
+  auto check_choice = [](const std::string& flag, const std::string& v, const std::vector<std::string>& allowed) -> std::string {
+    std::string list;
+    for (const auto& a : allowed) {
+      if (v == a) return "";
+      list += (list.empty() ? "" : ", ") + a;
+    }
+    return flag + ": '" + v + "' is not supported (supported: " + list + ")";
+  };
+  struct Choice { const char* flag; std::string value; std::vector<std::string> allowed; };
+  const Choice choices[] = {
+      {"--tokenizer-mode", tokenizer_mode, {"auto", "hf"}},
+      {"--config-format", config_format, {"auto", "hf"}},
+      {"--load-format", load_format, {"auto", "safetensors"}},
+      {"--dtype", o.engine.dtype, {"auto", "bfloat16", "bf16"}},
+      {"--reasoning-field", reasoning_field, {"both", "reasoning", "reasoning_content"}},
+      {"--reasoning-parser", o.engine.reasoning_parser.empty() ? "muse" : o.engine.reasoning_parser, {"muse", "muse_glimmer", "muse_spark"}},
+      {"--tool-call-parser", o.engine.tool_call_parser.empty() ? "muse" : o.engine.tool_call_parser, {"muse", "muse_glimmer", "muse_spark"}},
+  };
+  for (const auto& c : choices)
+    if (auto e = check_choice(c.flag, c.value, c.allowed); !e.empty()) return fail(e);
+  if (o.engine.tensor_parallel_size != 1) return fail("--tensor-parallel-size " + std::to_string(o.engine.tensor_parallel_size) + ": muse runs on one GPU (only 1 is supported)");
+  if (!(o.engine.gpu_memory_utilization > 0 && o.engine.gpu_memory_utilization <= 1)) return fail("--gpu-memory-utilization must be in (0, 1]");
+  if (o.engine.max_num_seqs < 1) return fail("--max-num-seqs must be >= 1");
+  if (o.engine.max_num_batched_tokens < 1) return fail("--max-num-batched-tokens must be >= 1");
+  if (o.api.http.port < 0 || o.api.http.port > 65535) return fail("--port must be in [0, 65535]");
+  if (max_body_mb < 1 || max_body_mb > 4096) return fail("--max-request-body-mb must be in [1, 4096]");
+  o.api.http.max_body_bytes = size_t(max_body_mb) << 20;
+  if (!max_model_len.empty()) {
+    auto n = parse_length("--max-model-len", max_model_len);
+    if (!n.ok()) return fail(n.message());
+    o.engine.max_model_len = int(*n);
+  }
+  for (auto [flag, text, out] : {std::tuple{"--allowed-origins", &origins, &o.api.allowed_origins},
+                                 std::tuple{"--allowed-methods", &methods, &o.api.allowed_methods},
+                                 std::tuple{"--allowed-headers", &headers, &o.api.allowed_headers}}) {
+    if (text->empty()) continue;
+    auto list = parse_list(flag, *text);
+    if (!list.ok()) return fail(list.message());
+    *out = *list;
+  }
+  if (!served_names.empty()) {
+    auto list = parse_list("--served-model-name", served_names);
+    if (!list.ok() || list->empty()) return fail("--served-model-name: expected one or more names");
+    o.api.served_model_names = *list;
+  } else {
+    o.api.served_model_names = {o.fake_model && o.engine.model.empty() ? std::string("muse-fake") : o.engine.model};
+  }
+  o.api.reasoning_fields = reasoning_field == "reasoning" ? ReasoningFields::Reasoning
+                           : reasoning_field == "reasoning_content" ? ReasoningFields::ReasoningContent
+                                                                    : ReasoningFields::Both;
+  o.api.use_generation_config = o.engine.generation_config != "vllm";
+  o.api.log_requests = !disable_log_requests;
+  (void)enable_auto_tool_choice;  // always on: muse always has the Muse tool parser
+
+  ServeBackend backend;
+  if (o.fake_model) {
+    o.fake.max_model_len = o.engine.max_model_len > 0 ? o.engine.max_model_len : 4096;
+    o.fake.max_num_seqs = o.engine.max_num_seqs;
+    o.fake.max_num_batched_tokens = o.engine.max_num_batched_tokens;
+    o.fake.step_ms = fake_step_ms;
+    o.fake.load_ms = fake_load_ms;
+    o.fake.default_seed = o.engine.seed;
+    backend = make_fake_backend(o.fake);
+  } else {
+    auto b = make_engine_backend(o.engine);
+    if (!b.ok()) return std::fprintf(stderr, "%s\n", b.message().c_str()), 1;
+    backend = std::move(b).value();
+  }
+
+  raise_fd_limit();
+  auto server = std::make_unique<ApiServer>(o.api, backend);
+  if (Status s = server->listen(); !s.ok()) return std::fprintf(stderr, "muse serve: %s\n", s.message().c_str()), 1;
+  LOG_INFO("muse serve: listening on %s:%d (model %s%s)", o.api.http.host.c_str(), server->port(), o.api.served_model_names[0].c_str(),
+           o.fake_model ? ", fake" : "");
+
+  // Load on a side thread: /health says 503 until it is done.
+  std::atomic<int> load_state{0};  // 0 loading, 1 ready, 2 failed
+  std::thread loader([&] {
+    LoadProgressReporter reporter(stderr);
+    LoadProgress last;
+    Status s = backend.service->load([&](const LoadProgress& p) {
+      last = p;
+      reporter.update(p);
+    });
+    if (!s.ok()) {
+      LOG_ERROR("loading failed: %s", s.message().c_str());
+      load_state = 2;
+      server->shutdown();
+      return;
+    }
+    reporter.done(last);
+    server->set_ready();
+    load_state = 1;
+    LOG_INFO("ready: http://%s:%d/v1", o.api.http.host.c_str(), server->port());
+  });
+  server->run();
+  if (load_state == 0) {
+    // Interrupted while loading: nothing to drain, the loader cannot be stopped.
+    LOG_INFO("interrupted while loading; exiting");
+    std::fflush(stderr);
+    std::_Exit(0);
+  }
+  loader.join();
+  int code = load_state == 2 ? 1 : 0;
+  // The service's threads may still deliver into the server: stop them first.
+  backend.service.reset();
+  server.reset();
+  LOG_INFO("muse serve: stopped");
+  return code;
+}
+
+}  // namespace
+
+MUSE_COMMAND("serve", "serve a model over the OpenAI and Anthropic HTTP APIs", serve_command, 20);
+
+}  // namespace muse::tool
