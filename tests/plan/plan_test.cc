@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 
@@ -387,8 +388,6 @@ TEST(PlanDrafter, DSparkSizeMatchesTheCard) {
   EXPECT_EQ(p.drafter.num_speculative_tokens, 2);
   EXPECT_NEAR(double(p.drafter_params) * 2 / 1e9, 10.6, 0.2);  // seed 000: "5 layers, 10.6 GB"
   EXPECT_EQ(p.kv.drafter_bytes_per_sequence, int64_t(5) * 2048 * 2 * 16 * 64 * 2);
-  Plan without = make(spark("muse-spark-open-nvfp4", "gb300"));
-  (void)without;
 
   const std::string assistant = std::string(MUSE_SOURCE_DIR) + "/../shared/testdata/muse-glimmer/assistant-config.json";
   if (!file_exists(assistant)) GTEST_SKIP() << "shared test data absent: " << assistant;
@@ -422,4 +421,40 @@ TEST(PlanKv, Seed000CapacityWithOneCalibration) {
   Plan with = make(o);
   EXPECT_NEAR(double(with.kv.capacity_tokens), 179'747, 179'747 * 0.01);
   EXPECT_NEAR(double(base.kv.capacity_tokens - with.kv.capacity_tokens), 163'249, 163'249 * 0.01);
+}
+
+// A model directory: config.json without quantization_config plus ModelOpt's
+// legacy hf_quant_config.json, whose exclusion list decides per layer.
+TEST(PlanFormats, ModelDirectoryWithExclusionList) {
+  const std::string dir = testing::TempDir() + "/plan_tiny_spark";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/config.json") << R"({"model_type": "muse_spark", "text_config": {
+      "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+      "head_dim": 64, "vocab_size": 1000, "num_local_experts": 8, "num_experts_per_tok": 2,
+      "moe_hidden_size": 128, "moe_intermediate_size": 128, "tie_word_embeddings": true}})";
+  std::ofstream(dir + "/hf_quant_config.json") << R"({"producer": {"name": "modelopt"},
+      "quantization": {"quant_algo": "NVFP4", "group_size": 16,
+                       "exclude_modules": ["lm_head", "model.language_model.layers.2.mlp.experts*"]}})";
+  PlanOptions o;
+  o.model = dir;
+  o.hardware = "h200";
+  Plan p = make(o);
+  EXPECT_EQ(p.model.scheme.format, WeightFormat::NVFP4);
+  ASSERT_EQ(p.model.scheme.bf16_expert_layer.size(), 4u);
+  EXPECT_EQ(p.model.scheme.bf16_expert_layer, (std::vector<bool>{false, false, true, false}));
+  // Tied embeddings: the head is the embedding table, counted once.
+  EXPECT_EQ(p.params.head, 0);
+  EXPECT_EQ(p.params.embeddings, 1000 * 256);
+  const int64_t nvfp4 = quantized_matrix_bytes(WeightFormat::NVFP4, 8, 256, 128) + 8 * 8 +  // gate_up: 2 shards
+                        quantized_matrix_bytes(WeightFormat::NVFP4, 8, 128, 128);
+  const int64_t bf16 = int64_t(8) * (256 * 128 + 128 * 128) * 2;
+  EXPECT_EQ(p.bytes.experts, 3 * nvfp4 + bf16);
+  EXPECT_TRUE(p.fits);
+  // --weight-format overrides the checkpoint; --cpu-offload-params picks names.
+  o.weight_format = "bf16";
+  o.cpu_offload_gib = 1;
+  o.cpu_offload_params = {"w2_weight"};
+  Plan q = make(o);
+  EXPECT_EQ(q.pinned.buffers, 4);  // one w2_weight per layer, nothing else
+  EXPECT_EQ(q.pinned.exact, 4 * int64_t(8) * 128 * 128 * 2);
 }
