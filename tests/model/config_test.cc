@@ -180,6 +180,20 @@ TEST(ModelConfig, FlatSparkAndAliases) {
   EXPECT_TRUE(r->is_full(0));
 }
 
+TEST(ModelConfig, TieWordEmbeddingsFromTopLevel) {
+  Json root = spark_config(6);
+  root.set("tie_word_embeddings", true);
+  auto r = parse_model_config(root);
+  ASSERT_TRUE(r.ok()) << r.message();
+  EXPECT_TRUE(r->tie_word_embeddings);
+  root.find("text_config")->set("tie_word_embeddings", false);
+  r = parse_model_config(root);
+  ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->tie_word_embeddings);
+  root.set("tie_word_embeddings", "yes");
+  EXPECT_FALSE(parse_model_config(root).ok());
+}
+
 TEST(ModelConfig, DenseSparkLayersUseDenseSlots) {
   Json root = spark_config(6);
   Json& t = *root.find("text_config");

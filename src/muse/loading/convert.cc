@@ -85,7 +85,8 @@ float f16_to_f32_fast(uint16_t h) {
   const uint32_t two_w = w + w;
   const float normal = bits_to_f32((two_w >> 4) + (0xE0u << 23)) * 0x1.0p-112f;
   const float subnormal = bits_to_f32((two_w >> 17) | (126u << 23)) - 0.5f;
-  const uint32_t magnitude = two_w < (1u << 27) ? f32_to_bits(subnormal) : f32_to_bits(normal);
+  const uint32_t is_subnormal = 0u - uint32_t(two_w < (1u << 27));  // all ones or zero: a select the vectorizer keeps
+  const uint32_t magnitude = (f32_to_bits(subnormal) & is_subnormal) | (f32_to_bits(normal) & ~is_subnormal);
   return bits_to_f32(sign | magnitude);
 }
 

@@ -288,7 +288,7 @@ Status parse_text(const KeyReader& k, ModelConfig& c) {
   MUSE_ASSIGN_OR_RETURN(c.output_multiplier,
                         k.opt_positive("output_multiplier", spark ? 0.17677669529663687 : 0.19611613513818404));
   MUSE_ASSIGN_OR_RETURN(c.final_logit_softcapping, k.opt_positive("final_logit_softcapping", 20.0, true));
-  MUSE_ASSIGN_OR_RETURN(c.tie_word_embeddings, k.opt_bool("tie_word_embeddings", false));
+  MUSE_ASSIGN_OR_RETURN(c.tie_word_embeddings, k.opt_bool("tie_word_embeddings", c.tie_word_embeddings));
 
   MUSE_ASSIGN_OR_RETURN(bool bias, k.opt_bool("attention_bias", false));
   if (bias) return k.error("attention_bias", "= true is not supported (Muse attention has no biases)");
@@ -405,6 +405,11 @@ Result<ModelConfig> parse_model_config(const Json& root, const std::string& sour
     std::string family_prefix = c.is_spark() ? "muse_spark" : "muse_glimmer";
     if (!text_type.empty() && text_type.rfind(family_prefix, 0) != 0)
       return k.error("model_type", "= \"" + text_type + "\" does not belong to a \"" + c.model_type + "\" model");
+  }
+  // transformers 5 may write tie_word_embeddings on the composite (top-level)
+  // config; the text config's own value wins when both exist.
+  if (text != &root) {
+    MUSE_ASSIGN_OR_RETURN(c.tie_word_embeddings, top.opt_bool("tie_word_embeddings", false));
   }
   MUSE_RETURN_IF_ERROR(parse_text(k, c));
 
