@@ -53,13 +53,12 @@ void compress(uint32_t h[8], const unsigned char* block) {
   h[0] += a, h[1] += b, h[2] += c, h[3] += d, h[4] += e, h[5] += f, h[6] += g, h[7] += k;
 }
 
-// Whether the template loops over (or type-tests) a message's content, i.e.
-// accepts OpenAI-style part lists; otherwise text parts are joined first.
+// Whether the template loops over a message's content, i.e. accepts
+// OpenAI-style part lists (vLLM's "openai" content format); otherwise text
+// parts are joined into one string first ("string" format).
 bool detect_content_lists(const std::string& src) {
-  for (const char* needle : {"content is string", "content is not string", "content'] is string",
-                             "content'] is not string", "content\"] is string", "content\"] is not string",
-                             "in content", "in message.content", "in message['content']", "in message[\"content\"]",
-                             "content is iterable", "content'] is iterable", "content is sequence"})
+  for (const char* needle : {"in content", "in message.content", "in message['content']", "in message[\"content\"]",
+                             "in msg.content", "in msg['content']", "in m.content", "in m['content']"})
     if (src.find(needle) != std::string::npos) return true;
   return false;
 }
