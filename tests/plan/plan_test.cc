@@ -319,7 +319,8 @@ TEST(PlanErrors, BadInputIsAClearError) {
   EXPECT_NE(error_of(o).find("no host memory to offload to"), std::string::npos);
   o = spark();
   o.hardware = "";
-  EXPECT_NE(error_of(o).find("no hardware given"), std::string::npos);
+  o.cpu_offload_gib = 10;
+  EXPECT_NE(error_of(o).find("need a machine"), std::string::npos);
   o = spark();
   o.speculative_config = "{\"method\": \"medusa\"}";
   EXPECT_NE(error_of(o).find("method 'medusa'"), std::string::npos);
@@ -457,4 +458,20 @@ TEST(PlanFormats, ModelDirectoryWithExclusionList) {
   Plan q = make(o);
   EXPECT_EQ(q.pinned.buffers, 4);  // one w2_weight per layer, nothing else
   EXPECT_EQ(q.pinned.exact, 4 * int64_t(8) * 128 * 128 * 2);
+}
+
+// The interface makes --hardware optional: the model alone is sized.
+TEST(PlanModelOnly, NoHardware) {
+  PlanOptions o;
+  o.model = "muse-spark-open";
+  o.max_model_len = 131072;
+  Plan p = make(o);
+  EXPECT_FALSE(p.has_hardware);
+  EXPECT_EQ(p.kv.bytes_at_max_model_len, 8'975'810'560);
+  Json j = plan_to_json(p);
+  EXPECT_TRUE(j.find("hardware")->is_null());
+  EXPECT_EQ(j.find("params")->find("experts")->as_int(), 798'863'917'056);
+  EXPECT_TRUE(j.find("pinned_host_bytes")->find("exact")->is_null());
+  EXPECT_TRUE(j.find("decode_ceiling_tokens_per_s")->is_null());
+  EXPECT_NE(plan_to_table(p).find("No hardware given"), std::string::npos);
 }

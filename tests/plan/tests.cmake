@@ -22,6 +22,10 @@ muse_plan_cli_test(seed004_128k 0
 muse_plan_cli_test(seed000_gb300 0
   "plan;--model;muse-spark-open-nvfp4;--hardware;gb300;--cpu-offload-gb;310;--cpu-offload-params;experts;--max-model-len;131072;--max-num-seqs;4;--gpu-memory-utilization;0.92;--json"
   "\"exact\": 334470836224,;\"power_of_two\": 334470836224,;\"last_tensor\": \"layers.43.mlp.experts.w13_weight\";\"decode_ceiling_tokens_per_s\": 37\\.8;\"fits\": true")
+# No hardware: the model alone (params and KV) is sized, exit 0.
+muse_plan_cli_test(model_only 0
+  "plan;--model;muse-spark-open;--json"
+  "\"experts\": 798863917056,;\"bytes_per_token\": 65536,;\"decode_ceiling_tokens_per_s\": null")
 # The table is the default output.
 muse_plan_cli_test(table 0
   "plan;--model;muse-spark-open-nvfp4;--hardware;gb300;--max-model-len;128K"

@@ -53,7 +53,7 @@ int plan_command(int argc, char** argv) {
   args.alias("-m", "--model");
   args.option("--weight-format", &o.weight_format, "FORMAT",
               "bf16|nvfp4|mxfp4|fp8|int4 (default: the profile's, or the config's quantization_config)");
-  args.option("--hardware", &o.hardware, "NAME", "built-in hardware (" + hardware + ")");
+  args.option("--hardware", &o.hardware, "NAME", "built-in hardware (" + hardware + "); without it (or machine figures) only the model is sized");
   args.option("--gpus", &gpus, "N", "number of GPUs (overrides the profile)");
   args.alias("--tensor-parallel-size", "--gpus");
   args.alias("-tp", "--gpus");
@@ -123,9 +123,6 @@ int plan_command(int argc, char** argv) {
     }
   }
   if (o.model.empty()) return fail("--model is required (" + models + ", or a config.json)");
-  if (o.hardware.empty() && !o.overrides.any())
-    return fail("--hardware is required (" + hardware + "), or describe the machine with --gpus, --gpu-memory-gb, "
-                "--gpu-bandwidth-gbs, --host-memory-gb, --host-bandwidth-gbs, --link-bandwidth-gbs");
 
   auto plan = plan::make_plan(o);
   if (!plan.ok()) return fail(plan.message());

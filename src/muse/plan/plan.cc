@@ -241,7 +241,10 @@ Result<Plan> make_plan(const PlanOptions& options) {
   p.options = options;
   if (p.options.model.empty()) return make_error("--model is required (a profile name, a config.json or a model directory)");
   MUSE_ASSIGN_OR_RETURN(p.model, resolve_model(p.options.model, p.options.weight_format));
-  MUSE_ASSIGN_OR_RETURN(p.hardware, resolve_hardware(p.options.hardware, p.options.overrides));
+  p.has_hardware = !p.options.hardware.empty() || p.options.overrides.any();
+  if (p.has_hardware) {
+    MUSE_ASSIGN_OR_RETURN(p.hardware, resolve_hardware(p.options.hardware, p.options.overrides));
+  }
   const ModelConfig& c = p.model.config;
   MUSE_RETURN_IF_ERROR(validate(p.options, c));
   MUSE_RETURN_IF_ERROR(parse_kv_dtype(p.options.kv_cache_dtype, &p.kv));
@@ -280,6 +283,14 @@ Result<Plan> make_plan(const PlanOptions& options) {
     const int64_t dl = 2 * d.kv_heads * d.head_dim * kv.bytes_per_value * d.layers;
     if (d.sliding_window > 0) kv.drafter_bytes_per_sequence = dl * std::min(d.sliding_window, p.options.max_model_len);
     else kv.drafter_bytes_per_token = dl;
+  }
+
+  if (!p.has_hardware) {
+    if (p.options.cpu_offload_gib || p.options.runtime_overhead_gib || !p.options.cpu_offload_params.empty())
+      return make_error("--cpu-offload-gb, --cpu-offload-params and --runtime-overhead-gb need a machine: pass "
+                        "--hardware NAME or --gpu-memory-gb and --gpu-bandwidth-gbs");
+    p.fits = true;
+    return p;
   }
 
   // Offload: possible on discrete GPUs with host memory and a link.

@@ -105,6 +105,9 @@ struct DecodePlan {
 
 struct Plan {
   PlanOptions options;  // as resolved (max_model_len, decode_context filled in)
+  // Without --hardware or machine figures the plan covers the model only
+  // (parameters, weight bytes, KV per token); the rest stays empty.
+  bool has_hardware = true;
   ResolvedModel model;
   HardwareProfile hardware;
   DrafterChoice drafter;
@@ -123,6 +126,7 @@ struct Plan {
 };
 
 // Bad input (unknown names, impossible numbers, invalid configs) is an error;
+// no hardware at all gives a model-only plan;
 // a valid deployment that does not fit is a Plan with fits == false and the
 // reasons in `problems`.
 Result<Plan> make_plan(const PlanOptions& options);

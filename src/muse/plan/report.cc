@@ -101,6 +101,7 @@ Json plan_to_json(const Plan& p) {
 
   const HardwareProfile& h = p.hardware;
   Json hw = Json::object();
+  if (p.has_hardware) {
   hw.set("name", h.name);
   hw.set("description", h.description);
   hw.set("memory_kind", memory_kind_name(h.kind));
@@ -112,7 +113,8 @@ Json plan_to_json(const Plan& p) {
   hw.set("link", h.link_label);
   hw.set("link_bandwidth_bytes_per_s", h.link_bandwidth);
   hw.set("source", h.source);
-  j.set("hardware", hw);
+  }
+  j.set("hardware", p.has_hardware ? hw : Json());
 
   const PlanOptions& o = p.options;
   Json serving = Json::object();
@@ -164,10 +166,26 @@ Json plan_to_json(const Plan& p) {
   k.set("replication", kv.replication);
   k.set("drafter_bytes_per_sequence", kv.drafter_bytes_per_sequence);
   k.set("drafter_bytes_per_token", kv.drafter_bytes_per_token);
-  k.set("budget_bytes", kv.budget_bytes);
-  k.set("capacity_tokens", kv.capacity_tokens);
-  k.set("max_concurrency_at_max_model_len", kv.max_concurrency);
+  k.set("budget_bytes", p.has_hardware ? Json(kv.budget_bytes) : Json());
+  k.set("capacity_tokens", p.has_hardware ? Json(kv.capacity_tokens) : Json());
+  k.set("max_concurrency_at_max_model_len", p.has_hardware ? Json(kv.max_concurrency) : Json());
   j.set("kv", k);
+  if (!p.has_hardware) {
+    // Model only: nothing about memory, offload or speed can be said.
+    for (const char* key : {"memory_per_gpu", "offload", "decode"}) j.set(key, Json());
+    Json pin = Json::object();
+    pin.set("exact", Json());
+    pin.set("power_of_two", Json());
+    j.set("pinned_host_bytes", pin);
+    j.set("decode_ceiling_tokens_per_s", Json());
+    j.set("fits", Json());
+    j.set("problems", Json::array());
+    Json warnings = Json::array();
+    warnings.push_back("no hardware given: pass --hardware (or --gpu-memory-gb and --gpu-bandwidth-gbs) for memory, "
+                       "offload, pinned host memory and the decode ceiling");
+    j.set("warnings", warnings);
+    return j;
+  }
 
   const MemoryPlan& m = p.memory;
   Json mem = Json::object();
@@ -232,17 +250,19 @@ std::string plan_to_table(const Plan& p) {
   const ModelConfig& c = p.model.config;
   const HardwareProfile& h = p.hardware;
   std::string t;
-  t += "muse plan: " + p.model.name + " on " + h.name + "\n";
+  t += "muse plan: " + p.model.name + (p.has_hardware ? " on " + h.name : std::string()) + "\n";
   t += "  model      " + std::string(c.is_spark() ? "Muse Spark" : "Muse Glimmer") + ", " +
        std::to_string(c.num_layers) + " layers (" + std::to_string(p.kv.full_layers) + " full, " +
        std::to_string(p.kv.sliding_layers) + " sliding); weights " + weight_format_name(p.model.scheme.format) +
        " (" + p.model.scheme.basis + ")\n";
-  t += "  hardware   " + h.description + ": " + std::to_string(h.devices) + " x " +
+  if (p.has_hardware)
+    t += "  hardware   " + h.description + ": " + std::to_string(h.devices) + " x " +
        fmt("%.1f GB ", double(h.device_memory_bytes) / 1e9) + h.device_memory_label + " @ " +
        fmt("%.0f GB/s", h.device_bandwidth / 1e9);
   if (h.kind == MemoryKind::Discrete && h.host_memory_bytes > 0)
     t += "; host " + fmt("%.0f GiB", double(h.host_memory_bytes) / kGiB) + " @ " + fmt("%.0f GB/s", h.host_bandwidth / 1e9) +
          "; " + h.link_label + " " + fmt("%.1f GB/s", h.link_bandwidth / 1e9) + " per GPU";
+  if (!p.has_hardware) t += "  hardware   none given (model only)";
   t += "\n  serving    max-model-len " + grouped(p.options.max_model_len) + ", max-num-seqs " +
        std::to_string(p.options.max_num_seqs) + ", gpu-memory-utilization " +
        fmt("%.2f", p.options.gpu_memory_utilization) + ", kv-cache-dtype " + p.kv.dtype;
@@ -278,6 +298,12 @@ std::string plan_to_table(const Plan& p) {
   if (p.drafter.present)
     t += row("drafter context KV", bytes_text(double(kv.drafter_bytes_per_sequence)),
              kv.drafter_bytes_per_token ? grouped(kv.drafter_bytes_per_token) + " B/token" : "per sequence");
+  if (!p.has_hardware)
+    return t + "\nNo hardware given: pass --hardware (" + [] {
+             std::string l;
+             for (const auto& n : hardware_profile_names()) l += (l.empty() ? "" : ", ") + n;
+             return l;
+           }() + ") or --gpu-memory-gb and --gpu-bandwidth-gbs for memory, offload, pinned host memory and the decode ceiling.\n";
   t += row("capacity", grouped(kv.capacity_tokens) + " tokens",
            "max concurrency at max-model-len: " + std::to_string(kv.max_concurrency));
 
