@@ -78,6 +78,7 @@ struct PromptFacts {
   std::string tool_choice = "auto";
   std::string last_user;
   bool last_is_tool_result = false;
+  bool chat = false;  // rendered by the fake template (else a raw completion prompt)
 };
 
 PromptFacts read_prompt(const std::string& text) {
@@ -99,6 +100,8 @@ PromptFacts read_prompt(const std::string& text) {
     }
     pos = end + 1;
   }
+  f.chat = text.ends_with("[assistant]");
+  if (!f.chat) f.last_user = text;  // a raw completion prompt: read it as the request
   return f;
 }
 
@@ -202,10 +205,12 @@ class FakeEngine : public GenerationService {
       std::mt19937_64 rng(greedy ? prompt_hash : mix(mix(prompt_hash, request_salt), uint64_t(i) + 1));
       std::string snippet = facts.last_user.substr(0, utf8_floor(facts.last_user, std::min<size_t>(32, facts.last_user.size())));
       std::vector<int32_t>& p = seq.plan;
-      p.push_back(kThink);
       auto add = [&](std::string_view t) { for (unsigned char c : t) p.push_back(c); };
-      add("The user said: " + snippet + ".");
-      p.push_back(kEndThink);
+      if (facts.chat) {
+        p.push_back(kThink);
+        add("The user said: " + snippet + ".");
+        p.push_back(kEndThink);
+      }
 
       bool has_tools = facts.tools.is_array() && !facts.tools.as_array().empty();
       const std::string& choice = facts.tool_choice;

@@ -229,6 +229,7 @@ void GenerationJob::on_output(int part, GenerationOutput out) {
   }
   if (out.finish != FinishReason::None) {
     c.finished = true;
+    c.finish = out.finish;
     if (out.finish == FinishReason::Error) return;  // reported once, as an error, in finalize()
     FinishInfo f;
     f.reason = out.finish == FinishReason::Stop && c.saw_tool_call ? "tool_calls" : finish_name(out.finish);
@@ -258,9 +259,11 @@ void GenerationJob::finalize() {
   finalized_ = true;
   UsageInfo u = usage();
   FinishedRequest fr;
-  bool aborted = false, length = false;
-  for (const auto& c : choices_) (void)c;
-  for (size_t p = 0; p < parts_.size(); ++p) (void)p;
+  bool aborted = client_gone_, length = false;
+  for (const auto& c : choices_) {
+    aborted |= c.finish == FinishReason::Abort;
+    length |= c.finish == FinishReason::Length;
+  }
   fr.prompt_tokens = u.prompt_tokens;
   fr.generation_tokens = u.completion_tokens;
   fr.e2e_seconds = std::chrono::duration<double>(Clock::now() - arrival_).count();
@@ -268,9 +271,7 @@ void GenerationJob::finalize() {
   fr.queue_seconds = queue_s_;
   fr.prefill_seconds = prefill_s_;
   fr.decode_seconds = decode_s_;
-  aborted = client_gone_;
-  (void)length;
-  fr.finished_reason = !engine_error_.empty() ? "error" : aborted ? "abort" : "stop";
+  fr.finished_reason = !engine_error_.empty() ? "error" : aborted ? "abort" : length ? "length" : "stop";
   state_->metrics->request_finished(fr);
 
   if (!engine_error_.empty()) {

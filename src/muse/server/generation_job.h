@@ -36,6 +36,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
     std::unique_ptr<OutputParser> parser;
     std::vector<std::string> tool_ids;  // by tool-call index
     bool saw_tool_call = false;
+    FinishReason finish = FinishReason::None;
     bool finished = false;
     bool sent_echo = false;
     int completion_tokens = 0;

@@ -3,6 +3,7 @@
 
 #include "muse/server/http_server.h"
 
+#include <array>
 #include <atomic>
 #include <cstdio>
 #include <deque>
@@ -58,6 +59,40 @@ std::string header_safe(std::string_view v) {
 std::string status_line(int status) {
   auto reason = http::obsolete_reason(http::int_to_status(unsigned(status)));
   return "HTTP/1.1 " + std::to_string(status) + " " + std::string(reason.data(), reason.size()) + "\r\n";
+}
+
+using RequestParser = http::request_parser<http::string_body>;
+
+void configure(RequestParser& p, const HttpServerOptions& o) {
+  p.header_limit(uint32_t(std::min<size_t>(o.max_header_bytes, UINT32_MAX)));
+  p.body_limit(o.max_body_bytes);
+}
+
+std::string path_of(beast::string_view target) {
+  return std::string(target.substr(0, target.find('?')));
+}
+
+// The status a read error deserves; 0: just close (the peer went away).
+int status_for(error_code ec) {
+  if (ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::operation_aborted ||
+      ec == net::error::connection_reset || ec == http::error::partial_message)
+    return 0;
+  if (ec == http::error::body_limit) return 413;
+  if (ec == http::error::header_limit) return 431;
+  if (ec.category() == http::make_error_code(http::error::bad_target).category()) return 400;
+  return 0;
+}
+
+HttpRequest build_request(RequestParser& parser, const std::string& path) {
+  auto& msg = parser.get();
+  HttpRequest req;
+  req.method = std::string(msg.method_string());
+  req.target = std::string(msg.target());
+  req.path = path;
+  for (const auto& f : msg)
+    req.headers.emplace_back(lowercase(std::string_view(f.name_string().data(), f.name_string().size())), std::string(f.value()));
+  req.body = std::move(msg.body());
+  return req;
 }
 
 class Connection;
@@ -182,8 +217,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void read_header() {
     if (closed_) return;
     parser_.emplace();
-    parser_->header_limit(uint32_t(srv_->opt.max_header_bytes));
-    parser_->body_limit(srv_->opt.max_body_bytes);
+    configure(*parser_, srv_->opt);
     response_done_ = false;
     arm_idle_timer();
     http::async_read_header(sock_, buf_, *parser_, [self = shared_from_this()](error_code ec, size_t) { self->on_header(ec); });
@@ -193,7 +227,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (closed_) return;
     if (ec) return on_read_error(ec, "");
     auto& req = parser_->get();
-    std::string path(req.target().substr(0, req.target().find('?')));
+    std::string path = path_of(req.target());
     if (auto len = parser_->content_length(); len && *len > srv_->opt.max_body_bytes)
       return protocol_error(413, path, "Request body of " + std::to_string(*len) + " bytes exceeds the limit of " +
                                            std::to_string(srv_->opt.max_body_bytes) + " bytes.");
@@ -207,17 +241,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     if (closed_) return;
     if (ec) return on_read_error(ec, path);
     timer_.cancel();
-    auto& msg = parser_->get();
-    HttpRequest req;
-    req.method = std::string(msg.method_string());
-    req.target = std::string(msg.target());
-    req.path = path;
-    for (const auto& f : msg) req.headers.emplace_back(lowercase(std::string_view(f.name_string().data(), f.name_string().size())),
-                                                       std::string(f.value()));
-    req.body = std::move(msg.body());
+    keep_alive_ = parser_->get().keep_alive();
+    HttpRequest req = build_request(*parser_, path);
     req.remote = remote_;
     req.id = ++srv_->next_request_id;
-    keep_alive_ = msg.keep_alive();
     head_only_ = req.method == "HEAD";
     parser_.reset();
     exchange_ = std::make_shared<Exchange>(weak_from_this(), std::move(req));
@@ -227,17 +254,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void on_read_error(error_code ec, const std::string& path) {
-    if (ec == http::error::end_of_stream || ec == net::error::eof || ec == net::error::operation_aborted ||
-        ec == net::error::connection_reset || ec == http::error::partial_message) {
-      close();
-    } else if (ec == http::error::body_limit) {
-      protocol_error(413, path, "Request body exceeds the limit of " + std::to_string(srv_->opt.max_body_bytes) + " bytes.");
-    } else if (ec == http::error::header_limit) {
-      protocol_error(431, path, "Request headers exceed the limit of " + std::to_string(srv_->opt.max_header_bytes) + " bytes.");
-    } else if (ec.category() == http::make_error_code(http::error::bad_target).category()) {
-      protocol_error(400, path, "Malformed HTTP request: " + ec.message() + ".");
-    } else {
-      close();
+    switch (status_for(ec)) {
+      case 413: return protocol_error(413, path, "Request body exceeds the limit of " + std::to_string(srv_->opt.max_body_bytes) + " bytes.");
+      case 431: return protocol_error(431, path, "Request headers exceed the limit of " + std::to_string(srv_->opt.max_header_bytes) + " bytes.");
+      case 400: return protocol_error(400, path, "Malformed HTTP request: " + ec.message() + ".");
+      default: return close();
     }
   }
 
@@ -263,6 +284,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
       self->watching_ = false;
       self->buf_.commit(n);
       if (self->closed_) return;
+      if (self->lingering_) {
+        if (ec) return self->close();
+        self->buf_.consume(self->buf_.size());
+        return self->drain_input();
+      }
       if (ec && ec != net::error::operation_aborted) {
         self->close();  // the client went away
         return;
@@ -300,14 +326,35 @@ class Connection : public std::enable_shared_from_this<Connection> {
     });
   }
 
+  // Closing right after an early answer (413 while the client is still
+  // sending) would reset the connection and lose the answer: half-close, read
+  // and discard what still comes for a moment, then close.
+  void linger_then_close() {
+    if (closed_ || lingering_) return;
+    lingering_ = true;
+    error_code ec;
+    sock_.shutdown(tcp::socket::shutdown_send, ec);
+    timer_.expires_after(std::chrono::seconds(2));
+    timer_.async_wait([self = shared_from_this(), gen = ++timer_gen_](error_code ec) {
+      if (!ec && gen == self->timer_gen_) self->close();
+    });
+    if (!watching_) drain_input();  // else the pending watch read continues into drain_input()
+  }
+
+  void drain_input() {
+    auto scratch = std::make_shared<std::array<char, 16384>>();
+    sock_.async_read_some(net::buffer(*scratch), [self = shared_from_this(), scratch](error_code ec, size_t) {
+      if (ec || self->closed_) return self->close();
+      self->drain_input();
+    });
+  }
+
   void after_flush() {
     if (!response_done_ || writing_ || !out_.empty() || closed_) return;
     exchange_.reset();
     response_done_ = false;
     if (!keep_alive_ || srv_->stopped) {
-      error_code ec;
-      sock_.shutdown(tcp::socket::shutdown_send, ec);
-      close();
+      linger_then_close();
       return;
     }
     if (watching_) {
@@ -330,7 +377,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   size_t queued_ = 0;
   std::string remote_;
   bool writing_ = false, watching_ = false, resume_after_watch_ = false;
-  bool response_done_ = false, keep_alive_ = true, closed_ = false;
+  bool response_done_ = false, keep_alive_ = true, closed_ = false, lingering_ = false;
 
  public:
   bool head_only_ = false;
@@ -386,6 +433,35 @@ size_t Exchange::queued_bytes() const {
 }
 
 }  // namespace
+
+std::optional<HttpRequest> parse_http_request(std::string_view bytes, const HttpServerOptions& options, int* status) {
+  RequestParser parser;
+  configure(parser, options);
+  *status = 0;
+  error_code ec;
+  size_t used = 0;
+  while (!parser.is_done()) {
+    size_t n = parser.put(net::buffer(bytes.data() + used, bytes.size() - used), ec);
+    used += n;
+    if (ec == http::error::need_more) {
+      if (n == 0) return std::nullopt;  // no progress: the request is incomplete
+      ec = {};
+      continue;
+    }
+    if (ec) {
+      *status = status_for(ec);
+      return std::nullopt;
+    }
+    if (parser.is_header_done() && !parser.is_done()) {
+      if (auto len = parser.content_length(); len && *len > options.max_body_bytes) {
+        *status = 413;
+        return std::nullopt;
+      }
+      if (used == bytes.size()) return std::nullopt;
+    }
+  }
+  return build_request(parser, path_of(parser.get().target()));
+}
 
 void HttpServer::Impl::accept() {
   if (!accepting) return;

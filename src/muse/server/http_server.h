@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -76,6 +77,12 @@ struct HttpServerOptions {
   int max_connections = 16384;           // more are answered 503 and closed
   int idle_timeout_seconds = 60;         // keep-alive idle / slow request limit
 };
+
+// Parses one complete request from `bytes` with the server's parser settings
+// (the same limits and error mapping as a connection uses). On failure,
+// `*status` is the HTTP status the server would answer (400, 413, 431), or 0
+// when the bytes end before the request does. For tests and the fuzzer.
+std::optional<HttpRequest> parse_http_request(std::string_view bytes, const HttpServerOptions& options, int* status);
 
 class HttpServer {
  public:

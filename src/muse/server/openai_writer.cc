@@ -291,7 +291,6 @@ class CompletionWriter : public ResponseWriter, OpenAIStream {
       append_logprobs(lp, d, c.offset);
       logprobs = lp.json();
     }
-    c.offset += codepoints(text);
     if (text.empty() && logprobs.is_null()) return "";
     return frame(chunk(one_choice(i, text, std::move(logprobs), Json(), Json()), &so_far));
   }
@@ -310,9 +309,7 @@ class CompletionWriter : public ResponseWriter, OpenAIStream {
       c.want_logprobs = true;
       append_logprobs(c.lp, d, c.offset);
     }
-    std::string text = d.echo_text.value_or("") + d.text;
-    c.offset += codepoints(text);
-    c.text += text;
+    c.text += d.echo_text.value_or("") + d.text;
   }
 
   void finish(int i, const FinishInfo& f) override { choices_[size_t(i)].finish = f; }
@@ -350,7 +347,7 @@ class CompletionWriter : public ResponseWriter, OpenAIStream {
   };
   struct Choice {
     std::string text;
-    int64_t offset = 0;  // in code points, as Python's len() counts
+    int64_t offset = 0;  // text_offset of the next token: code points of the token texts so far
     Logprobs lp;
     bool want_logprobs = false;
     FinishInfo finish;
@@ -380,8 +377,7 @@ class CompletionWriter : public ResponseWriter, OpenAIStream {
     offset += codepoints(token);
   }
 
-  static void append_logprobs(Logprobs& lp, const ChoiceDelta& d, int64_t base_offset) {
-    int64_t offset = base_offset;
+  static void append_logprobs(Logprobs& lp, const ChoiceDelta& d, int64_t& offset) {
     for (const auto& p : d.prompt_logprobs) append_one(lp, &p, offset);
     for (const auto& t : d.logprobs) append_one(lp, &t, offset);
   }

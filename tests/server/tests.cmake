@@ -1,0 +1,13 @@
+# Client-library tests: the official `openai` and `@anthropic-ai/sdk` npm
+# packages against `muse serve --fake-model` on a free loopback port.
+add_test(NAME server_clients_js
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/server/js/run.sh $<TARGET_FILE:muse>
+         WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+set_tests_properties(server_clients_js PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS "node")
+
+# Load test: 256 concurrent streams, random client disconnects, then the
+# server must still answer (run under -DMUSE_SANITIZE=address,undefined too).
+add_executable(server_load_test ${CMAKE_CURRENT_SOURCE_DIR}/tests/server/load/load_test.cc)
+target_link_libraries(server_load_test PRIVATE muse_all)
+add_test(NAME server_load COMMAND server_load_test --muse $<TARGET_FILE:muse> --clients 256)
+set_tests_properties(server_load PROPERTIES TIMEOUT 300 LABELS "load")
