@@ -3,9 +3,10 @@
 #
 #   bash scripts/tiny/device_run.sh TRAIN_CONVERSATIONS TARGET_SECONDS DRAFTER_SECONDS GATE_PROMPTS
 #
-# Writes into $OUT (default /tmp/tiny-out): the model directory as tar parts of at most 15 MiB
-# (muse-tiny.tar.part-*), train_log.json, drafter_log.json, gates.json, acceptance.json,
-# data_stats.json. Each phase prints its wall time.
+# Writes into $OUT (default /tmp/tiny-out) at most 4 files (the device returns 8): the model
+# directory as tar parts of at most 15 MiB (muse-tiny.tar.part-*) and logs.tar (run_log.txt,
+# train_log.json, drafter_log.json, gates.json, acceptance.json, data_stats.json). Each phase
+# prints its wall time. Extra train.py flags (e.g. --profile) come from $TRAIN_FLAGS.
 set -euo pipefail
 N=${1:-300000}
 T_TARGET=${2:-270}
@@ -16,8 +17,13 @@ W=/tmp/tiny-work
 MODEL=$W/muse-tiny
 S=scripts/tiny
 CPUS=$(nproc)
-mkdir -p "$OUT" "$W" "$MODEL"
+mkdir -p "$OUT/logs" "$W" "$MODEL"
 export PYTHONUNBUFFERED=1
+FINAL_OUT=$OUT
+OUT=$OUT/logs
+exec > >(tee -a "$OUT/run_log.txt") 2>&1
+pack_logs() { tar cf "$FINAL_OUT/logs.tar" -C "$FINAL_OUT" logs; }
+trap pack_logs EXIT
 phase() { echo "== $(date +%s) $*"; }
 
 phase "data: $N train conversations"
@@ -34,9 +40,9 @@ python3 $S/tokenized_data.py $W/heldout.jsonl $MODEL/tokenizer.json $W/heldout.n
 
 phase "target: ${T_TARGET}s"
 python3 $S/train.py --train $W/train.npz --heldout $W/heldout.npz --out $MODEL --log $OUT/train_log.json \
-  --seconds "$T_TARGET" --evals 3 --tokens-per-batch 65536
+  --seconds "$T_TARGET" --evals 3 --tokens-per-batch 65536 ${TRAIN_FLAGS:-}
 # Keep the trained target even if a later phase dies.
-tar cf - -C $W muse-tiny | split -b 15m - $OUT/muse-tiny.tar.part-
+tar cf - -C $W muse-tiny | split -b 15m - $FINAL_OUT/muse-tiny.tar.part-
 
 phase "drafter (${T_DRAFTER}s, GPU) and gates (CPU) in parallel"
 python3 $S/train_drafter.py --target $MODEL --train $W/train.npz --heldout $W/heldout.npz --out $MODEL/drafter \
@@ -53,7 +59,7 @@ rm -f $OUT/gates_records.json
 
 phase package
 du -ab $MODEL
-rm -f $OUT/muse-tiny.tar.part-*
-tar cf - -C $W muse-tiny | split -b 15m - $OUT/muse-tiny.tar.part-
-ls -la $OUT
+rm -f $FINAL_OUT/muse-tiny.tar.part-*
+tar cf - -C $W muse-tiny | split -b 15m - $FINAL_OUT/muse-tiny.tar.part-
+ls -la $FINAL_OUT
 phase done

@@ -137,6 +137,11 @@ class Batches:
                 j += 1
             self.batches.append(order[i:j])
             i = j
+        # Device copies of the batch layout, so that building a batch never copies from the
+        # host (a pageable host-to-device copy waits for the GPU and stalls the pipeline).
+        self.starts_dev = torch.from_numpy(self.starts.astype(np.int64)).to(device)
+        self.lengths_dev = torch.from_numpy(lengths.astype(np.int64)).to(device)
+        self.members_dev = [torch.from_numpy(np.asarray(b, dtype=np.int64)).to(device) for b in self.batches]
         self.tokens = int(lengths[keep].sum())
         per_conv_loss = np.add.reduceat(data["loss"].astype(np.int64), offsets[:-1]) if len(lengths) else np.zeros(0)
         self.loss_tokens = int(per_conv_loss[keep].sum())
@@ -144,12 +149,14 @@ class Batches:
     def __len__(self):
         return len(self.batches)
 
-    def make(self, members):
+    def make(self, members, members_dev=None):
         import torch
         lens = self.lengths[members]
         L = int(-(-lens.max() // 64) * 64)
-        starts = torch.as_tensor(self.starts[members], device=self.device)
-        lens_t = torch.as_tensor(lens, device=self.device)
+        if members_dev is None:
+            members_dev = torch.as_tensor(np.asarray(members, dtype=np.int64), device=self.device)
+        starts = self.starts_dev[members_dev]
+        lens_t = self.lengths_dev[members_dev]
         pos = torch.arange(L, device=self.device)
         valid = pos[None, :] < lens_t[:, None]
         index = torch.where(valid, starts[:, None] + pos[None, :], torch.zeros_like(pos)[None, :])
@@ -159,7 +166,7 @@ class Batches:
 
     def epoch(self):
         for k in self.rng.permutation(len(self.batches)):
-            yield self.make(self.batches[k])
+            yield self.make(self.batches[k], self.members_dev[k])
 
 
 if __name__ == "__main__":

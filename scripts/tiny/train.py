@@ -33,13 +33,14 @@ import fast_reference  # noqa: E402
 
 
 def head_loss(model, hidden, labels, reduction="mean"):
-    """Cross-entropy of next-token prediction at labelled positions only."""
+    """Cross-entropy of next-token prediction at labelled positions (-100 elsewhere). The head
+    runs on every position: cheaper here than the host sync a boolean gather would cost."""
     cfg = model.config
+    logits = ref.softcap(model.lm_head(hidden[:, :-1]), cfg.output_multiplier, cfg.final_logit_softcapping)
     target = labels[:, 1:]
-    mask = target != -100
-    h = hidden[:, :-1][mask]
-    logits = ref.softcap(model.lm_head(h), cfg.output_multiplier, cfg.final_logit_softcapping)
-    return F.cross_entropy(logits.float(), target[mask], reduction=reduction), int(mask.sum())
+    loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1),
+                           ignore_index=-100, reduction=reduction)
+    return loss, (target != -100).sum()
 
 
 def lr_at(frac, peak, warmup=0.03, floor=0.1):
@@ -56,7 +57,8 @@ def balance_experts(model, routing, valid, rate):
     E = model.config.num_local_experts
     for layer, r in zip(model.model.language_model.layers, routing):
         chosen = r.experts[valid]  # [tokens, k]
-        load = torch.bincount(chosen.reshape(-1), minlength=E).float()
+        load = torch.zeros(E, device=chosen.device).index_add_(  # bincount would sync
+            0, chosen.reshape(-1), torch.ones(chosen.numel(), device=chosen.device))
         layer.mlp.gate.e_score_correction_bias += rate * torch.sign(load.mean() - load)
         worst.append(load.max() / load.mean().clamp(min=1))
     return torch.stack(worst).max()  # a device tensor: read it only when logging
@@ -75,7 +77,7 @@ def heldout_loss(model, batches, autocast, max_tokens=None):
             hidden, _ = model.model.language_model(ids)
             loss, n = head_loss(model, hidden, labels, reduction="sum")
         total += float(loss)
-        count += n
+        count += int(n)
     model.train()
     return total / max(count, 1)
 
@@ -112,6 +114,7 @@ def main():
     ap.add_argument("--evals", type=int, default=4, help="held-out evaluations during training")
     ap.add_argument("--tiny", action="store_true", help="a very small config for local smoke tests")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--profile", action="store_true", help="profile steps 20-24 and print the top operations")
     args = ap.parse_args()
 
     torch.manual_seed(args.seed)
@@ -151,8 +154,10 @@ def main():
 
     log = {"params": n_params, "config": cfg.to_hf_dict()["text_config"], "curve": [], "heldout": []}
     start = time.time()
-    step, seen_tokens, seen_loss_tokens, epoch = 0, 0, 0, 0
-    window, window_tokens, window_start = [], 0, time.time()
+    step, epoch = 0, 0
+    seen_tokens = torch.zeros((), dtype=torch.long, device=device)  # device counters: no syncs
+    seen_loss_tokens = torch.zeros((), dtype=torch.long, device=device)
+    window, window_tokens, window_start = [], torch.zeros((), dtype=torch.long, device=device), time.time()
     next_eval = 1
     done = False
     while not done:
@@ -164,6 +169,14 @@ def main():
             if frac >= 1.0:
                 done = True
                 break
+            if args.profile and step == 20:
+                prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU] + (
+                    [torch.profiler.ProfilerActivity.CUDA] if device == "cuda" else []))
+                prof.__enter__()
+            if args.profile and step == 25:
+                prof.__exit__(None, None, None)
+                key = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
+                print(prof.key_averages().table(sort_by=key, row_limit=25), flush=True)
             lr = lr_at(frac, args.lr)
             for g in opt.param_groups:
                 g["lr"] = lr
@@ -176,24 +189,27 @@ def main():
             opt.step()
             imbalance = balance_experts(model, routing, valid, args.bias_rate)
             step += 1
-            seen_tokens += int(valid.sum())
+            seen_tokens += valid.sum()
             seen_loss_tokens += n
             window.append(loss.detach())
-            window_tokens += int(valid.sum())
+            window_tokens += valid.sum()
             if step % 50 == 0:
                 dt = time.time() - window_start
-                entry = {"step": step, "seconds": round(time.time() - start, 1), "tokens": seen_tokens,
+                entry = {"step": step, "seconds": round(time.time() - start, 1), "tokens": int(seen_tokens),
                          "loss": round(float(torch.stack(window).mean()), 4), "lr": lr,
-                         "tok_per_s": int(window_tokens / dt), "expert_load_max_over_mean": round(float(imbalance), 2)}
+                         "tok_per_s": int(int(window_tokens) / dt),
+                         "expert_load_max_over_mean": round(float(imbalance), 2)}
                 log["curve"].append(entry)
                 print(json.dumps(entry), flush=True)
-                window, window_tokens, window_start = [], 0, time.time()
+                window, window_start = [], time.time()
+                window_tokens.zero_()
             if frac >= next_eval / (args.evals + 1):
                 next_eval += 1
                 h = heldout_loss(model, held, autocast, max_tokens=400000)
-                log["heldout"].append({"step": step, "tokens": seen_tokens, "loss": round(h, 4)})
+                log["heldout"].append({"step": step, "tokens": int(seen_tokens), "loss": round(h, 4)})
                 print("held-out loss %.4f at step %d" % (h, step), flush=True)
     final = heldout_loss(model, held, autocast)
+    seen_tokens, seen_loss_tokens = int(seen_tokens), int(seen_loss_tokens)
     log["heldout"].append({"step": step, "tokens": seen_tokens, "loss": round(final, 4)})
     log.update(steps=step, epochs=epoch, train_tokens=seen_tokens, train_loss_tokens=seen_loss_tokens,
                seconds=round(time.time() - start, 1), final_heldout_loss=round(final, 4))

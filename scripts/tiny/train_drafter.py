@@ -128,15 +128,17 @@ def main():
             with torch.no_grad(), autocast():
                 taps, logits = target_outputs(target, recorder, ids)
             with autocast():
-                loss, stats = drafter_loss(drafter, taps, logits, ids, labels != -100, embed, head)
+                loss, stats = drafter_loss(drafter, taps, logits, ids, labels != -100, embed, head,
+                                           with_stats=(step + 1) % 50 == 0)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(drafter.parameters(), 1.0)
             opt.step()
             step += 1
-            window.append(float(loss.detach()))
+            window.append(loss.detach())
             if step % 50 == 0:
-                entry = {"step": step, "seconds": round(time.time() - start, 1), "loss": round(sum(window) / len(window), 4),
+                entry = {"step": step, "seconds": round(time.time() - start, 1),
+                         "loss": round(float(torch.stack(window).mean()), 4),
                          "ce": round(stats["ce"], 4), "l1": round(stats["l1"], 4),
                          "match": [round(x, 3) for x in stats["argmax_match_per_row"]]}
                 log["curve"].append(entry)
