@@ -20,7 +20,11 @@ import random
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import muse_chat  # noqa: E402
+try:
+    import muse_chat  # noqa: E402  (needs jinja2: Debian python3-jinja2)
+except ImportError as e:
+    print("SKIP: %s (install python3-jinja2)" % e)
+    sys.exit(77)
 
 SHARED = os.path.join(muse_chat.REPO_ROOT, "..", "shared", "testdata", "muse-glimmer")
 CASES = os.path.join(SHARED, "chat-cases.json")

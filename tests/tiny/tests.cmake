@@ -1,0 +1,17 @@
+# muse-tiny (models/muse-tiny): the chat template against the Muse Glimmer conformance data
+# (31 cases byte-identical, plus random conversations compared with the publisher's template;
+# skips with 77 without ../shared or jinja2) and the shipped files' consistency (names,
+# shapes, dtypes, token ids, size). Pure Python; seconds.
+find_package(Python3 COMPONENTS Interpreter QUIET)
+if(Python3_Interpreter_FOUND)
+  add_test(NAME tiny_chat_template
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/scripts/tiny/check_template.py --differential 500
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(tiny_chat_template PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 120)
+  add_test(NAME tiny_model_files
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/scripts/tiny/check_model_files.py
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(tiny_model_files PROPERTIES TIMEOUT 60)
+else()
+  message(STATUS "muse: python3 not found; the muse-tiny file checks are not registered")
+endif()
