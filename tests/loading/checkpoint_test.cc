@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <random>
 
 #include "muse/loading/random_model.h"
 
@@ -419,4 +420,108 @@ TEST_F(CheckpointTest, EmptyDirectory) {
   expect_open_error({"no config.json"});
   ASSERT_TRUE(write_file(dir_ + "/config.json", glimmer_config().dump()).ok());
   expect_open_error({"neither model.safetensors nor model.safetensors.index.json"});
+}
+
+namespace {
+
+// Random NVFP4 codes and E4M3 block scales for `rows` × `cols`, packed the
+// ModelOpt way (even element in the low nibble), with the dequantized values
+// for the given per-row global scale.
+struct Nvfp4Sample {
+  std::string packed, scales;
+  std::vector<float> values;
+};
+Nvfp4Sample make_nvfp4(int64_t rows, int64_t cols, const std::function<float(int64_t row)>& global, uint32_t seed) {
+  std::mt19937 rng(seed);
+  Nvfp4Sample s;
+  s.packed.resize(size_t(rows * cols / 2));
+  s.scales.resize(size_t(rows * cols / 16));
+  for (auto& b : s.scales) b = char(0x30 + rng() % 0x20);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t k = 0; k < cols; ++k) {
+      uint8_t code = uint8_t(rng() & 15);
+      char& byte = s.packed[size_t((r * cols + k) / 2)];
+      byte = char(uint8_t(byte) | (k % 2 ? code << 4 : code));
+      float sc = f8_e4m3_to_f32(uint8_t(s.scales[size_t((r * cols + k) / 16)]));
+      s.values.push_back(e2m1_to_f32(code) * (sc * global(r)));
+    }
+  return s;
+}
+
+}  // namespace
+
+TEST_F(CheckpointTest, Nvfp4ModelOptDequantizesPerTensor) {
+  Json cfg = spark_config();
+  cfg.find("text_config")->set("moe_intermediate_size", 16);
+  auto qc = Json::parse(R"({"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16})");
+  cfg.set("quantization_config", *qc);
+  write(cfg);
+  // attn.q of layer 0 as a quantized Linear; the layer-1 experts as fused 3-D
+  // NVFP4 parameters, gate_up with separate gate/up global scales [E, 2].
+  const int64_t E = 4, R = 32, C = 16;
+  std::vector<float> gu_global = {0.5f, 0.25f, 1.0f, 2.0f, 0.125f, 4.0f, 1.5f, 0.75f};
+  Nvfp4Sample q = make_nvfp4(32, 32, [](int64_t) { return 0.5f; }, 1);
+  Nvfp4Sample gu = make_nvfp4(E * R, C, [&](int64_t row) { return gu_global[size_t(row / R * 2 + (row % R) / 16)]; }, 2);
+  Nvfp4Sample dn = make_nvfp4(E * 16, 16, [](int64_t row) { return float(1 + row / 16) * 0.25f; }, 3);
+  rewrite("model.safetensors", [&](std::vector<Owned>& ts) {
+    Owned* w = by_name(ts, P + "layers.0.self_attn.q_proj.weight");
+    *w = {w->name, DType::U8, {32, 16}, q.packed};
+    ts.push_back({P + "layers.0.self_attn.q_proj.weight_scale", DType::F8_E4M3, {32, 2}, q.scales});
+    ts.push_back({P + "layers.0.self_attn.q_proj.weight_scale_2", DType::F32, {}, tensor_bytes_f32({0.5f}, DType::F32)});
+    ts.push_back({P + "layers.0.self_attn.q_proj.input_scale", DType::F32, {}, tensor_bytes_f32({1.0f}, DType::F32)});
+    std::string x = P + "layers.1.mlp.experts.";
+    *by_name(ts, x + "gate_up_proj") = {x + "gate_up_proj", DType::U8, {E, R, C / 2}, gu.packed};
+    ts.push_back({x + "gate_up_proj_weight_scale", DType::F8_E4M3, {E, R, 1}, gu.scales});
+    ts.push_back({x + "gate_up_proj_weight_scale_2", DType::F32, {E, 2}, tensor_bytes_f32(gu_global, DType::F32)});
+    ts.push_back({x + "gate_up_proj_input_scale", DType::F32, {E, 2}, tensor_bytes_f32(gu_global, DType::F32)});
+    *by_name(ts, x + "down_proj") = {x + "down_proj", DType::U8, {E, 16, 8}, dn.packed};
+    ts.push_back({x + "down_proj_weight_scale", DType::F8_E4M3, {E, 16, 1}, dn.scales});
+    ts.push_back({x + "down_proj_weight_scale_2", DType::F32, {E},
+                  tensor_bytes_f32({0.25f, 0.5f, 0.75f, 1.0f}, DType::F32)});
+  });
+  auto ck = Checkpoint::open(dir_);
+  ASSERT_TRUE(ck.ok()) << ck.message();
+  EXPECT_TRUE(ck->find("attn.q", 0)->quantized());
+  EXPECT_FALSE(ck->find("attn.q", 1)->quantized());  // decided per tensor
+  std::vector<float> got(32 * 32);
+  ASSERT_TRUE(ck->read_f32("attn.q", 0, got.data()).ok());
+  EXPECT_EQ(got, q.values);
+  std::vector<float> g2(size_t(E * R * C));
+  ASSERT_TRUE(ck->read_f32("moe.experts.gate_up", 1, g2.data()).ok());
+  EXPECT_EQ(g2, gu.values);
+  std::vector<float> e3(size_t(R * C));
+  ASSERT_TRUE(ck->read_expert_f32("moe.experts.gate_up", 1, 3, e3.data()).ok());
+  EXPECT_TRUE(std::equal(e3.begin(), e3.end(), gu.values.begin() + 3 * R * C));
+  std::vector<float> d2(size_t(E * 16 * 16));
+  ASSERT_TRUE(ck->read_f32("moe.experts.down", 1, d2.data()).ok());
+  EXPECT_EQ(d2, dn.values);
+  std::vector<uint16_t> bf(32 * 32);
+  ASSERT_TRUE(ck->read_bf16("attn.q", 0, bf.data()).ok());
+  EXPECT_EQ(bf16_to_f32(bf[7]), round_bf16(q.values[7]));
+}
+
+TEST_F(CheckpointTest, Nvfp4CompressedTensorsAndMissingScale) {
+  Json cfg = spark_config();
+  auto qc = Json::parse(R"({"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized"})");
+  cfg.set("quantization_config", *qc);
+  write(cfg);
+  Nvfp4Sample o = make_nvfp4(32, 32, [](int64_t) { return 0.5f; }, 4);
+  rewrite("model.safetensors", [&](std::vector<Owned>& ts) {
+    Owned* w = by_name(ts, P + "layers.1.self_attn.o_proj.weight");
+    *w = {P + "layers.1.self_attn.o_proj.weight_packed", DType::U8, {32, 16}, o.packed};
+    ts.push_back({P + "layers.1.self_attn.o_proj.weight_scale", DType::F8_E4M3, {32, 2}, o.scales});
+    // The reciprocal convention: global scale 2 means multiply by 0.5.
+    ts.push_back({P + "layers.1.self_attn.o_proj.weight_global_scale", DType::F32, {1}, tensor_bytes_f32({2.0f}, DType::F32)});
+  });
+  auto ck = Checkpoint::open(dir_);
+  ASSERT_TRUE(ck.ok()) << ck.message();
+  std::vector<float> got(32 * 32);
+  ASSERT_TRUE(ck->read_f32("attn.o", 1, got.data()).ok());
+  EXPECT_EQ(got, o.values);
+
+  rewrite("model.safetensors", [&](std::vector<Owned>& ts) {
+    ts.erase(std::remove_if(ts.begin(), ts.end(), [](const Owned& t) { return t.name.find("weight_global_scale") != std::string::npos; }),
+             ts.end());
+  });
+  expect_open_error({"layers.1.self_attn.o_proj.weight_packed", "is U8 (NVFP4 codes) but", "weight_global_scale is missing"});
 }

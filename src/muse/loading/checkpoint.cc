@@ -2,6 +2,8 @@
 
 #include <fnmatch.h>
 
+#include <cstring>
+
 #include <algorithm>
 #include <unordered_set>
 
@@ -32,9 +34,14 @@ struct Located {
 struct Resolver {
   const ModelConfig& config;
   const std::vector<std::unique_ptr<SafetensorsFile>>& files;
+  QuantScheme scheme = QuantScheme::None;  // from config.json quantization_config
   std::unordered_map<std::string, Located> tensors;
   std::unordered_set<std::string> consumed;
   std::vector<std::string> problems;
+
+  bool nvfp4() const {
+    return scheme == QuantScheme::ModelOptNvfp4 || scheme == QuantScheme::CompressedTensorsNvfp4;
+  }
 
   const Located* find(const std::string& name) const {
     auto it = tensors.find(name);
@@ -86,6 +93,76 @@ struct Resolver {
     problems.push_back(msg);
   }
 
+  // An NVFP4 slot: packed codes plus their scale tensors, named by the
+  // format's suffix rules (ModelOpt: ".weight_scale" on a module, "_weight_scale"
+  // on a 3-D parameter; compressed-tensors: ".weight_packed" / ".weight_global_scale").
+  void resolve_nvfp4(const WeightSpec& spec, const SlotRule& rule, ResolvedWeight& out) {
+    const std::string& name = out.tensor.name;
+    const bool ct = scheme == QuantScheme::CompressedTensorsNvfp4;
+    std::string scale, global, input;
+    auto strip = [&](const char* suffix, std::string* base) {
+      size_t n = std::strlen(suffix);
+      if (name.size() < n || name.compare(name.size() - n, n, suffix) != 0) return false;
+      *base = name.substr(0, name.size() - n);
+      return true;
+    };
+    std::string base;
+    if (ct && strip(".weight_packed", &base)) {
+      scale = base + ".weight_scale", global = base + ".weight_global_scale", input = base + ".input_global_scale";
+    } else if (!ct && strip(".weight", &base)) {
+      scale = base + ".weight_scale", global = base + ".weight_scale_2", input = base + ".input_scale";
+    } else if (!ct) {
+      scale = name + "_weight_scale", global = name + "_weight_scale_2", input = name + "_input_scale";
+    } else {
+      problems.push_back("tensor " + name + " in " + out.tensor.file + " is U8 but is not a compressed-tensors NVFP4 "
+                         "weight_packed tensor");
+      return;
+    }
+    const int64_t cols = spec.shape.back();
+    if (cols % 16 != 0) {
+      problems.push_back(slot_text(spec) + " has " + std::to_string(cols) + " inputs, not a multiple of 16 as NVFP4 needs");
+      return;
+    }
+    std::vector<int64_t> packed_shape = spec.shape, scale_shape = spec.shape;
+    packed_shape.back() = cols / 2;
+    scale_shape.back() = cols / 16;
+    const Located* ls = find(scale);
+    const Located* lg = find(global);
+    if (!ls || !lg) {
+      problems.push_back("tensor " + name + " in " + out.tensor.file + " is U8 (NVFP4 codes) but " +
+                         (!ls ? scale : global) + " is missing");
+      return;
+    }
+    out.quant.scheme = scheme;
+    out.quant.block_scale = view(scale, *ls);
+    out.quant.global_scale = view(global, *lg);
+    consumed.insert(scale);
+    consumed.insert(global);
+    if (const Located* li = find(input)) {
+      out.quant.input_scale = view(input, *li);  // only W4A4 (Blackwell) uses it
+      consumed.insert(input);
+    }
+    auto fail = [&](const TensorView& v, const std::string& want) {
+      problems.push_back("tensor " + v.name + " in " + v.file + " is " + std::string(dtype_name(v.dtype)) + " " +
+                         shape_text(v.shape) + " but NVFP4 " + slot_text(spec) + " (" + rule.shape_doc + ") expects " + want);
+    };
+    if (out.tensor.shape != packed_shape) fail(out.tensor, "U8 " + shape_text(packed_shape));
+    const TensorView& bs = out.quant.block_scale;
+    if ((bs.dtype != DType::F8_E4M3 && bs.dtype != DType::U8) || bs.shape != scale_shape)
+      fail(bs, "F8_E4M3 " + shape_text(scale_shape));
+    const TensorView& gs = out.quant.global_scale;
+    bool global_ok = gs.dtype == DType::F32;
+    if (spec.shape.size() == 3) {
+      const int64_t E = spec.shape[0];
+      global_ok = global_ok && (gs.shape == std::vector<int64_t>{E} || gs.shape == std::vector<int64_t>{E, 1} ||
+                                (gs.shape == std::vector<int64_t>{E, 2} && spec.shape[1] % 2 == 0));
+      if (!global_ok) fail(gs, "F32 [" + std::to_string(E) + "], [" + std::to_string(E) + ", 1] or [" + std::to_string(E) + ", 2]");
+    } else {
+      global_ok = global_ok && gs.numel() == 1;
+      if (!global_ok) fail(gs, "one F32 value");
+    }
+  }
+
   // Per-expert 2-D alias path: every expert's pieces under one prefix.
   bool resolve_per_expert(const WeightSpec& spec, const SlotRule& rule, ResolvedWeight& out) {
     const int64_t E = spec.shape[0];
@@ -130,6 +207,13 @@ struct Resolver {
     out.spec = spec;
     out.transform = rule->transform;
     std::vector<std::string> candidates = candidate_names(*rule, spec.layer);
+    if (scheme == QuantScheme::CompressedTensorsNvfp4) {
+      // compressed-tensors renames a quantized module's weight to weight_packed.
+      const size_t n = candidates.size();
+      for (size_t i = 0; i < n; ++i)
+        if (candidates[i].size() > 7 && candidates[i].compare(candidates[i].size() - 7, 7, ".weight") == 0)
+          candidates.push_back(candidates[i] + "_packed");
+    }
     std::vector<std::string> present;
     for (const auto& c : candidates)
       if (find(c)) present.push_back(c);
@@ -141,6 +225,10 @@ struct Resolver {
     if (present.size() == 1) {
       out.tensor = view(present[0], *find(present[0]));
       consumed.insert(present[0]);
+      if (nvfp4() && out.tensor.dtype == DType::U8) {
+        resolve_nvfp4(spec, *rule, out);
+        return;
+      }
       check(out.tensor, spec, *rule, spec.shape);
       return;
     }
@@ -153,6 +241,37 @@ bool matches_any(const std::vector<std::string>& patterns, const std::string& na
   for (const auto& p : patterns)
     if (fnmatch(p.c_str(), name.c_str(), 0) == 0) return true;
   return false;
+}
+
+float global_value(const ResolvedWeight& w, int64_t index) {
+  float g;
+  std::memcpy(&g, w.quant.global_scale.data + 4 * index, 4);
+  // compressed-tensors stores the reciprocal of ModelOpt's weight_scale_2.
+  return w.quant.scheme == QuantScheme::CompressedTensorsNvfp4 ? 1.0f / g : g;
+}
+
+// Dequantizes an NVFP4 slot: the whole 2-D matrix, or experts [begin, end) of
+// a fused 3-D one (each half with its own global scale where there are two).
+Status decode_quantized(const ResolvedWeight& w, int64_t begin, int64_t end, float* dst) {
+  const TensorView& p = w.tensor;
+  const TensorView& s = w.quant.block_scale;
+  const int64_t cols = w.spec.shape.back();
+  if (w.spec.shape.size() != 3) {
+    const int64_t rows = w.spec.numel() / cols;
+    return decode_nvfp4({p.data, p.nbytes, p.dtype}, {s.data, s.nbytes, s.dtype}, global_value(w, 0), rows, cols, dst);
+  }
+  const int64_t E = w.spec.shape[0], R = w.spec.shape[1];
+  const int64_t halves = w.quant.global_scale.numel() / E;
+  const int64_t rows = R / halves;
+  for (int64_t e = begin; e < end; ++e)
+    for (int64_t h = 0; h < halves; ++h) {
+      const int64_t row0 = e * R + h * rows;
+      QuantInput packed{p.data + row0 * cols / 2, size_t(rows * cols / 2), p.dtype};
+      QuantInput scales{s.data + row0 * cols / 16, size_t(rows * cols / 16), s.dtype};
+      MUSE_RETURN_IF_ERROR(decode_nvfp4(packed, scales, global_value(w, e * halves + h), rows, cols,
+                                        dst + ((e - begin) * R + h * rows) * cols));
+    }
+  return Status::Ok();
 }
 
 std::string join_problems(const std::string& dir, const std::vector<std::string>& problems) {
@@ -186,7 +305,9 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir, const LoadOptions& o
   MUSE_ASSIGN_OR_RETURN(ck.config_, load_model_config(dir));
   ck.weights_ = describe_weights(ck.config_);
 
-  Resolver r{ck.config_, ck.files_, {}, {}, {}};
+  auto quant = describe_quantization(ck.config_.quantization_config);
+  if (!quant.ok()) return make_error(dir + "/config.json: quantization_config: " + quant.message());
+  Resolver r{ck.config_, ck.files_, quant->scheme, {}, {}, {}};
   auto add_file = [&](const std::string& path) -> Result<size_t> {
     MUSE_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::open(path));
     ck.files_.push_back(std::make_unique<SafetensorsFile>(std::move(f)));
@@ -320,6 +441,7 @@ Result<std::vector<TensorView>> Checkpoint::expert_pieces(std::string_view slot,
 
 Status Checkpoint::read_f32(std::string_view slot, int layer, float* dst) const {
   MUSE_ASSIGN_OR_RETURN(const ResolvedWeight* w, lookup(slot, layer));
+  if (w->quantized()) return decode_quantized(*w, 0, w->spec.shape.size() == 3 ? w->spec.shape[0] : 1, dst);
   if (!w->per_expert) return muse::read_f32(w->tensor, dst);
   for (const auto& pieces : w->experts)
     for (const TensorView& v : pieces) {
@@ -331,6 +453,11 @@ Status Checkpoint::read_f32(std::string_view slot, int layer, float* dst) const 
 
 Status Checkpoint::read_bf16(std::string_view slot, int layer, uint16_t* dst) const {
   MUSE_ASSIGN_OR_RETURN(const ResolvedWeight* w, lookup(slot, layer));
+  if (w->quantized()) {
+    std::vector<float> tmp(static_cast<size_t>(w->spec.numel()));
+    MUSE_RETURN_IF_ERROR(read_f32(slot, layer, tmp.data()));
+    return convert_to_bf16_parallel(DType::F32, reinterpret_cast<const uint8_t*>(tmp.data()), w->spec.numel(), dst);
+  }
   if (!w->per_expert) return muse::read_bf16(w->tensor, dst);
   for (const auto& pieces : w->experts)
     for (const TensorView& v : pieces) {
@@ -342,6 +469,8 @@ Status Checkpoint::read_bf16(std::string_view slot, int layer, uint16_t* dst) co
 
 Status Checkpoint::read_expert_f32(std::string_view slot, int layer, int expert, float* dst) const {
   MUSE_ASSIGN_OR_RETURN(std::vector<TensorView> pieces, expert_pieces(slot, layer, expert));
+  const ResolvedWeight* w = find(slot, layer);
+  if (w->quantized()) return decode_quantized(*w, expert, expert + 1, dst);
   for (const TensorView& v : pieces) {
     MUSE_RETURN_IF_ERROR(muse::read_f32(v, dst));
     dst += v.numel();
@@ -353,7 +482,7 @@ uint64_t Checkpoint::tensor_bytes() const {
   uint64_t n = 0;
   for (const ResolvedWeight& w : resolved_) {
     if (w.tied) continue;
-    n += w.tensor.nbytes;
+    n += w.tensor.nbytes + w.quant.block_scale.nbytes + w.quant.global_scale.nbytes + w.quant.input_scale.nbytes;
     for (const auto& pieces : w.experts)
       for (const TensorView& v : pieces) n += v.nbytes;
   }

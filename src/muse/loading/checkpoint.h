@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "muse/loading/name_map.h"
+#include "muse/loading/quant.h"
 #include "muse/loading/safetensors.h"
 #include "muse/model/config.h"
 #include "muse/model/weight_table.h"
@@ -51,6 +52,16 @@ struct ResolvedWeight {
   bool per_expert = false;
   std::vector<std::vector<TensorView>> experts;
   bool tied = false;  // lm_head served by embed_tokens (tie_word_embeddings)
+  // NVFP4 (ModelOpt or compressed-tensors): `tensor` holds the packed U8
+  // codes [.., N, K/2]; block_scale the F8_E4M3 scales [.., N, K/16];
+  // global_scale the per-tensor F32 scale (fused experts: [E], [E, 1], or
+  // [E, 2] with separate gate and up halves). read_f32 dequantizes. Decided
+  // per tensor: a slot without scale tensors is read as stored.
+  struct Quantized {
+    QuantScheme scheme = QuantScheme::None;
+    TensorView block_scale, global_scale, input_scale;  // input_scale may be empty
+  } quant;
+  bool quantized() const { return quant.scheme != QuantScheme::None; }
 };
 
 class Checkpoint {
@@ -68,11 +79,12 @@ class Checkpoint {
   // expert_pieces or read_f32 below).
   Result<TensorView> tensor(std::string_view slot, int layer = -1) const;
   // Expert e of a fused expert slot, from either layout: one view sliced out
-  // of the 3-D tensor, or the per-expert 2-D tensors (gate, then up).
+  // of the 3-D tensor, or the per-expert 2-D tensors (gate, then up). For an
+  // NVFP4 slot the view holds expert e's packed codes; use read_expert_f32.
   Result<std::vector<TensorView>> expert_pieces(std::string_view slot, int layer, int expert) const;
 
   // The whole logical tensor of a slot (spec.numel() elements, spec.shape
-  // order), from any layout, converted.
+  // order), from any layout, converted (NVFP4 slots dequantized).
   Status read_f32(std::string_view slot, int layer, float* dst) const;
   Status read_bf16(std::string_view slot, int layer, uint16_t* dst) const;
   // Expert e's [rows, cols] matrix of a fused expert slot.
