@@ -225,9 +225,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void on_header(error_code ec) {
     if (closed_) return;
-    if (ec) return on_read_error(ec, "");
     auto& req = parser_->get();
+    // The target is known once the request line is parsed, even when the
+    // headers then fail (a too-large Content-Length fails here already).
     std::string path = path_of(req.target());
+    if (ec) return on_read_error(ec, path);
     if (auto len = parser_->content_length(); len && *len > srv_->opt.max_body_bytes)
       return protocol_error(413, path, "Request body of " + std::to_string(*len) + " bytes exceeds the limit of " +
                                            std::to_string(srv_->opt.max_body_bytes) + " bytes.");

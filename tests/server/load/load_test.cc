@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
 
   // References: each prompt alone.
-  std::vector<std::string> reference(size_t(prompts));
+  std::vector<std::string> reference(static_cast<size_t>(prompts));
   for (int p = 0; p < prompts; ++p) {
     reference[size_t(p)] = stream_content(http(port, "POST", "/v1/chat/completions", request_body(p)));
     if (reference[size_t(p)].empty()) {
