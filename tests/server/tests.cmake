@@ -11,3 +11,7 @@ add_executable(server_load_test ${CMAKE_CURRENT_SOURCE_DIR}/tests/server/load/lo
 target_link_libraries(server_load_test PRIVATE muse_all)
 add_test(NAME server_load COMMAND server_load_test --muse $<TARGET_FILE:muse> --clients 256)
 set_tests_properties(server_load PROPERTIES TIMEOUT 300 LABELS "load")
+
+# Every vllm flag of the shared/seeds recipes is recognised (acts or is refused by name).
+add_test(NAME server_seed_flags COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/server/seed_flags.sh $<TARGET_FILE:muse>)
+set_tests_properties(server_seed_flags PROPERTIES TIMEOUT 120)
