@@ -98,7 +98,8 @@ std::vector<std::string> alphabet() {
       0x200B, '/', '\\', '.', ',', '!', '?', '-', '_', '#', '$', '+', '<', '|', '>', '0', '5', '9', 0x0663, 0x00B2,
       0x2167, 0xFF11, 0x4E2D, 0x3042, 0x30AB, 0xAC00, 0x0627, 0x064E, 0x0915, 0x093F, 0x094D, 0x0301, 0x0308,
       0x20DD, 0x01C5, 0x1F88, 0x02B0, 0x3005, 0x00E9, 0x00C9, 0x0130, 0x0131, 0x00DF, 0x1E9E, 0x03A3, 0x03C2,
-      0x1F600, 0x1F44D, 0x1F3FD, 0x200D, 0xFE0F, 0x20E3, 0x1F1FA, 0x1D400, 0xE000, 0x10FFFD, 0x0378, 0x00AD, 0x0600};
+      0x1F600, 0x1F44D, 0x1F3FD, 0x200D, 0xFE0F, 0x20E3, 0x1F1FA, 0x1D400, 0xE000, 0x10FFFD, 0x0378, 0x00AD, 0x0600,
+      0x9FA5, 0x9FA6, 0x3040, 0x309F, 0x30FF, 0x3100, 0x4DFF, 0x07, 0x00, '`', '~', '@', '[', ']', '^', 0x00A7, 0x2014};
   std::vector<std::string> out;
   for (uint32_t cp : cps) {
     std::string s;
@@ -134,6 +135,11 @@ TEST(FastSplit, EqualsOnigurumaOnRandomStrings) {
        R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)"},
       {FastPattern::O200k,
        R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)"},
+      {FastPattern::Digits3, R"(\p{N}{1,3})"},
+      {FastPattern::DeepSeekCjk, "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+"},
+      {FastPattern::DeepSeekWords,
+       "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| "
+       "?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+"},
   };
   auto letters = alphabet();
   for (const auto& [kind, pattern] : patterns) {
@@ -163,7 +169,7 @@ TEST(FastSplit, EqualsOnigurumaOnRandomStrings) {
 TEST(FastSplit, LiteralCrLfSpellingIsRecognised) {
   std::string p = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+";
   EXPECT_EQ(detect_fast_pattern(p), FastPattern::Cl100k);
-  EXPECT_EQ(detect_fast_pattern("\\p{N}{1,3}"), FastPattern::None);
+  EXPECT_EQ(detect_fast_pattern("\\p{N}{1,4}"), FastPattern::None);
 }
 
 TEST(Regex, OnigIterationSkipsEmptyMatchAfterMatch) {

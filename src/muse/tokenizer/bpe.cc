@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstring>
 #include <cstdio>
-#include <queue>
 
 #include "muse/tokenizer/unicode.h"
 
@@ -44,9 +44,32 @@ struct WordCache {
     ids.clear();
   }
 };
-thread_local WordCache word_cache;
+// initial-exec: the library is linked into executables, and the default
+// TLS model of position-independent code would call __tls_get_addr per word.
+#define MUSE_FAST_TLS __attribute__((tls_model("initial-exec")))
+thread_local WordCache word_cache MUSE_FAST_TLS;
 constexpr size_t kMaxCachedWordBytes = 256;  // Hugging Face's MAX_LENGTH
 constexpr size_t kMaxCacheEntries = 1 << 16;
+
+// A small direct-mapped cache in front of everything, for the frequent short
+// words: one probe into 128 KiB that stays in L2, instead of misses into the
+// large vocabulary and word-cache tables.
+struct FrontCache {
+  static constexpr size_t kSlots = 2048, kMaxKey = 24, kMaxIds = 7;
+  struct Entry {
+    uint64_t hash;
+    uint8_t len, n_ids;
+    char key[kMaxKey];
+    int32_t ids[kMaxIds];
+  };
+  uint64_t owner = 0;
+  Entry entries[kSlots];
+  void reset(uint64_t serial) {
+    owner = serial;
+    for (Entry& e : entries) e.len = 0xFF;  // no word has this length here
+  }
+};
+thread_local FrontCache front_cache MUSE_FAST_TLS;
 
 Result<std::optional<std::string>> optional_string(const Json& j, const char* key) {
   const Json* v = j.find(key);
@@ -263,45 +286,80 @@ void BpeModel::merge_long(std::vector<int32_t>& syms) const {
     int32_t rank;
     uint32_t pos;
     int32_t id;
-    bool operator>(const Item& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+    // Min-heap order: lower rank first, then the leftmost position.
+    bool after(const Item& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
   };
+  // Per-thread scratch: long words come one after another, no allocation.
+  thread_local std::vector<int32_t> prev, next;
+  thread_local std::vector<Item> heap;
   size_t n = syms.size();
-  std::vector<int32_t> prev(n), next(n);
-  std::vector<uint8_t> alive(n, 1);
-  std::priority_queue<Item, std::vector<Item>, std::greater<Item>> heap;
+  prev.resize(n);
+  next.resize(n);
+  heap.clear();
+  auto cmp = [](const Item& a, const Item& b) { return a.after(b); };
   for (size_t i = 0; i < n; ++i) {
     prev[i] = int32_t(i) - 1;
     next[i] = i + 1 < n ? int32_t(i + 1) : -1;
     if (i + 1 < n)
-      if (const PairMap::Merge* m = merges_.find(syms[i], syms[i + 1])) heap.push({m->rank, uint32_t(i), m->id});
+      if (const PairMap::Merge* m = merges_.find(syms[i], syms[i + 1])) heap.push_back({m->rank, uint32_t(i), m->id});
   }
+  std::make_heap(heap.begin(), heap.end(), cmp);
+  auto push = [&](Item it) {
+    heap.push_back(it);
+    std::push_heap(heap.begin(), heap.end(), cmp);
+  };
+  constexpr int32_t kDead = -2;  // a symbol merged into its left neighbour
   while (!heap.empty()) {
-    Item top = heap.top();
-    heap.pop();
+    std::pop_heap(heap.begin(), heap.end(), cmp);
+    Item top = heap.back();
+    heap.pop_back();
     size_t p = top.pos;
-    if (!alive[p] || next[p] < 0) continue;
+    if (prev[p] == kDead || next[p] < 0) continue;
     size_t q = size_t(next[p]);
     const PairMap::Merge* m = merges_.find(syms[p], syms[q]);
     if (!m || m->id != top.id) continue;  // stale entry
     syms[p] = top.id;
-    alive[q] = 0;
     next[p] = next[q];
+    prev[q] = kDead;
     if (next[q] >= 0) prev[size_t(next[q])] = int32_t(p);
     if (prev[p] >= 0)
-      if (const PairMap::Merge* l = merges_.find(syms[size_t(prev[p])], syms[p]))
-        heap.push({l->rank, uint32_t(prev[p]), l->id});
+      if (const PairMap::Merge* l = merges_.find(syms[size_t(prev[p])], syms[p])) push({l->rank, uint32_t(prev[p]), l->id});
     if (next[p] >= 0)
-      if (const PairMap::Merge* r = merges_.find(syms[p], syms[size_t(next[p])]))
-        heap.push({r->rank, uint32_t(p), r->id});
+      if (const PairMap::Merge* r = merges_.find(syms[p], syms[size_t(next[p])])) push({r->rank, uint32_t(p), r->id});
   }
   size_t w = 0;
   for (size_t i = 0; i < n; ++i)
-    if (alive[i]) syms[w++] = syms[i];
+    if (prev[i] != kDead) syms[w++] = syms[i];
   syms.resize(w);
 }
 
 void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) const {
   if (word.empty()) return;
+  FrontCache& front = front_cache;
+  if (front.owner != serial_) front.reset(serial_);
+  uint64_t h = 0;
+  FrontCache::Entry* slot = nullptr;
+  if (word.size() <= FrontCache::kMaxKey) {
+    h = hash_bytes(word.data(), word.size());
+    slot = &front.entries[h & (FrontCache::kSlots - 1)];
+    if (slot->hash == h && slot->len == word.size() && std::memcmp(slot->key, word.data(), word.size()) == 0) {
+      out.insert(out.end(), slot->ids, slot->ids + slot->n_ids);
+      return;
+    }
+  }
+  size_t first = out.size();
+  encode_word_uncached(word, out);
+  size_t n = out.size() - first;
+  if (slot && n <= FrontCache::kMaxIds) {
+    slot->hash = h;
+    slot->len = uint8_t(word.size());
+    slot->n_ids = uint8_t(n);
+    std::memcpy(slot->key, word.data(), word.size());
+    std::copy(out.begin() + long(first), out.end(), slot->ids);
+  }
+}
+
+void BpeModel::encode_word_uncached(std::string_view word, std::vector<int32_t>& out) const {
   if (ignore_merges_) {
     int32_t id = byte_mode_ ? byte_vocab_.find(word) : vocab_.find(word);
     if (id >= 0) {

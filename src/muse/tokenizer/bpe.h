@@ -46,6 +46,7 @@ class BpeModel {
 
  private:
   BpeModel() = default;
+  void encode_word_uncached(std::string_view word, std::vector<int32_t>& out) const;
   void encode_chars(std::string_view word, std::vector<int32_t>& syms) const;
   void merge(std::vector<int32_t>& syms) const;
   void merge_long(std::vector<int32_t>& syms) const;

@@ -13,6 +13,11 @@ constexpr std::string_view kQwen2 =
 constexpr std::string_view kO200k =
     R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
 
+constexpr std::string_view kDigits3 = R"(\p{N}{1,3})";
+constexpr std::string_view kDeepSeekCjk = "[\xE4\xB8\x80-\xE9\xBE\xA5\xE3\x81\x80-\xE3\x82\x9F\xE3\x82\xA0-\xE3\x83\xBF]+";
+constexpr std::string_view kDeepSeekWords =
+    R"([!"#$%&'()*+,\-./:;<=>?@\[\\\]^_`{|}~][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
 constexpr uint16_t kUpperish = kLu | kLt | kLm | kLo | kM;  // [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]
 constexpr uint16_t kLowerish = kLl | kLm | kLo | kM;        // [\p{Ll}\p{Lm}\p{Lo}\p{M}]
 
@@ -208,6 +213,60 @@ size_t match_o200k(const Text& x, size_t pos) {
   return pos;
 }
 
+size_t match_digits3(const Text& x, size_t pos) {
+  size_t i = pos;
+  int len;
+  for (int k = 0; k < 3 && i < x.n && (x.at(i, &len) & kN); ++k) i += len;
+  return i;
+}
+
+bool deepseek_cjk(uint32_t cp) {
+  return (cp >= 0x4E00 && cp <= 0x9FA5) || (cp >= 0x3040 && cp <= 0x309F) || (cp >= 0x30A0 && cp <= 0x30FF);
+}
+
+size_t match_deepseek_cjk(const Text& x, size_t pos) {
+  size_t i = pos;
+  uint32_t cp;
+  int len;
+  while (i < x.n && (x.at(i, &cp, &len), deepseek_cjk(cp))) i += len;
+  return i;
+}
+
+bool ascii_punct(uint32_t c) {
+  return (c >= 0x21 && c <= 0x2F) || (c >= 0x3A && c <= 0x40) || (c >= 0x5B && c <= 0x60) || (c >= 0x7B && c <= 0x7E);
+}
+bool ascii_letter(char c) { return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z'); }
+
+size_t match_deepseek_words(const Text& x, size_t pos) {
+  uint32_t cp0;
+  int l0;
+  uint16_t c0 = x.at(pos, &cp0, &l0);
+  // [ASCII punctuation][A-Za-z]+
+  if (ascii_punct(cp0) && pos + 1 < x.n && ascii_letter(x.s[pos + 1])) {
+    size_t i = pos + 1;
+    while (i < x.n && ascii_letter(x.s[i])) ++i;
+    return i;
+  }
+  // [^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+
+  if (!is_cr_lf(cp0) && !(c0 & (kL | kP | kS)) && pos + l0 < x.n) {
+    int l1;
+    if (x.at(pos + l0, &l1) & (kL | kM)) return x.run(pos + l0, kL | kM);
+  }
+  if (c0 & (kL | kM)) return x.run(pos, kL | kM);
+  //  ?[\p{P}\p{S}]+[\r\n]*
+  {
+    size_t i = cp0 == ' ' ? pos + 1 : pos;
+    int len;
+    if (i < x.n && (x.at(i, &len) & (kP | kS))) {
+      i = x.run(i, kP | kS);
+      while (i < x.n && (x.s[i] == '\r' || x.s[i] == '\n')) ++i;
+      return i;
+    }
+  }
+  if (c0 & kSpace) return match_whitespace(x, pos, true);
+  return pos;
+}
+
 std::string canonical(std::string_view pattern) {
   std::string out;
   for (char c : pattern) {
@@ -226,6 +285,9 @@ FastPattern detect_fast_pattern(std::string_view pattern) {
   if (p == kCl100k) return FastPattern::Cl100k;
   if (p == kQwen2) return FastPattern::Qwen2;
   if (p == kO200k) return FastPattern::O200k;
+  if (p == kDigits3) return FastPattern::Digits3;
+  if (p == kDeepSeekCjk) return FastPattern::DeepSeekCjk;
+  if (p == kDeepSeekWords) return FastPattern::DeepSeekWords;
   return FastPattern::None;
 }
 
@@ -235,6 +297,9 @@ const char* fast_pattern_name(FastPattern p) {
     case FastPattern::Cl100k: return "cl100k";
     case FastPattern::Qwen2: return "qwen2";
     case FastPattern::O200k: return "o200k";
+    case FastPattern::Digits3: return "digits3";
+    case FastPattern::DeepSeekCjk: return "deepseek-cjk";
+    case FastPattern::DeepSeekWords: return "deepseek-words";
     default: return "none";
   }
 }
@@ -246,6 +311,9 @@ size_t fast_match_at(FastPattern p, const CharTables& t, const char* s, size_t n
     case FastPattern::Cl100k: return match_cl100k(x, pos, 3);
     case FastPattern::Qwen2: return match_cl100k(x, pos, 1);
     case FastPattern::O200k: return match_o200k(x, pos);
+    case FastPattern::Digits3: return match_digits3(x, pos);
+    case FastPattern::DeepSeekCjk: return match_deepseek_cjk(x, pos);
+    case FastPattern::DeepSeekWords: return match_deepseek_words(x, pos);
     default: return pos;
   }
 }

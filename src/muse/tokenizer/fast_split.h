@@ -21,6 +21,9 @@ enum class FastPattern {
   Cl100k,  // (?i:'s|…)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
   Qwen2,   // as Cl100k with \p{N} (one digit per piece)
   O200k,   // GPT-4o / o200k: case-aware letter runs, \p{N}{1,3}, [\r\n/]* after punctuation
+  Digits3,        // \p{N}{1,3} (DeepSeek V3's first split)
+  DeepSeekCjk,    // [一-龥\u3040-ゟ゠-ヿ]+ (DeepSeek V3's second split)
+  DeepSeekWords,  // [ASCII punct][A-Za-z]+|[^\r\n\p{L}\p{P}\p{S}]?[\p{L}\p{M}]+| ?[\p{P}\p{S}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
 };
 
 // The fast matcher for `pattern`, or None. Literal CR/LF characters in the

@@ -52,7 +52,9 @@ Result<Regex> Regex::literal(std::string_view literal) {
       escaped.push_back('\\');
     escaped.push_back(c);
   }
-  return compile(escaped, /*allow_fast_path=*/false);
+  auto re = compile(escaped, /*allow_fast_path=*/false);
+  if (re.ok()) re->literal_ = std::string(literal);
+  return re;
 }
 
 void Regex::find_all_onig(std::string_view text, std::vector<Span>& out) const {
@@ -90,6 +92,11 @@ void Regex::find_all_onig(std::string_view text, std::vector<Span>& out) const {
 }
 
 void Regex::find_all(std::string_view text, std::vector<Span>& out) const {
+  if (!literal_.empty()) {  // leftmost non-overlapping occurrences, as the escaped regex finds
+    for (size_t pos = text.find(literal_); pos != std::string_view::npos; pos = text.find(literal_, pos + literal_.size()))
+      out.push_back({uint32_t(pos), uint32_t(pos + literal_.size()), true});
+    return;
+  }
   if (fast_ == FastPattern::None) {
     find_all_onig(text, out);
     return;

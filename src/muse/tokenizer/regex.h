@@ -53,6 +53,7 @@ class Regex {
   void find_all_onig(std::string_view text, std::vector<Span>& out) const;
 
   std::string pattern_;
+  std::string literal_;  // set for literal(): searched with string_view::find
   std::shared_ptr<void> re_;  // OnigRegex, freed with onig_free
   FastPattern fast_ = FastPattern::None;
 };

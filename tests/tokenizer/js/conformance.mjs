@@ -94,44 +94,59 @@ for (const t of TOKENIZERS) {
   }
   const muse = fs.readFileSync(out, "utf8").trim().split("\n").map((l) => JSON.parse(l));
   const js = new Tokenizer(JSON.parse(fs.readFileSync(file, "utf8")), {});
-  const stats = { ids: 0, idMismatch: 0, decodedMismatch: 0, roundtripMismatch: 0, streamMismatch: 0, hfMatch: 0, hfMismatch: 0, jsMs: 0 };
+  const stats = { ids: 0, idMismatch: 0, jsDeviation: 0, decodedMismatch: 0, roundtripMismatch: 0, streamMismatch: 0,
+    hfMatch: 0, hfMismatch: 0, hfDecodedMismatch: 0, jsMs: 0 };
   const examples = [];
+  const hfChunks = hfUsable ? hf.tokenizers?.[t.name]?.chunks : null;
   manifest.chunks.forEach((c, i) => {
     const text = fs.readFileSync(path.join(corpus, c.file)).toString("utf8");  // WHATWG: U+FFFD per maximal subpart
     const t0 = Date.now();
     const ids = js.encode(text, { add_special_tokens: false }).ids;
     stats.jsMs += Date.now() - t0;
     const m = muse[i];
-    stats.ids += ids.length;
+    stats.ids += m.ids.length;
     if (m.file !== c.file) throw new Error(`muse output out of order at ${c.file}`);
+    // Hugging Face tokenizers (recorded hashes) is the authority when present.
+    const want = hfChunks?.[c.file];
+    let hfAgrees = false;
+    if (want) {
+      hfAgrees = want.ids_sha256 === sha(m.ids);
+      hfAgrees ? stats.hfMatch++ : stats.hfMismatch++;
+      if (want.decoded_sha256 !== crypto.createHash("sha256").update(m.decoded).digest("hex")) stats.hfDecodedMismatch++;
+      if (!hfAgrees && examples.length < 3) examples.push(`${c.file}: ids differ from Hugging Face tokenizers`);
+    }
+    const jsDecoded = js.decode(ids, { skip_special_tokens: false, clean_up_tokenization_spaces: false });
     if (ids.length !== m.ids.length || ids.some((v, k) => v !== m.ids[k])) {
-      stats.idMismatch++;
+      // The JS port differs from Hugging Face in a few regex details (e.g. it
+      // folds case for (?i:'s) in ASCII only, so "'\u017f" is no contraction
+      // there); where muse equals Hugging Face this is the reference's deviation.
+      if (hfAgrees) stats.jsDeviation++;
+      else stats.idMismatch++;
       let k = 0;
       while (k < ids.length && ids[k] === m.ids[k]) k++;
       if (examples.length < 3)
-        examples.push(`${c.file}: first difference at id #${k}: js [${ids.slice(k, k + 6)}] muse [${m.ids.slice(k, k + 6)}]` +
-          ` near ${JSON.stringify(js.decode(ids.slice(Math.max(0, k - 3), k + 3), { skip_special_tokens: false, clean_up_tokenization_spaces: false }))}`);
+        examples.push(`${c.file}: ${hfAgrees ? "JS reference deviates (muse == HF)" : "differs from JS"}: first difference at id #${k}: ` +
+          `js [${ids.slice(k, k + 6)}] muse [${m.ids.slice(k, k + 6)}] near ` +
+          JSON.stringify(js.decode(ids.slice(Math.max(0, k - 3), k + 3), { skip_special_tokens: false, clean_up_tokenization_spaces: false })));
+    } else if (jsDecoded !== m.decoded) {
+      stats.decodedMismatch++;
     }
-    const jsDecoded = js.decode(ids, { skip_special_tokens: false, clean_up_tokenization_spaces: false });
-    if (jsDecoded !== m.decoded) stats.decodedMismatch++;
     if (m.decoded !== t.roundtrip(text)) {
       stats.roundtripMismatch++;
       if (examples.length < 3) examples.push(`${c.file}: decode(encode(x)) != x`);
     }
     if (!m.stream_ok) stats.streamMismatch++;
-    if (hfUsable) {
-      const want = hf.tokenizers?.[t.name]?.chunks?.[c.file]?.ids_sha256;
-      if (want) (want === sha(m.ids) ? stats.hfMatch++ : stats.hfMismatch++);
-    }
   });
   const ok = stats.idMismatch === 0 && stats.decodedMismatch === 0 && stats.roundtripMismatch === 0 &&
-    stats.streamMismatch === 0 && stats.hfMismatch === 0;
+    stats.streamMismatch === 0 && stats.hfMismatch === 0 && stats.hfDecodedMismatch === 0;
   ok ? passed++ : failed++;
   const n = manifest.chunks.length;
   console.log(`${ok ? "ok  " : "FAIL"} ${t.name} (${t.pkg}@${pkgVersion}): ${n} chunks, ${manifest.total_bytes} bytes, ` +
-    `${stats.ids} ids; id mismatches ${stats.idMismatch}/${n}, decode mismatches ${stats.decodedMismatch}, ` +
-    `round-trip failures ${stats.roundtripMismatch}, stream mismatches ${stats.streamMismatch}, ` +
-    (hfUsable ? `HF sha256 ${stats.hfMatch}/${stats.hfMatch + stats.hfMismatch} equal` : "HF not compared") +
+    `${stats.ids} ids; ` +
+    (hfChunks ? `HF tokenizers ${hf.tokenizers_version}: ids equal ${stats.hfMatch}/${n}, decode differs ${stats.hfDecodedMismatch}; `
+              : "HF not compared; ") +
+    `JS: ids differ ${stats.idMismatch} (+${stats.jsDeviation} JS deviations where muse == HF), decode differs ${stats.decodedMismatch}; ` +
+    `round-trip failures ${stats.roundtripMismatch}, stream != decode ${stats.streamMismatch}` +
     ` (js encode ${(manifest.total_bytes / 1e6 / (stats.jsMs / 1000)).toFixed(2)} MB/s)`);
   for (const e of examples) console.log(`     ${e}`);
   summary.push({ name: t.name, ok, ...stats });
