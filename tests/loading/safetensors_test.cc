@@ -35,12 +35,13 @@ TEST(Safetensors, RoundTrip) {
   std::string a_bytes = tensor_bytes_f32(a, DType::F32);
   std::string b_bytes = tensor_bytes_f32({0.5f, -0.25f}, DType::BF16);
   std::string c_bytes = "\x01\x02\x03";
+  std::string scalar_bytes = tensor_bytes_f32({42.0f}, DType::F32);
   std::vector<TensorToWrite> tensors = {
       {"b.weight", DType::BF16, {2}, b_bytes},
       {"a.weight", DType::F32, {2, 3}, a_bytes},
       {"codes", DType::U8, {3}, c_bytes},
       {"empty", DType::F32, {0, 4}, ""},
-      {"scalar", DType::F32, {}, tensor_bytes_f32({42.0f}, DType::F32)},
+      {"scalar", DType::F32, {}, scalar_bytes},
   };
   auto bytes = serialize_safetensors(tensors, {{"format", "pt"}, {"note", "x"}});
   ASSERT_TRUE(bytes.ok()) << bytes.message();
@@ -141,7 +142,8 @@ TEST(SafetensorsErrors, BadOffsets) {
 }
 
 TEST(SafetensorsErrors, TruncatedRealFile) {
-  std::vector<TensorToWrite> tensors = {{"w", DType::F32, {64}, tensor_bytes_f32(std::vector<float>(64, 1.0f), DType::F32)}};
+  std::string ones = tensor_bytes_f32(std::vector<float>(64, 1.0f), DType::F32);
+  std::vector<TensorToWrite> tensors = {{"w", DType::F32, {64}, ones}};
   auto bytes = serialize_safetensors(tensors);
   ASSERT_TRUE(bytes.ok());
   for (size_t cut : {size_t(3), size_t(20), bytes->size() - 1}) expect_error(bytes->substr(0, cut), {"test.safetensors"});
