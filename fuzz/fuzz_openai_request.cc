@@ -52,7 +52,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ParsedDelta a, b;
   parser->feed({}, bytes.substr(0, split), a);
   parser->feed({}, bytes.substr(split), b);
-  parser->finish(b);
+  parser->finish(FinishReason::Stop, b);
   WriterOptions wo;
   wo.id = "x";
   for (auto make : {make_chat_writer, make_messages_writer, make_completion_writer}) {

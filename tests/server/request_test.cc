@@ -309,7 +309,7 @@ TEST(ServerFake, ParserReassemblesToolCallsSplitAnywhere) {
     ParsedDelta a, b, c;
     parser->feed({}, std::string_view(text).substr(0, split), a);
     parser->feed({}, std::string_view(text).substr(split), b);
-    parser->finish(c);
+    parser->finish(FinishReason::Stop, c);
     std::string reasoning = a.reasoning + b.reasoning + c.reasoning;
     std::map<int, std::string> args, names;
     for (auto* d : {&a, &b, &c})

@@ -127,7 +127,7 @@ class FakeOutputParser : public OutputParser {
     buf_.erase(0, i);
   }
 
-  void finish(ParsedDelta& out) override {
+  void finish(FinishReason, ParsedDelta& out) override {
     emit(buf_, out);
     buf_.clear();
   }

@@ -199,7 +199,7 @@ void GenerationJob::on_output(int part, GenerationOutput out) {
   } else {
     ParsedDelta pd;
     c.parser->feed(out.token_ids, out.text, pd);
-    if (out.finish != FinishReason::None) c.parser->finish(pd);
+    if (out.finish != FinishReason::None) c.parser->finish(out.finish, pd);
     c.reasoning_tokens += pd.reasoning_tokens;
     d.reasoning = std::move(pd.reasoning);
     d.content = std::move(pd.content);

@@ -210,8 +210,9 @@ class OutputParser {
  public:
   virtual ~OutputParser() = default;
   virtual void feed(std::span<const int32_t> token_ids, std::string_view text, ParsedDelta& out) = 0;
-  // End of generation: flush held-back text, close what is open.
-  virtual void finish(ParsedDelta& out) = 0;
+  // End of generation (why: Stop, Length, Abort or Error): flush held-back
+  // text, close what is open; a call cut by Length may be dropped.
+  virtual void finish(FinishReason why, ParsedDelta& out) = 0;
 };
 
 struct ParserOptions {

@@ -284,7 +284,7 @@ class CompletionWriter : public ResponseWriter, OpenAIStream {
 
   std::string stream_delta(int i, const ChoiceDelta& d, const UsageInfo& so_far) override {
     auto& c = choices_[size_t(i)];
-    std::string text = d.echo_text.value_or("") + d.text;
+    std::string text = d.echo_text + d.text;
     Json logprobs = Json();
     if (!d.logprobs.empty() || !d.prompt_logprobs.empty()) {
       Logprobs lp;
@@ -309,7 +309,7 @@ class CompletionWriter : public ResponseWriter, OpenAIStream {
       c.want_logprobs = true;
       append_logprobs(c.lp, d, c.offset);
     }
-    c.text += d.echo_text.value_or("") + d.text;
+    c.text += d.echo_text + d.text;
   }
 
   void finish(int i, const FinishInfo& f) override { choices_[size_t(i)].finish = f; }

@@ -29,11 +29,11 @@ struct ChoiceDelta {
   std::vector<ToolCallOut> tool_calls;
   std::vector<TokenLogprob> logprobs;
   // completions echo: the prompt text and (optionally) its logprobs, first delta only.
-  std::optional<std::string> echo_text;
+  std::string echo_text;
   std::vector<TokenLogprob> prompt_logprobs;  // first: NaN logprob
   bool empty() const {
     return text.empty() && reasoning.empty() && content.empty() && tool_calls.empty() && logprobs.empty() &&
-           !echo_text && prompt_logprobs.empty();
+           echo_text.empty() && prompt_logprobs.empty();
   }
 };
 
