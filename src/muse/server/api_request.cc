@@ -379,6 +379,9 @@ std::optional<ApiError> parse_completion_request(const Json& body, const Validat
   read_stream(r, out);
   int64_t n = 1;
   if (r.integer("n", &n, 1, limits.max_n)) out->n = int(n);
+  if (!r.failed() && out->prompts.size() * size_t(out->n) > 1024)
+    r.fail(invalid_param("prompt", "Invalid 'prompt': at most 1024 completions per request (prompts x n), got " +
+                                       std::to_string(out->prompts.size() * size_t(out->n)) + "."));
   int64_t best_of = 0;
   if (r.integer("best_of", &best_of, 1, limits.max_n) && best_of != out->n)
     r.fail(invalid_param("best_of", "Invalid 'best_of': only best_of == n is supported.", "unsupported_value"));
