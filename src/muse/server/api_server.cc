@@ -213,7 +213,14 @@ void route(const std::shared_ptr<State>& sp, std::shared_ptr<HttpExchange> raw) 
       if (s.opt.allow_credentials) extra.emplace_back("Access-Control-Allow-Credentials", "true");
     }
   }
-  auto ex = std::make_shared<TrackedExchange>(std::move(raw), extra, s.metrics.get(), path);
+  // Metric label: the route, never the raw path (unknown paths would make
+  // unbounded label sets).
+  static const char* kRoutes[] = {"/health", "/metrics", "/version", "/v1/models", "/v1/chat/completions", "/v1/completions",
+                                  "/v1/messages", "/v1/messages/count_tokens", "/tokenize", "/detokenize"};
+  std::string handler = path.starts_with("/v1/models/") ? "/v1/models/{model}" : "other";
+  for (const char* r : kRoutes)
+    if (path == r) handler = r;
+  auto ex = std::make_shared<TrackedExchange>(std::move(raw), extra, s.metrics.get(), handler);
   if (method == "OPTIONS") {
     if (!cors) return s.respond_error(*ex, ApiError{405, "invalid_request_error", "CORS is not enabled for this origin.", "", "method_not_allowed"});
     HttpResponse r;
