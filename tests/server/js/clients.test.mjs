@@ -137,8 +137,22 @@ test('tools, whole: content null, arguments a JSON string; parallel calls and pa
     model: 'muse-fake', messages: user('hello'), tools: [weatherTool, timeTool], tool_choice: { type: 'function', function: { name: 'get_time' } },
   });
   assert.equal(named.choices[0].message.tool_calls[0].function.name, 'get_time');
+  const required = await openai.chat.completions.create({ model: 'muse-fake', messages: user('hello'), tools: [timeTool], tool_choice: 'required' });
+  assert.equal(required.choices[0].finish_reason, 'tool_calls');
   const none = await openai.chat.completions.create({ model: 'muse-fake', messages: user('what is the weather'), tools: [weatherTool], tool_choice: 'none' });
   assert.equal(none.choices[0].message.tool_calls, undefined);
+});
+
+test('reasoning_effort and chat_template_kwargs reach the template', async () => {
+  const count = async (extra) => (await (await fetch(base + '/tokenize', {
+    method: 'POST', headers: { authorization: `Bearer ${KEY}` }, body: JSON.stringify({ messages: user('hi'), ...extra }),
+  })).json()).count;
+  const plain = await count({});
+  assert.notEqual(await count({ reasoning_effort: 'low' }), plain);
+  assert.notEqual(await count({ reasoning_effort: 'xhigh' }), await count({ reasoning_effort: 'low' }));
+  const bad = await post('/v1/chat/completions', JSON.stringify({ messages: user('hi'), chat_template_kwargs: { raise_exception: 'template says no' } }));
+  assert.equal(bad.status, 400);
+  assert.match(bad.json.error.message, /template says no/);
 });
 
 test('logprobs and top_logprobs', async () => {
