@@ -174,6 +174,21 @@ TEST(Jinja, HostileTemplatesHitLimits) {
     auto r = t->render(Json::object(), opts);
     EXPECT_FALSE(r.ok()) << src;
   }
+  // Legal nesting times legal recursion: bounded by the stack budget.
+  std::string body;
+  for (int i = 0; i < 150; ++i) body += "{% if true %}";
+  body += "{{ m(n + 1) if n < 99 else '' }}";
+  for (int i = 0; i < 150; ++i) body += "{% endif %}";
+  auto rec = jinja::Template::parse("{% macro m(n) %}" + body + "{% endmacro %}{{ m(0) }}");
+  ASSERT_TRUE(rec.ok()) << rec.message();
+  EXPECT_FALSE(rec->render(Json::object()).ok());
+  for (const char* empty_repeat : {"{{ ('' * 1000000000000000000)|length }}", "{{ ([] * 1000000000000000000)|length }}"}) {
+    auto t = jinja::Template::parse(empty_repeat);
+    ASSERT_TRUE(t.ok());
+    auto r = t->render(Json::object(), opts);
+    ASSERT_TRUE(r.ok()) << r.message();
+    EXPECT_EQ(*r, "0");
+  }
   std::string deep(5000, '(');
   EXPECT_FALSE(jinja::Template::parse("{{ " + deep + " }}").ok());
   std::string nested;

@@ -40,7 +40,7 @@ Value no_element(const Value& obj, const Value& key) {
 }
 
 int64_t checked_repeat_count(Interpreter& in, int64_t n, size_t unit) {
-  if (n <= 0) return 0;
+  if (n <= 0 || unit == 0) return 0;  // "" * 10**18 is "" at once
   if (unit && uint64_t(n) > in.limits().max_output_bytes / unit)
     raise(ErrorKind::Limit, "repetition result longer than the output limit");
   return n;
@@ -452,6 +452,7 @@ bool Interpreter::eval_compare(CmpOp op, const Value& a, const Value& b) {
 
 Value Interpreter::eval(const Expr& e, const FramePtr& frame) {
   step();
+  check_stack();
   switch (e.kind) {
     case ExprKind::Const: return static_cast<const ConstExpr&>(e).value;
     case ExprKind::Name: return eval_name(static_cast<const NameExpr&>(e), frame);

@@ -495,7 +495,7 @@ Value f_truncate(Interpreter& in, const Value& v, CallArgs& a) {
   int64_t end_len = int64_t(code_point_count(end));
   if (length < end_len) type_error("expected length >= " + std::to_string(end_len) + ", got " + std::to_string(length));
   if (leeway < 0) type_error("expected leeway >= 0, got " + std::to_string(leeway));
-  if (n <= length + leeway) return Value(s);
+  if ((__int128)n <= (__int128)length + leeway) return Value(s);
   std::string head = s.substr(0, offs[size_t(length - end_len)]);
   if (killwords) return in.make_string(head + end);
   size_t sp = head.rfind(' ');

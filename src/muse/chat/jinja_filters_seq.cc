@@ -67,8 +67,10 @@ Value f_batch(Interpreter& in, const Value& v, CallArgs& a) {
     if (int64_t(cur.size()) == n) out.push_back(in.make_list(std::move(cur))), cur.clear();
   }
   if (!cur.empty()) {
-    if (b.given(1))
+    if (b.given(1) && !b[1].is_none()) {
+      in.step(uint64_t(n) - cur.size());
       while (int64_t(cur.size()) < n) cur.push_back(b[1]);
+    }
     out.push_back(in.make_list(std::move(cur)));
   }
   return in.make_list(std::move(out));
@@ -87,7 +89,7 @@ Value f_slice(Interpreter& in, const Value& v, CallArgs& a) {
     if (i < extra) ++offset;
     int64_t end = offset + (i + 1) * per;
     std::vector<Value> part(seq.begin() + start, seq.begin() + end);
-    if (b.given(1) && i >= extra) part.push_back(b[1]);
+    if (b.given(1) && !b[1].is_none() && i >= extra) part.push_back(b[1]);
     out.push_back(in.make_list(std::move(part)));
   }
   return in.make_list(std::move(out));

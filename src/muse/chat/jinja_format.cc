@@ -263,7 +263,8 @@ std::string python_percent_format(Interpreter& in, const std::string& fmt, const
       case 'a': piece = repr(*arg); break;
       case 'c':
         if (arg->is_string() && code_point_count(arg->as_string()) == 1) piece = arg->as_string();
-        else if (arg->is_int() && arg->as_int() >= 0 && arg->as_int() <= 0x10FFFF) append_utf8(piece, uint32_t(arg->as_int()));
+        else if (arg->is_int() && arg->as_int() >= 0 && arg->as_int() <= 0x10FFFF)
+          append_utf8(piece, arg->as_int() >= 0xD800 && arg->as_int() <= 0xDFFF ? 0xFFFD : uint32_t(arg->as_int()));
         else type_error("%c requires int or char");
         break;
       case 'd': case 'i': case 'o': case 'x': case 'X': case 'e': case 'E': case 'f': case 'F': case 'g': case 'G':

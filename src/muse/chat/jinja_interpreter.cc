@@ -151,6 +151,14 @@ void Interpreter::step(uint64_t n) {
     raise(ErrorKind::Limit, "template exceeded the step limit (" + std::to_string(limits_.max_steps) + ")");
 }
 
+void Interpreter::check_stack() const {
+  // The frame address, not a local's: sanitizers may move locals off the stack.
+  auto here = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
+  if (stack_base_ > here && stack_base_ - here > limits_.max_stack_bytes)
+    raise(ErrorKind::Limit, "template nesting and recursion too deep (stack limit " +
+                                std::to_string(limits_.max_stack_bytes) + " bytes)");
+}
+
 void Interpreter::charge(uint64_t bytes) {
   work_ += bytes;
   if (work_ > limits_.max_work_bytes)
@@ -194,6 +202,7 @@ void Interpreter::append_output(std::string& out, std::string_view text) {
 }
 
 std::string Interpreter::render(const TemplateAst& ast) {
+  stack_base_ = reinterpret_cast<uintptr_t>(__builtin_frame_address(0));
   std::string out;
   FramePtr root = new_frame(globals_);
   exec_body(ast.body, root, out);
@@ -210,6 +219,7 @@ Interpreter::Flow Interpreter::exec_body(const Body& body, const FramePtr& frame
 
 Interpreter::Flow Interpreter::exec(const Stmt& s, const FramePtr& frame, std::string& out) {
   step();
+  check_stack();
   line_ = s.line;
   switch (s.kind) {
     case StmtKind::Output: {

@@ -27,6 +27,9 @@ struct RenderLimits {
   size_t max_output_bytes = 64u << 20;     // size of any one output buffer or string
   int max_call_depth = 100;                // nested macro calls / recursive loops
   int max_value_depth = 200;               // nesting of lists/dicts/namespaces
+  // Native stack the render may use: nesting and recursion are also bounded
+  // by what they cost, so deep-but-legal combinations cannot overflow it.
+  size_t max_stack_bytes = 2u << 20;
 };
 
 struct Frame {
@@ -69,6 +72,7 @@ class Interpreter {
   Value apply_filter(std::string_view name, const Value& v, CallArgs& args);
   bool apply_test(std::string_view name, const Value& v, CallArgs& args);
   void step(uint64_t n = 1);
+  void check_stack() const;
   void charge(uint64_t bytes);
   // A string result: checks the size limits first.
   Value make_string(std::string s);
@@ -113,6 +117,7 @@ class Interpreter {
   uint64_t work_ = 0;
   int call_depth_ = 0;
   int line_ = 0;
+  uintptr_t stack_base_ = 0;
   // Frames captured by macros and recursive loops, and namespaces, can form
   // reference cycles (a macro stored in the scope it closes over, a namespace
   // holding itself) and arbitrarily long chains. They are held here until

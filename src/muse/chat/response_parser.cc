@@ -32,6 +32,26 @@ bool contains(const std::vector<std::string>& v, std::string_view s) {
   return std::find(v.begin(), v.end(), s) != v.end();
 }
 
+// Tool-call names and arguments must be valid JSON text for clients: invalid
+// UTF-8 (impossible from the streaming detokenizer, possible in raw text
+// input) becomes U+FFFD, as Python's errors="replace" would.
+std::string valid_utf8(std::string_view s) {
+  if (is_valid_utf8(s)) return std::string(s);
+  std::string out;
+  while (!s.empty()) {
+    size_t bad = find_invalid_utf8(s);
+    if (bad == std::string_view::npos) {
+      out.append(s);
+      break;
+    }
+    out.append(s.substr(0, bad));
+    out += "\xEF\xBF\xBD";
+    s.remove_prefix(bad + 1);
+    while (!s.empty() && (static_cast<unsigned char>(s[0]) & 0xC0) == 0x80) s.remove_prefix(1);
+  }
+  return out;
+}
+
 std::string random_call_id() {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   static const char* chars = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
@@ -98,55 +118,62 @@ void ResponseParser::scan_text(bool final, ResponseDelta& d) {
   const std::pair<std::string_view, Marker> markers[] = {
       {f_.start, Marker::Start},          {f_.message, Marker::Message},   {f_.end_message, Marker::EndMessage},
       {f_.end_turn, Marker::EndTurn},     {f_.end_of_text, Marker::EndOfText}};
-  while (!pending_.empty()) {
-    if (state_ == State::Done) {
-      pending_.clear();
-      return;
-    }
-    if (!markers_active()) {
-      size_t gt = pending_.find('>');
-      size_t n = gt == std::string::npos ? pending_.size() : gt + 1;
-      std::string piece = pending_.substr(0, n);
-      pending_.erase(0, n);
-      on_text(piece, d);
-      continue;
-    }
-    size_t best = std::string::npos;
-    Marker which = Marker::Start;
-    size_t len = 0;
+  std::string_view rest = pending_;
+  size_t next_marker = std::string_view::npos;  // cached position of the earliest marker in `rest`
+  Marker which = Marker::Start;
+  size_t len = 0;
+  auto find_marker = [&] {
+    next_marker = std::string_view::npos;
     for (const auto& [spelling, m] : markers) {
-      size_t p = pending_.find(spelling);
-      if (p < best) {
-        best = p;
+      size_t p = rest.find(spelling);
+      if (p < next_marker) {
+        next_marker = p;
         which = m;
         len = spelling.size();
       }
     }
-    if (best == 0) {
-      pending_.erase(0, len);
+  };
+  bool marker_known = false;
+  while (!rest.empty() && state_ != State::Done) {
+    if (!markers_active()) {
+      size_t gt = rest.find('>');
+      size_t n = gt == std::string_view::npos ? rest.size() : gt + 1;
+      on_text(rest.substr(0, n), d);
+      rest.remove_prefix(n);
+      marker_known = false;
+      continue;
+    }
+    if (!marker_known) {
+      find_marker();
+      marker_known = true;
+    }
+    if (next_marker == 0) {
+      rest.remove_prefix(len);
+      marker_known = false;
       on_marker(which, d);
       continue;
     }
-    if (best != std::string::npos) {
-      std::string piece = pending_.substr(0, best);
-      pending_.erase(0, best);
-      on_text(piece, d);
-      continue;  // the text may have opened a value: re-check before the marker
+    if (next_marker != std::string_view::npos) {
+      on_text(rest.substr(0, next_marker), d);
+      rest.remove_prefix(next_marker);
+      next_marker = 0;  // still the earliest; re-checked against markers_active() first
+      continue;
     }
     size_t hold = 0;
     if (!final) {
       for (const auto& [spelling, m] : markers)
-        for (size_t k = std::min(spelling.size() - 1, pending_.size()); k > hold; --k)
-          if (pending_.compare(pending_.size() - k, k, spelling, 0, k) == 0) {
+        for (size_t k = std::min(spelling.size() - 1, rest.size()); k > hold; --k)
+          if (rest.substr(rest.size() - k) == spelling.substr(0, k)) {
             hold = k;
             break;
           }
     }
-    std::string piece = pending_.substr(0, pending_.size() - hold);
-    pending_.erase(0, pending_.size() - hold);
-    if (!piece.empty()) on_text(piece, d);
-    return;
+    if (rest.size() > hold) on_text(rest.substr(0, rest.size() - hold), d);
+    rest.remove_prefix(rest.size() - hold);
+    break;
   }
+  if (state_ == State::Done) rest = {};
+  pending_ = std::string(rest);
 }
 
 void ResponseParser::on_marker(Marker m, ResponseDelta& d) {
@@ -353,7 +380,7 @@ void ResponseParser::settle_pending_invoke(const AtemEvent* next, ResponseDelta&
 
 void ResponseParser::emit_call(ResponseDelta& d) {
   ToolCall call;
-  call.name = invoke_.name;
+  call.name = valid_utf8(invoke_.name);
   call.arguments = Json(std::move(invoke_.args)).dump();
   invoke_ = Invoke{};
   if (body_ == BodyKind::Fumbled) {
@@ -389,9 +416,9 @@ void ResponseParser::atem_events(ResponseDelta& d) {
           name = invoke_.args.back().first;
           invoke_.args.pop_back();
         }
-        Json value = decode_parameter_value(e.value, parameter_schema(invoke_.tool, name));
+        Json value = decode_parameter_value(valid_utf8(e.value), parameter_schema(invoke_.tool, name));
         Json obj(std::move(invoke_.args));
-        obj.set(name, std::move(value));  // a repeated name: the last value wins, in place
+        obj.set(valid_utf8(name), std::move(value));  // a repeated name: the last value wins, in place
         invoke_.args = std::move(obj.as_object());
         break;
       }
