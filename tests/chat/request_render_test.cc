@@ -53,6 +53,58 @@ TEST_F(GlimmerRequest, ReferencePromptA) {
             "# Valid recipients: \"self\", \"user\".<|eot|><|start|>user<|message|>What is 2+2?<|eot|><|start|>assistant");
 }
 
+// §2.7 (c): reasoning, a call, its result, reasoning + answer, a new question.
+TEST_F(GlimmerRequest, ReferencePromptC) {
+  std::string out = ok(std::string(R"({"messages": [
+      {"role": "user", "content": "Weather in Paris for 2 days?"},
+      {"role": "assistant", "reasoning_content": "I should call the forecast tool.", "tool_calls": [{"id": "c1", "type": "function",
+        "function": {"name": "weather.get_forecast", "arguments": "{\"city\": \"Paris\", \"days\": 2}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "{\"temp_c\": 18, \"sky\": \"clear\"}"},
+      {"role": "assistant", "reasoning_content": "Summarize the result.", "content": "18 °C and clear."},
+      {"role": "user", "content": "Thanks! And Tokyo?"}], )") + kKwargs + "}");
+  const std::string expected =
+      "<|start|>user<|message|>Weather in Paris for 2 days?<|eot|><|start|>assistant to=self<|message|>I should call the "
+      "forecast tool.<|eom|><|start|>assistant to=weather.get_forecast<|message|><atem:function_calls>\n<atem:invoke "
+      "name=\"weather.get_forecast\">\n<atem:parameter name=\"city\">Paris</atem:parameter>\n<atem:parameter "
+      "name=\"days\">2</atem:parameter>\n</atem:invoke>\n</atem:function_calls><|eot|><|start|>tool "
+      "weather.get_forecast<|message|><tool_output name=\"weather.get_forecast\">\n{\"temp_c\": 18, \"sky\": "
+      "\"clear\"}\n</tool_output><|eot|><|start|>assistant to=self<|message|>Summarize the result.<|eom|><|start|>assistant "
+      "to=user<|message|>18 °C and clear.<|eot|><|start|>user<|message|>Thanks! And Tokyo?<|eot|><|start|>assistant";
+  ASSERT_GE(out.size(), expected.size());
+  EXPECT_EQ(out.substr(out.size() - expected.size()), expected);
+}
+
+// §2.7 (d): two calls in one assistant message, then two results.
+TEST_F(GlimmerRequest, ReferencePromptD) {
+  std::string out = ok(std::string(R"({"messages": [{"role": "user", "content": "Paris and Tokyo?"},
+      {"role": "assistant", "tool_calls": [
+        {"id": "a", "type": "function", "function": {"name": "weather.get_forecast", "arguments": "{\"city\": \"Paris\"}"}},
+        {"id": "b", "type": "function", "function": {"name": "weather.get_forecast", "arguments": "{\"city\": \"Tokyo\", \"days\": 3}"}}]},
+      {"role": "tool", "tool_call_id": "a", "content": "sunny"}, {"role": "tool", "tool_call_id": "b", "content": "rain"}], )") +
+                       kKwargs + "}");
+  EXPECT_NE(out.find("</atem:function_calls><|eom|><|start|>assistant to=weather.get_forecast<|message|><atem:function_calls>\n"
+                     "<atem:invoke name=\"weather.get_forecast\">\n<atem:parameter name=\"city\">Tokyo</atem:parameter>\n"
+                     "<atem:parameter name=\"days\">3</atem:parameter>\n</atem:invoke>\n</atem:function_calls><|eot|><|start|>tool "
+                     "weather.get_forecast<|message|><tool_output name=\"weather.get_forecast\">\nsunny\n</tool_output><|eot|>"
+                     "<|start|>tool weather.get_forecast<|message|><tool_output name=\"weather.get_forecast\">\nrain\n"
+                     "</tool_output><|eot|><|start|>assistant"),
+            std::string::npos)
+      << out;
+}
+
+// §2.1: the template itself refuses string arguments (the request path parses them first).
+TEST_F(GlimmerRequest, TemplateRefusesStringArguments) {
+  auto ctx = Json::parse(R"({"bos_token": "<|begin_of_text|>", "messages": [{"role": "user", "content": "x"},
+      {"role": "assistant", "tool_calls": [{"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}]}]})");
+  jinja::RenderFailure failure;
+  auto r = tpl_->compiled().render(*ctx, {}, &failure);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(failure.kind, jinja::ErrorKind::Raised);
+  EXPECT_EQ(failure.message,
+            "Muse Glimmer ATEM chat template requires tool_call.function.arguments to be a dict (mapping); a JSON string "
+            "cannot be parsed in the HF jinja sandbox.");
+}
+
 TEST_F(GlimmerRequest, StringArgumentsBecomeMappings) {
   std::string out = ok(std::string(R"({"messages": [{"role": "user", "content": "Weather?"},
       {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
