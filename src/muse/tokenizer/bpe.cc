@@ -71,6 +71,21 @@ struct FrontCache {
 };
 thread_local FrontCache front_cache MUSE_FAST_TLS;
 
+// Character mode without prefix/suffix: one character (its UTF-8 bytes packed
+// in a uint32) -> vocabulary id, direct-mapped. SentencePiece-style models
+// (Gemma) look up every character of whole texts; most repeat.
+struct CharCache {
+  static constexpr size_t kSlots = 4096;
+  uint64_t owner = 0;
+  uint32_t key[kSlots];  // 0: empty (NUL is never cached)
+  int32_t id[kSlots];
+  void reset(uint64_t serial) {
+    owner = serial;
+    std::memset(key, 0, sizeof key);
+  }
+};
+thread_local CharCache char_cache MUSE_FAST_TLS;
+
 Result<std::optional<std::string>> optional_string(const Json& j, const char* key) {
   const Json* v = j.find(key);
   if (!v || v->is_null()) return std::optional<std::string>();
@@ -114,7 +129,11 @@ Result<std::unique_ptr<BpeModel>> BpeModel::from_json(const Json& model) {
     m->vocab_.insert(token, id);
     max_id = std::max(max_id, id);
   }
-  if (max_id > (1 << 26)) return make_error("model.vocab ids are implausibly large (max " + std::to_string(max_id) + ")");
+  // Ids index dense tables; real vocabularies are dense (gpt-4o: 200,000
+  // entries, largest id 200,018).
+  if (size_t(max_id) >= m->vocab_.size() + (1u << 20))
+    return make_error("model.vocab ids are too sparse (" + std::to_string(m->vocab_.size()) + " entries, largest id " +
+                      std::to_string(max_id) + ")");
   m->id_to_token_.resize(size_t(max_id + 1));
   m->has_token_.assign(size_t(max_id + 1), 0);
   for (const auto& [token, idj] : vocab->as_object()) {
@@ -211,16 +230,34 @@ void BpeModel::encode_chars(std::string_view word, std::vector<int32_t>& syms) c
     return;
   }
   int32_t pending_unk = -1;  // a run of unknown characters not yet emitted
+  bool plain = !prefix_ && !suffix_;
+  CharCache& cc = char_cache;
+  if (plain && cc.owner != serial_) cc.reset(serial_);
   std::string piece;
   for (size_t i = 0; i < word.size();) {
     int len = utf8_len(static_cast<unsigned char>(word[i]));
-    bool first = i == 0, last = i + len >= word.size();
-    piece.clear();
-    if (!first && prefix_) piece += *prefix_;
-    piece.append(word.data() + i, size_t(len));
-    if (last && suffix_) piece += *suffix_;
+    if (i + size_t(len) > word.size()) len = int(word.size() - i);  // cannot happen for valid UTF-8
+    bool first = i == 0, last = i + size_t(len) >= word.size();
+    int32_t id = -1;
+    uint32_t key = 0;
+    size_t slot = 0;
+    if (plain) {
+      std::memcpy(&key, word.data() + i, size_t(len));
+      slot = (key * 0x9E3779B1u) >> 20;
+      if (key != 0 && cc.key[slot] == key) id = cc.id[slot];
+    }
+    if (id < 0) {
+      piece.clear();
+      if (!first && prefix_) piece += *prefix_;
+      piece.append(word.data() + i, size_t(len));
+      if (last && suffix_) piece += *suffix_;
+      id = vocab_.find(piece);
+      if (plain && id >= 0 && key != 0) {
+        cc.key[slot] = key;
+        cc.id[slot] = id;
+      }
+    }
     i += size_t(len);
-    int32_t id = vocab_.find(piece);
     if (id >= 0) {
       if (pending_unk >= 0) syms.push_back(pending_unk);
       pending_unk = -1;
