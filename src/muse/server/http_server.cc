@@ -148,6 +148,13 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   bool stopped = false;
 
   void accept();
+  void wait_signal() {
+    signals.async_wait([self = shared_from_this()](error_code ec, int sig) {
+      if (ec) return;
+      self->signal_fn(sig);
+      self->wait_signal();
+    });
+  }
   void schedule(net::steady_timer* t, std::chrono::milliseconds period, std::shared_ptr<std::function<void()>> fn);
   void close_all();
 };
@@ -551,17 +558,7 @@ void HttpServer::run() {
   if (impl_->signal_fn) {
     impl_->signals.add(SIGINT);
     impl_->signals.add(SIGTERM);
-    std::function<void()> arm;
-    auto self = impl_;
-    auto rearm = std::make_shared<std::function<void()>>();
-    *rearm = [self, rearm] {
-      self->signals.async_wait([self, rearm](error_code ec, int sig) {
-        if (ec) return;
-        self->signal_fn(sig);
-        (*rearm)();
-      });
-    };
-    (*rearm)();
+    impl_->wait_signal();
   }
   impl_->io.run();
 }
