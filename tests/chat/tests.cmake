@@ -25,3 +25,13 @@ if(Python3_Interpreter_FOUND)
            WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
   set_tests_properties(chat_jinja_python PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS "conformance")
 endif()
+
+# `muse render` end to end on the 31 Muse Glimmer cases (skips without the
+# shared data or a reference tokenizer.json).
+if(Python3_Interpreter_FOUND)
+  add_test(NAME chat_render_cli
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_LIST_DIR}/py/check_render_cli.py $<TARGET_FILE:muse>
+                   ${CMAKE_CURRENT_SOURCE_DIR} ${CMAKE_BINARY_DIR}
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(chat_render_cli PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS "conformance")
+endif()
