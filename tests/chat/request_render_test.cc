@@ -5,6 +5,7 @@
 
 #include "muse/chat/request_render.h"
 #include "muse/core/mapped_file.h"
+#include "muse/tokenizer/tokenizer_files.h"
 
 namespace muse::chat {
 namespace {
@@ -260,6 +261,28 @@ TEST(GenericTemplate, PassesThroughAndJoinsTextParts) {
                               *t);
   ASSERT_TRUE(r.ok()) << r.message();
   EXPECT_EQ(*r, "<s><developer>a\nb</developer><user>hi</user><assistant>");
+}
+
+}  // namespace
+}  // namespace muse::chat
+
+namespace muse::chat {
+namespace {
+
+TEST(GenericTemplate, ToolUseTemplateWhenToolsAreGiven) {
+  TokenizerFiles files;
+  files.chat_template = "default:{{ messages[0].content }}";
+  files.named_chat_templates["default"] = files.chat_template;
+  files.named_chat_templates["tool_use"] = "tool_use:{{ tools[0].function.name }}";
+  auto t = ChatTemplate::from_tokenizer_files(files, "");
+  ASSERT_TRUE(t.ok()) << t.message();
+  auto plain = render_chat_prompt(*Json::parse(R"({"messages": [{"role": "user", "content": "hi"}]})"), *t);
+  ASSERT_TRUE(plain.ok()) << plain.message();
+  EXPECT_EQ(*plain, "default:hi");
+  auto tools = render_chat_prompt(*Json::parse(R"({"messages": [{"role": "user", "content": "hi"}],
+      "tools": [{"type": "function", "function": {"name": "f"}}]})"), *t);
+  ASSERT_TRUE(tools.ok()) << tools.message();
+  EXPECT_EQ(*tools, "tool_use:f");
 }
 
 }  // namespace

@@ -106,6 +106,13 @@ Result<ChatTemplate> ChatTemplate::create(std::string source, const Options& opt
   return t;
 }
 
+Status ChatTemplate::set_tool_use_template(const std::string& source) {
+  auto compiled = jinja::Template::parse(source);
+  if (!compiled.ok()) return make_error("tool_use " + compiled.message());
+  tool_use_ = std::make_shared<const jinja::Template>(std::move(compiled).value());
+  return Status::Ok();
+}
+
 Result<ChatTemplate> ChatTemplate::from_tokenizer_files(const TokenizerFiles& files, const std::string& model_type,
                                                        const std::string& override_template) {
   std::string source = files.chat_template;
@@ -136,7 +143,11 @@ Result<ChatTemplate> ChatTemplate::from_tokenizer_files(const TokenizerFiles& fi
     else if (v && v->is_object() && v->find("content") && v->find("content")->is_string())
       add(key, v->find("content")->as_string());
   }
-  return create(std::move(source), o);
+  MUSE_ASSIGN_OR_RETURN(ChatTemplate t, create(std::move(source), o));
+  auto tool_use = files.named_chat_templates.find("tool_use");
+  if (override_template.empty() && tool_use != files.named_chat_templates.end())
+    MUSE_RETURN_IF_ERROR(t.set_tool_use_template(tool_use->second));
+  return t;
 }
 
 Result<std::string> read_model_type(const std::string& model_dir) {

@@ -6,6 +6,7 @@
 //   MUSE_ASSIGN_OR_RETURN(std::string prompt, render_chat_prompt(request_json, tpl));
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,12 @@ class ChatTemplate {
   // The template is a known older revision (rendered as shipped; warn).
   bool legacy() const { return legacy_; }
   const jinja::Template& compiled() const { return compiled_; }
+  // transformers picks a tokenizer's "tool_use" template when tools are
+  // given and the tokenizer has one; otherwise the default.
+  const jinja::Template& compiled_for(bool has_tools) const {
+    return has_tools && tool_use_ ? *tool_use_ : compiled_;
+  }
+  Status set_tool_use_template(const std::string& source);
   const std::vector<std::pair<std::string, std::string>>& special_tokens() const { return special_tokens_; }
   // Whether the template iterates over a message's content parts; if not,
   // text-only part lists are joined into one string (vLLM's "string" format).
@@ -53,6 +60,7 @@ class ChatTemplate {
   bool legacy_ = false;
   bool accepts_content_lists_ = true;
   jinja::Template compiled_;
+  std::shared_ptr<const jinja::Template> tool_use_;
   std::vector<std::pair<std::string, std::string>> special_tokens_;
 };
 

@@ -340,7 +340,9 @@ Result<ChatPrompt> render_chat(const Json& request, const ChatTemplate& tpl, con
   out.add_generation_prompt = ctx.find("add_generation_prompt")->as_bool();
   const Json& req = options.api == RequestApi::AnthropicMessages ? Json() : request;
   out.continue_final_message = req.is_object() && req.get_bool("continue_final_message", false);
-  MUSE_ASSIGN_OR_RETURN(out.text, tpl.compiled().render(ctx, options.render));
+  const Json* tools = ctx.find("tools");
+  bool has_tools = tools && !tools->is_null();  // transformers: `tools is not None`
+  MUSE_ASSIGN_OR_RETURN(out.text, tpl.compiled_for(has_tools).render(ctx, options.render));
   if (out.continue_final_message) {
     MUSE_ASSIGN_OR_RETURN(out.text, cut_after_final_message(out.text, *ctx.find("messages")));
   }
