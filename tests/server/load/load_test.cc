@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -102,15 +103,21 @@ int main(int argc, char** argv) {
   }
   if (muse.empty()) return std::fprintf(stderr, "usage: server_load_test --muse PATH [--clients N] [--disconnect F]\n"), 2;
   signal(SIGPIPE, SIG_IGN);
+  rlimit rl;  // one socket per client
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
 
   // Start the server on a free port; read the port from its log.
   int pipefd[2];
   if (pipe(pipefd) != 0) return 1;
+  std::string seqs = std::to_string(clients);  // every client streams at once
   pid_t pid = fork();
   if (pid == 0) {
     dup2(pipefd[1], 2);
     close(pipefd[0]);
-    execl(muse.c_str(), muse.c_str(), "serve", "--fake-model", "--host", "127.0.0.1", "--port", "0", "--max-num-seqs", "512",
+    execl(muse.c_str(), muse.c_str(), "serve", "--fake-model", "--host", "127.0.0.1", "--port", "0", "--max-num-seqs", seqs.c_str(),
           "--fake-step-ms", "1", "--disable-log-requests", "--shutdown-timeout", "10", (char*)nullptr);
     _exit(127);
   }
