@@ -392,3 +392,28 @@ TEST_F(ServerFixture, GracefulShutdownLetsRunningRequestsFinish) {
   backend_.service.reset();
   server_.reset();
 }
+
+TEST_F(ServerFixture, FullQueueIs429WithRetryAfter) {
+  FakeModelOptions fo;
+  fo.max_num_seqs = 1;
+  fo.max_waiting = 1;
+  start({}, fo);
+  // One runs (slowly), one waits: the others are refused.
+  std::vector<Reply> replies(4);
+  std::vector<std::thread> clients;
+  for (auto& reply : replies)
+    clients.emplace_back([&] {
+      reply = request(port_, "POST", "/v1/chat/completions", R"({"messages":[{"role":"user","content":"sleep:400 x"}],"max_tokens":2})");
+    });
+  for (auto& c : clients) c.join();
+  Reply r;
+  int ok = 0;
+  for (const auto& reply : replies) {
+    if (reply.status == 429) r = reply;
+    ok += reply.status == 200;
+  }
+  EXPECT_GE(ok, 1);
+  EXPECT_EQ(r.status, 429);
+  EXPECT_EQ(error_code(r), "server_overloaded");
+  EXPECT_NE(r.head.find("Retry-After: 1"), std::string::npos);
+}
