@@ -17,3 +17,9 @@ if(MUSE_NODE)
 else()
   message(STATUS "muse: node not found; the tokenizer conformance test is not registered")
 endif()
+
+# `muse tokenize` / `muse detokenize` end to end (flags, output formats, errors).
+add_test(NAME tokenizer_cli
+         COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/cli_test.sh $<TARGET_FILE:muse>
+                 ${CMAKE_CURRENT_LIST_DIR}/data/tiny_tokenizer.json)
+set_tests_properties(tokenizer_cli PROPERTIES TIMEOUT 120 LABELS "cli")

@@ -86,6 +86,21 @@ struct CharCache {
 };
 thread_local CharCache char_cache MUSE_FAST_TLS;
 
+// Pair -> merge (or "none"), direct-mapped, 256 KiB: the merges table of a
+// large vocabulary (Gemma: 515k merges, 32 MiB of slots) misses the CPU caches
+// on nearly every probe, while text repeats the same pairs.
+struct PairCache {
+  static constexpr size_t kSlots = 1 << 14;
+  uint64_t owner = 0;
+  uint64_t key[kSlots];
+  PairMap::Merge value[kSlots];
+  void reset(uint64_t serial) {
+    owner = serial;
+    std::memset(key, 0xFF, sizeof key);  // ~0: no pair of valid ids
+  }
+};
+thread_local PairCache pair_cache MUSE_FAST_TLS;
+
 Result<std::optional<std::string>> optional_string(const Json& j, const char* key) {
   const Json* v = j.find(key);
   if (!v || v->is_null()) return std::optional<std::string>();
@@ -282,7 +297,20 @@ void BpeModel::encode_chars(std::string_view word, std::vector<int32_t>& syms) c
   if (pending_unk >= 0) syms.push_back(pending_unk);
 }
 
+PairMap::Merge BpeModel::find_merge(int32_t a, int32_t b) const {
+  PairCache& pc = pair_cache;
+  uint64_t k = (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
+  size_t slot = size_t(((k * 0x9E3779B97F4A7C15ull) >> 40) & (PairCache::kSlots - 1));
+  if (pc.key[slot] == k) return pc.value[slot];
+  const PairMap::Merge* m = merges_.find(a, b);
+  PairMap::Merge v = m ? *m : PairMap::Merge{};
+  pc.key[slot] = k;
+  pc.value[slot] = v;
+  return v;
+}
+
 void BpeModel::merge(std::vector<int32_t>& syms) const {
+  if (pair_cache.owner != serial_) pair_cache.reset(serial_);
   size_t n = syms.size();
   if (n < 2) return;
   if (n > 96) {
@@ -293,9 +321,9 @@ void BpeModel::merge(std::vector<int32_t>& syms) const {
   // first (what the heap in Hugging Face's Word::merge_all pops first).
   int32_t rank[96], merged_id[96];
   auto set_pair = [&](size_t i) {
-    const PairMap::Merge* m = merges_.find(syms[i], syms[i + 1]);
-    rank[i] = m ? m->rank : INT32_MAX;
-    merged_id[i] = m ? m->id : -1;
+    PairMap::Merge m = find_merge(syms[i], syms[i + 1]);
+    rank[i] = m.rank >= 0 ? m.rank : INT32_MAX;
+    merged_id[i] = m.id;
   };
   for (size_t i = 0; i + 1 < n; ++i) set_pair(i);
   while (n > 1) {
@@ -338,7 +366,7 @@ void BpeModel::merge_long(std::vector<int32_t>& syms) const {
     prev[i] = int32_t(i) - 1;
     next[i] = i + 1 < n ? int32_t(i + 1) : -1;
     if (i + 1 < n)
-      if (const PairMap::Merge* m = merges_.find(syms[i], syms[i + 1])) heap.push_back({m->rank, uint32_t(i), m->id});
+      if (PairMap::Merge m = find_merge(syms[i], syms[i + 1]); m.rank >= 0) heap.push_back({m.rank, uint32_t(i), m.id});
   }
   std::make_heap(heap.begin(), heap.end(), cmp);
   auto push = [&](Item it) {
@@ -353,16 +381,15 @@ void BpeModel::merge_long(std::vector<int32_t>& syms) const {
     size_t p = top.pos;
     if (prev[p] == kDead || next[p] < 0) continue;
     size_t q = size_t(next[p]);
-    const PairMap::Merge* m = merges_.find(syms[p], syms[q]);
-    if (!m || m->id != top.id) continue;  // stale entry
+    if (find_merge(syms[p], syms[q]).id != top.id) continue;  // stale entry
     syms[p] = top.id;
     next[p] = next[q];
     prev[q] = kDead;
     if (next[q] >= 0) prev[size_t(next[q])] = int32_t(p);
     if (prev[p] >= 0)
-      if (const PairMap::Merge* l = merges_.find(syms[size_t(prev[p])], syms[p])) push({l->rank, uint32_t(prev[p]), l->id});
+      if (PairMap::Merge l = find_merge(syms[size_t(prev[p])], syms[p]); l.rank >= 0) push({l.rank, uint32_t(prev[p]), l.id});
     if (next[p] >= 0)
-      if (const PairMap::Merge* r = merges_.find(syms[p], syms[size_t(next[p])])) push({r->rank, uint32_t(p), r->id});
+      if (PairMap::Merge r = find_merge(syms[p], syms[size_t(next[p])]); r.rank >= 0) push({r.rank, uint32_t(p), r.id});
   }
   size_t w = 0;
   for (size_t i = 0; i < n; ++i)

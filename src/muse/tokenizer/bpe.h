@@ -48,6 +48,7 @@ class BpeModel {
   BpeModel() = default;
   void encode_word_uncached(std::string_view word, std::vector<int32_t>& out) const;
   void encode_chars(std::string_view word, std::vector<int32_t>& syms) const;
+  PairMap::Merge find_merge(int32_t a, int32_t b) const;  // through the per-thread pair cache
   void merge(std::vector<int32_t>& syms) const;
   void merge_long(std::vector<int32_t>& syms) const;
 
