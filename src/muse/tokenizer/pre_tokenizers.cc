@@ -260,8 +260,13 @@ class BertPreTokenizer final : public PreTokenizer {
   CharSplitPreTokenizer ws_, punct_;
 };
 
-Result<std::unique_ptr<PreTokenizer>> make(const Json& j, bool byte_mode, bool is_last) {
+// Steps chain through nested calls, so their number bounds the stack depth;
+// real tokenizers use at most five.
+constexpr int kMaxSteps = 64;
+
+Result<std::unique_ptr<PreTokenizer>> make(const Json& j, bool byte_mode, bool is_last, int& step_count) {
   if (!j.is_object()) return make_error("pre_tokenizer must be an object or null");
+  if (++step_count > kMaxSteps) return make_error("pre_tokenizer has more than " + std::to_string(kMaxSteps) + " steps");
   std::string type = j.get_string("type", "");
   std::string where = "pre_tokenizer " + type;
   using P = std::unique_ptr<PreTokenizer>;
@@ -271,7 +276,7 @@ Result<std::unique_ptr<PreTokenizer>> make(const Json& j, bool byte_mode, bool i
     std::vector<P> steps;
     const auto& arr = list->as_array();
     for (size_t i = 0; i < arr.size(); ++i) {
-      MUSE_ASSIGN_OR_RETURN(P step, make(arr[i], byte_mode, is_last && i + 1 == arr.size()));
+      MUSE_ASSIGN_OR_RETURN(P step, make(arr[i], byte_mode, is_last && i + 1 == arr.size(), step_count));
       steps.push_back(std::move(step));
     }
     return P(new SequencePreTokenizer(std::move(steps)));
@@ -349,7 +354,8 @@ bool ends_with_byte_level(const Json& j) {
 
 Result<std::unique_ptr<PreTokenizer>> make_pre_tokenizer(const Json& j, bool byte_mode) {
   if (j.is_null()) return std::unique_ptr<PreTokenizer>();
-  return make(j, byte_mode, /*is_last=*/true);
+  int step_count = 0;
+  return make(j, byte_mode, /*is_last=*/true, step_count);
 }
 
 }  // namespace muse::tok
