@@ -4,6 +4,7 @@
 #include <atomic>
 #include <climits>
 #include <cstring>
+#include <memory>
 #include <cstdio>
 
 #include "muse/tokenizer/unicode.h"
@@ -47,7 +48,6 @@ struct WordCache {
 // initial-exec: the library is linked into executables, and the default
 // TLS model of position-independent code would call __tls_get_addr per word.
 #define MUSE_FAST_TLS __attribute__((tls_model("initial-exec")))
-thread_local WordCache word_cache MUSE_FAST_TLS;
 constexpr size_t kMaxCachedWordBytes = 256;  // Hugging Face's MAX_LENGTH
 constexpr size_t kMaxCacheEntries = 1 << 16;
 
@@ -69,7 +69,6 @@ struct FrontCache {
     for (Entry& e : entries) e.len = 0xFF;  // no word has this length here
   }
 };
-thread_local FrontCache front_cache MUSE_FAST_TLS;
 
 // Character mode without prefix/suffix: one character (its UTF-8 bytes packed
 // in a uint32) -> vocabulary id, direct-mapped. SentencePiece-style models
@@ -84,7 +83,6 @@ struct CharCache {
     std::memset(key, 0, sizeof key);
   }
 };
-thread_local CharCache char_cache MUSE_FAST_TLS;
 
 // Pair -> merge (or "none"), direct-mapped, 256 KiB: the merges table of a
 // large vocabulary (Gemma: 515k merges, 32 MiB of slots) misses the CPU caches
@@ -99,7 +97,34 @@ struct PairCache {
     std::memset(key, 0xFF, sizeof key);  // ~0: no pair of valid ids
   }
 };
-thread_local PairCache pair_cache MUSE_FAST_TLS;
+
+struct HeapItem {
+  int32_t rank;
+  uint32_t pos;
+  int32_t id;
+  // Min-heap order: lower rank first, then the leftmost position.
+  bool after(const HeapItem& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+};
+
+// All per-thread state, on the heap: ~450 KiB in static TLS would be taken
+// from every thread's stack in the process, whatever the thread does.
+struct ThreadCaches {
+  WordCache word;
+  FrontCache front;
+  CharCache chars;
+  PairCache pairs;
+  std::vector<int32_t> syms, prev, next;
+  std::vector<HeapItem> heap;
+};
+
+ThreadCaches& thread_caches() {
+  static thread_local ThreadCaches* fast MUSE_FAST_TLS = nullptr;
+  if (__builtin_expect(fast != nullptr, 1)) return *fast;
+  static thread_local std::unique_ptr<ThreadCaches> owner;  // freed at thread exit
+  owner = std::make_unique<ThreadCaches>();
+  fast = owner.get();
+  return *fast;
+}
 
 Result<std::optional<std::string>> optional_string(const Json& j, const char* key) {
   const Json* v = j.find(key);
@@ -246,7 +271,7 @@ void BpeModel::encode_chars(std::string_view word, std::vector<int32_t>& syms) c
   }
   int32_t pending_unk = -1;  // a run of unknown characters not yet emitted
   bool plain = !prefix_ && !suffix_;
-  CharCache& cc = char_cache;
+  CharCache& cc = thread_caches().chars;
   if (plain && cc.owner != serial_) cc.reset(serial_);
   std::string piece;
   for (size_t i = 0; i < word.size();) {
@@ -298,7 +323,7 @@ void BpeModel::encode_chars(std::string_view word, std::vector<int32_t>& syms) c
 }
 
 PairMap::Merge BpeModel::find_merge(int32_t a, int32_t b) const {
-  PairCache& pc = pair_cache;
+  PairCache& pc = thread_caches().pairs;
   uint64_t k = (uint64_t(uint32_t(a)) << 32) | uint32_t(b);
   size_t slot = size_t(((k * 0x9E3779B97F4A7C15ull) >> 40) & (PairCache::kSlots - 1));
   if (pc.key[slot] == k) return pc.value[slot];
@@ -310,7 +335,8 @@ PairMap::Merge BpeModel::find_merge(int32_t a, int32_t b) const {
 }
 
 void BpeModel::merge(std::vector<int32_t>& syms) const {
-  if (pair_cache.owner != serial_) pair_cache.reset(serial_);
+  PairCache& pairs = thread_caches().pairs;
+  if (pairs.owner != serial_) pairs.reset(serial_);
   size_t n = syms.size();
   if (n < 2) return;
   if (n > 96) {
@@ -347,16 +373,11 @@ void BpeModel::merge(std::vector<int32_t>& syms) const {
 // Long words (whole texts for tokenizers without a splitting pre-tokenizer,
 // e.g. Gemma): the heap and linked list of Hugging Face's Word::merge_all.
 void BpeModel::merge_long(std::vector<int32_t>& syms) const {
-  struct Item {
-    int32_t rank;
-    uint32_t pos;
-    int32_t id;
-    // Min-heap order: lower rank first, then the leftmost position.
-    bool after(const Item& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
-  };
+  using Item = HeapItem;
   // Per-thread scratch: long words come one after another, no allocation.
-  thread_local std::vector<int32_t> prev, next;
-  thread_local std::vector<Item> heap;
+  ThreadCaches& tc = thread_caches();
+  std::vector<int32_t>&prev = tc.prev, &next = tc.next;
+  std::vector<Item>& heap = tc.heap;
   size_t n = syms.size();
   prev.resize(n);
   next.resize(n);
@@ -399,7 +420,7 @@ void BpeModel::merge_long(std::vector<int32_t>& syms) const {
 
 void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) const {
   if (word.empty()) return;
-  FrontCache& front = front_cache;
+  FrontCache& front = thread_caches().front;
   if (front.owner != serial_) front.reset(serial_);
   uint64_t h = 0;
   FrontCache::Entry* slot = nullptr;
@@ -431,7 +452,8 @@ void BpeModel::encode_word_uncached(std::string_view word, std::vector<int32_t>&
       return;
     }
   }
-  WordCache& cache = word_cache;
+  ThreadCaches& tc = thread_caches();
+  WordCache& cache = tc.word;
   bool cacheable = word.size() < kMaxCachedWordBytes;
   if (cacheable) {
     if (cache.owner != serial_) cache.reset(serial_);
@@ -442,7 +464,7 @@ void BpeModel::encode_word_uncached(std::string_view word, std::vector<int32_t>&
       return;
     }
   }
-  thread_local std::vector<int32_t> syms;
+  std::vector<int32_t>& syms = tc.syms;
   syms.clear();
   encode_chars(word, syms);
   merge(syms);
