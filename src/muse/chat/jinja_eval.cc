@@ -153,6 +153,12 @@ Value Interpreter::getattr(const Value& obj, std::string_view attr) {
     return Value::undefined("access to attribute " + quoted_repr(attr) + " of '" + type_name(obj) +
                                 "' object is unsafe.",
                             true);
+  if (obj.is_number()) {  // the data attributes of Python's int/float
+    if (attr == "real") return obj.is_float() ? obj : Value(obj.as_int());
+    if (attr == "imag") return obj.is_float() ? Value(0.0) : Value(int64_t(0));
+    if (!obj.is_float() && attr == "numerator") return Value(obj.as_int());
+    if (!obj.is_float() && attr == "denominator") return Value(int64_t(1));
+  }
   if (obj.is_dict()) {
     if (const Value* v = obj.as_dict().find(attr)) return *v;
   } else if (obj.is_namespace()) {

@@ -84,12 +84,10 @@ Value split(Interpreter& in, const std::string& s, CallArgs& a, bool from_right)
       for (auto [x, y] : words) parts.emplace_back(s.substr(x, y - x));
     } else if (!from_right) {
       for (int64_t i = 0; i < maxsplit; ++i) parts.emplace_back(s.substr(words[size_t(i)].first, words[size_t(i)].second - words[size_t(i)].first));
-      std::string rest = s.substr(words[size_t(maxsplit)].first);
-      parts.emplace_back(std::string(strip_view(rest, nullptr, false, true)));
+      parts.emplace_back(s.substr(words[size_t(maxsplit)].first));  // the rest keeps its trailing spaces
     } else {
       size_t keep = words.size() - size_t(maxsplit);
-      std::string head = s.substr(0, words[keep - 1].second);
-      parts.emplace_back(std::string(strip_view(head, nullptr, true, false)));
+      parts.emplace_back(s.substr(0, words[keep - 1].second));  // the head keeps its leading spaces
       for (size_t i = keep; i < words.size(); ++i) parts.emplace_back(s.substr(words[i].first, words[i].second - words[i].first));
     }
     in.step(parts.size());
