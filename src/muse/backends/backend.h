@@ -134,6 +134,10 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;  // e.g. "cpu (avx2, 16 threads)"
+  // Time per operation since creation, when the backend was created with
+  // profiling on; empty otherwise.
+  virtual std::string profile_report() const { return {}; }
+  virtual void profile_reset() {}
 
   // ---- memory ------------------------------------------------------------
   // A new zero-filled buffer.

@@ -60,7 +60,7 @@ void CpuBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_n
     return;
   std::string bad = check_batch(cache, *batch, q.rows(), window);
   if (!check(bad.empty(), "attention", bad)) return;
-  enqueue([this, out, q, k_new, v_new, cache, batch, d, window, scale] {
+  enqueue(__func__, [this, out, q, k_new, v_new, cache, batch, d, window, scale] {
     const int64_t hq = q.cols() / d, kv_dim = k_new.cols(), group = hq / (kv_dim / d);
     constexpr int64_t kRowBlock = 8;
     struct Task {
@@ -112,7 +112,7 @@ void CpuBackend::kv_store(const KvLayerStorage& cache, const Tensor& k_new, cons
     return;
   std::string bad = check_batch(cache, *batch, k_new.rows(), 0);
   if (!check(bad.empty(), "kv_store", bad)) return;
-  enqueue([this, cache, k_new, v_new, batch] {
+  enqueue(__func__, [this, cache, k_new, v_new, batch] {
     const int64_t kv_dim = k_new.cols();
     pool_.run(int64_t(batch->seqs.size()), [&](int64_t si, int) {
       const SequenceSlice& s = batch->seqs[size_t(si)];

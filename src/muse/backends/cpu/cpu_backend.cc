@@ -2,7 +2,9 @@
 // norms, RoPE, gates, SwiGLU, gathers, softcap). Matmuls, attention and the
 // MoE live in their own files.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 
@@ -18,7 +20,7 @@ Result<std::unique_ptr<Backend>> create_cpu_backend(const CpuBackendOptions& opt
   }
   int threads = options.threads > 0 ? options.threads : cpu::available_cpus();
   if (threads > 1024) return make_error("--threads " + std::to_string(threads) + " is more than 1024");
-  return std::unique_ptr<Backend>(new cpu::CpuBackend(*k, threads));
+  return std::unique_ptr<Backend>(new cpu::CpuBackend(*k, threads, options.profile));
 }
 
 namespace cpu {
@@ -34,7 +36,8 @@ inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
 }  // namespace
 
-CpuBackend::CpuBackend(const KernelTable& kernels, int threads) : k_(kernels), pool_(threads) {
+CpuBackend::CpuBackend(const KernelTable& kernels, int threads, bool profile)
+    : k_(kernels), pool_(threads), profile_(profile) {
   scratch_.resize(size_t(pool_.size()));
 }
 
@@ -44,6 +47,22 @@ CpuBackend::~CpuBackend() {
 
 std::string CpuBackend::name() const {
   return std::string("cpu (") + isa_name(k_.isa) + ", " + std::to_string(pool_.size()) + " threads)";
+}
+
+std::string CpuBackend::profile_report() const {
+  if (!profile_) return {};
+  double total = 0;
+  for (const auto& p : profile_times_) total += p.second.seconds;
+  auto sorted = profile_times_;
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+  std::string out = "operation            calls     total ms   us/call   share\n";
+  char line[160];
+  for (const auto& [name, t] : sorted) {
+    std::snprintf(line, sizeof(line), "%-18s %8lld %12.1f %9.1f %6.1f%%\n", name, (long long)t.count, t.seconds * 1e3,
+                  t.seconds * 1e6 / double(t.count), 100.0 * t.seconds / total);
+    out += line;
+  }
+  return out;
 }
 
 Result<Tensor> CpuBackend::alloc(DType dtype, std::initializer_list<int64_t> shape) {
@@ -95,7 +114,7 @@ Status CpuBackend::download(const Tensor& t, void* host) {
 void CpuBackend::set_input(const Tensor& dst, const void* host, size_t bytes) {
   if (!check(bytes <= dst.bytes(), "set_input", describe(dst) + " is smaller than the input")) return;
   auto data = std::make_shared<std::vector<char>>(static_cast<const char*>(host), static_cast<const char*>(host) + bytes);
-  enqueue([dst, data] { std::memcpy(dst.data, data->data(), data->size()); });
+  enqueue(__func__, [dst, data] { std::memcpy(dst.data, data->data(), data->size()); });
 }
 
 bool CpuBackend::check(bool ok, const char* op, const std::string& what) {
@@ -116,7 +135,18 @@ Status CpuBackend::execute() {
     return make_error(e);
   }
   for (auto& op : ops) {
-    op();
+    if (profile_) {
+      auto t0 = std::chrono::steady_clock::now();
+      op.run();
+      double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      auto it = std::find_if(profile_times_.begin(), profile_times_.end(),
+                             [&](const auto& p) { return std::strcmp(p.first, op.name) == 0; });
+      if (it == profile_times_.end()) it = profile_times_.insert(profile_times_.end(), {op.name, OpTime{}});
+      it->second.count++;
+      it->second.seconds += dt;
+    } else {
+      op.run();
+    }
     if (!exec_error_.empty()) break;
   }
   if (!exec_error_.empty()) {
@@ -141,7 +171,7 @@ void CpuBackend::embed(const Tensor& out, const Tensor& table, const Tensor& ids
                  out.cols() == table.cols() && (table.dtype == DType::F32 || table.dtype == DType::BF16),
              "embed", describe(out) + " <- " + describe(table) + "[" + describe(ids) + "]"))
     return;
-  enqueue([this, out, table, ids] {
+  enqueue(__func__, [this, out, table, ids] {
     const int32_t* id = static_cast<const int32_t*>(ids.data);
     const int64_t T = ids.numel(), H = table.cols(), V = table.rows();
     for (int64_t t = 0; t < T; ++t) {
@@ -186,7 +216,7 @@ void CpuBackend::rms_norm(const Tensor& out, const Tensor& in, const Tensor& gai
                  in.cols() % g == 0 && (mode == NormGain::None || (gain.dtype == DType::F32 && gain.numel() == g)),
              "rms_norm", describe(in) + " group " + std::to_string(g) + " gain " + describe(gain)))
     return;
-  enqueue([this, out, in, gain, mode, eps, g, scale] {
+  enqueue(__func__, [this, out, in, gain, mode, eps, g, scale] {
     const int64_t groups = in.numel() / g;
     const int64_t chunk = chunk_size(groups, pool_.size() * 4, 8);
     const int64_t tasks = (groups + chunk - 1) / chunk;
@@ -208,7 +238,7 @@ void CpuBackend::residual_norm(const Tensor& stream, const Tensor& update, const
                  (beta.empty() || beta.numel() == H),
              "residual_norm", describe(stream) + " += norm(" + describe(update) + ")"))
     return;
-  enqueue([this, stream, update, gain, mode, alpha, beta, eps, H] {
+  enqueue(__func__, [this, stream, update, gain, mode, alpha, beta, eps, H] {
     reserve_scratch(size_t(H) * sizeof(float));
     const float* a = static_cast<const float*>(alpha.data);
     const float* b = static_cast<const float*>(beta.data);
@@ -233,7 +263,7 @@ void CpuBackend::rope_tables(const Tensor& cos, const Tensor& sin, const Tensor&
                  sin.numel() == cos.numel() && head_dim % 2 == 0 && theta > 0,
              "rope_tables", describe(cos) + " for " + describe(positions)))
     return;
-  enqueue([this, cos, sin, positions, theta, head_dim, half] {
+  enqueue(__func__, [this, cos, sin, positions, theta, head_dim, half] {
     // inv_freq as transformers computes it: fp32 exponent, fp32 power, fp32 reciprocal.
     std::vector<float> inv(static_cast<size_t>(half));
     for (int64_t i = 0; i < half; ++i) {
@@ -260,7 +290,7 @@ void CpuBackend::qk_norm_rope(const Tensor& q, const Tensor& k, const Tensor& co
                  q.cols() % d == 0 && k.cols() % d == 0 && (cos.empty() || cos.numel() == q.rows() * half),
              "qk_norm_rope", describe(q) + ", " + describe(k)))
     return;
-  enqueue([this, q, k, cos, sin, d, half, eps, q_scale] {
+  enqueue(__func__, [this, q, k, cos, sin, d, half, eps, q_scale] {
     const int64_t T = q.rows(), hq = q.cols() / d, hk = k.cols() / d;
     pool_.run(T, [&](int64_t t, int) {
       const float* c = cos.empty() ? nullptr : static_cast<const float*>(cos.data) + t * half;
@@ -284,7 +314,7 @@ void CpuBackend::output_gate(const Tensor& o, const Tensor& g, int64_t head_dim,
   if (!check(o.dtype == DType::F32 && g.dtype == DType::F32 && o.numel() == g.numel() && o.cols() % head_dim == 0,
              "output_gate", describe(o) + " gate " + describe(g)))
     return;
-  enqueue([this, o, g, head_dim, head_norm, eps] {
+  enqueue(__func__, [this, o, g, head_dim, head_norm, eps] {
     const int64_t C = o.cols();
     pool_.run(o.rows(), [&](int64_t t, int) {
       float* y = static_cast<float*>(o.data) + t * C;
@@ -300,7 +330,7 @@ void CpuBackend::swiglu(const Tensor& out, const Tensor& gate, const Tensor& up)
   if (!check(out.numel() == gate.numel() && up.numel() == gate.numel() && gate.dtype == DType::F32,
              "swiglu", describe(out)))
     return;
-  enqueue([this, out, gate, up] {
+  enqueue(__func__, [this, out, gate, up] {
     const int64_t n = out.numel(), chunk = chunk_size(n, pool_.size() * 4, 4096);
     pool_.run((n + chunk - 1) / chunk, [&](int64_t task, int) {
       const float* a = static_cast<const float*>(gate.data);
@@ -316,7 +346,7 @@ void CpuBackend::gather_rows(const Tensor& out, const Tensor& in, const Tensor& 
                  out.dtype == in.dtype,
              "gather_rows", describe(out) + " <- " + describe(in)))
     return;
-  enqueue([this, out, in, rows] {
+  enqueue(__func__, [this, out, in, rows] {
     const int32_t* r = static_cast<const int32_t*>(rows.data);
     const size_t row_bytes = size_t(in.cols()) * in.element_bytes();
     for (int64_t i = 0; i < rows.numel(); ++i) {
@@ -329,7 +359,7 @@ void CpuBackend::gather_rows(const Tensor& out, const Tensor& in, const Tensor& 
 
 void CpuBackend::softcap(const Tensor& x, float multiplier, float cap) {
   if (!check(x.dtype == DType::F32, "softcap", describe(x))) return;
-  enqueue([this, x, multiplier, cap] {
+  enqueue(__func__, [this, x, multiplier, cap] {
     const int64_t n = x.numel(), chunk = chunk_size(n, pool_.size() * 4, 4096);
     pool_.run((n + chunk - 1) / chunk, [&](int64_t task, int) {
       float* v = static_cast<float*>(x.data);

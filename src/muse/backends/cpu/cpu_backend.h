@@ -14,6 +14,7 @@ namespace muse {
 struct CpuBackendOptions {
   int threads = 0;              // 0: every CPU this process may run on
   std::optional<cpu::Isa> isa;  // default: the best this CPU supports; asking for one it lacks is an error
+  bool profile = false;         // time every operation (Backend::profile_report)
 };
 
 // The backend; an error names what is missing (e.g. AVX-512 on this CPU).

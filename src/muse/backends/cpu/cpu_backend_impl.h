@@ -5,6 +5,7 @@
 
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -17,10 +18,12 @@ namespace muse::cpu {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(const KernelTable& kernels, int threads);
+  CpuBackend(const KernelTable& kernels, int threads, bool profile);
   ~CpuBackend() override;
 
   std::string name() const override;
+  std::string profile_report() const override;
+  void profile_reset() override { profile_times_.clear(); }
 
   Result<Tensor> alloc(DType dtype, std::initializer_list<int64_t> shape) override;
   Result<Tensor> import_weight(DType dtype, std::initializer_list<int64_t> shape, const void* host,
@@ -62,7 +65,7 @@ class CpuBackend final : public Backend {
   // Records a shape/dtype error found at enqueue time; execute() reports the
   // first one and runs nothing. These are engine bugs, not user input.
   bool check(bool ok, const char* op, const std::string& what);
-  void enqueue(std::function<void()> op) { ops_.push_back(std::move(op)); }
+  void enqueue(const char* name, std::function<void()> op) { ops_.push_back({name, std::move(op)}); }
   // Execution-time failure (e.g. a token id out of range).
   void fail(std::string message);
   // Per-thread scratch of at least `bytes`, grown in the calling thread
@@ -87,7 +90,20 @@ class CpuBackend final : public Backend {
 
   const KernelTable& k_;
   ThreadPool pool_;
-  std::vector<std::function<void()>> ops_;
+  struct QueuedOp {
+    const char* name;  // for the profile
+    std::function<void()> run;
+  };
+  std::vector<QueuedOp> ops_;
+  // Per-op-name wall time when profiling (CpuBackendOptions::profile).
+  bool profile_ = false;
+  struct OpTime {
+    int64_t count = 0;
+    double seconds = 0;
+  };
+  std::vector<std::pair<const char*, OpTime>> profile_times_;
+  std::set<std::string> profile_names_;  // interned names of shaped ops ("project 2048x2048 BF16")
+  const char* intern(std::string name) { return profile_names_.insert(std::move(name)).first->c_str(); }
   std::string enqueue_error_;
   std::string exec_error_;
   std::unordered_set<void*> owned_;

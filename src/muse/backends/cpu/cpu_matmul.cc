@@ -59,7 +59,13 @@ void CpuBackend::project(const Tensor& x, std::span<const Projection> outputs) {
                "project", describe(x) + " · " + describe(p.weight) + "ᵀ -> " + describe(p.out)))
       return;
   }
-  enqueue([this, x, outs] {
+  const char* name = "project";
+  if (profile_) {
+    std::string n = "project";
+    for (const auto& p : outs) n += " " + describe(p.weight);
+    name = intern(n);
+  }
+  enqueue(name, [this, x, outs] {
     std::vector<MatmulJob> jobs;
     for (const auto& p : outs) {
       jobs.push_back({static_cast<const float*>(x.data), x.cols(), x.rows(), &p.weight, 0, p.weight.rows(),

@@ -22,7 +22,7 @@ void CpuBackend::moe_route(const Tensor& ids, const Tensor& weights, const Tenso
                  (bias.empty() || (bias.dtype == DType::F32 && bias.numel() == E)),
              "moe_route", describe(logits) + " -> " + describe(ids)))
     return;
-  enqueue([this, ids, weights, logits, bias, multiplier, scaling, E, K] {
+  enqueue(__func__, [this, ids, weights, logits, bias, multiplier, scaling, E, K] {
     reserve_scratch(size_t(E) * 2 * sizeof(float));
     pool_.run(logits.rows(), [&](int64_t t, int thread) {
       const float* z = static_cast<const float*>(logits.data) + t * E;
@@ -61,7 +61,7 @@ void CpuBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& g
                  gate_up.dtype == down.dtype && (gate_up.dtype == DType::F32 || gate_up.dtype == DType::BF16),
              "moe_experts", describe(u) + " experts " + describe(gate_up) + " / " + describe(down)))
     return;
-  enqueue([this, out, u, gate_up, down, post_gain, ids, weights, eps, E, I2, Hm] {
+  enqueue(__func__, [this, out, u, gate_up, down, post_gain, ids, weights, eps, E, I2, Hm] {
     const int64_t T = u.rows(), K = ids.cols(), I = I2 / 2, R = T * K;
     const int32_t* id = static_cast<const int32_t*>(ids.data);
     for (int64_t r = 0; r < R; ++r) {

@@ -37,17 +37,22 @@ ThreadPool::ThreadPool(int threads) {
 
 ThreadPool::~ThreadPool() {
   stop_.store(true, std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_release);
-  generation_.notify_all();
+  wake_.fetch_add(1, std::memory_order_seq_cst);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cv_.notify_all();
+  }
   for (auto& t : workers_) t.join();
 }
 
+// Claims and runs tasks until the job in the claim word is exhausted.
 void ThreadPool::work(int thread) {
-  const int64_t n = num_tasks_;
   for (;;) {
-    int64_t task = next_task_.fetch_add(1, std::memory_order_relaxed);
-    if (task >= n) break;
-    call_(ctx_, task, thread);
+    const uint64_t c = claim_.fetch_add(1, std::memory_order_acq_rel);
+    const uint64_t task = c & kMask, n = (c >> kBits) & kMask;
+    if (task >= n) return;
+    call_(ctx_, int64_t(task), thread);
+    done_.fetch_add(1, std::memory_order_release);
   }
 }
 
@@ -57,46 +62,67 @@ void ThreadPool::run_impl(int64_t n, Call call, void* ctx) {
     for (int64_t i = 0; i < n; ++i) call(ctx, i, 0);
     return;
   }
+  if (n > kMaxTasks) {  // never in practice; keep the claim word's fields apart
+    struct Shifted {
+      Call call;
+      void* ctx;
+      int64_t base;
+    };
+    for (int64_t b = 0; b < n; b += kMaxTasks) {
+      Shifted sh{call, ctx, b};
+      run_impl(std::min<int64_t>(kMaxTasks, n - b),
+               [](void* c, int64_t t, int th) {
+                 auto* s = static_cast<Shifted*>(c);
+                 s->call(s->ctx, s->base + t, th);
+               },
+               &sh);
+    }
+    return;
+  }
   call_ = call;
   ctx_ = ctx;
-  num_tasks_ = n;
-  next_task_.store(0, std::memory_order_relaxed);
-  pending_.store(int(workers_.size()), std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_release);
-  if (sleepers_.load(std::memory_order_seq_cst) > 0) generation_.notify_all();
+  job_ = (job_ + 1) & ((uint64_t(1) << (64 - 2 * kBits)) - 1);
+  done_.store(0, std::memory_order_relaxed);
+  claim_.store((job_ << (2 * kBits)) | (uint64_t(n) << kBits), std::memory_order_release);
+  wake_.fetch_add(1, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+    std::lock_guard<std::mutex> lock(mu_);
+    cv_.notify_all();
+  }
   work(0);
-  // Wait for the stragglers. Spin first (they are usually microseconds
-  // behind); yield after a while so an oversubscribed machine can run them.
-  for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+  // Wait for tasks other threads still run. Spin first (they finish within
+  // microseconds); yield after a while so an oversubscribed machine can run them.
+  for (int spins = 0; done_.load(std::memory_order_acquire) < n; ++spins) {
     if (spins < 4096) MUSE_CPU_RELAX();
     else std::this_thread::yield();
   }
 }
 
 void ThreadPool::worker_loop(int thread) {
+  // wake_ was 0 when this thread was created; a worker that starts late
+  // must still notice every bump since (the destructor's included).
   uint32_t seen = 0;
   for (;;) {
-    uint32_t g = generation_.load(std::memory_order_acquire);
-    if (g == seen) {
+    uint32_t w = wake_.load(std::memory_order_acquire);
+    if (w == seen) {
       auto start = std::chrono::steady_clock::now();
       int spins = 0;
-      while ((g = generation_.load(std::memory_order_acquire)) == seen) {
+      while ((w = wake_.load(std::memory_order_acquire)) == seen) {
         MUSE_CPU_RELAX();
-        if (++spins % 256 == 0) std::this_thread::yield();  // let a preempted caller run
-        if (spins % 64 == 0 && std::chrono::steady_clock::now() - start > kSpin) {
+        if (++spins % 64 == 0 && std::chrono::steady_clock::now() - start > kSpin) {
+          std::unique_lock<std::mutex> lock(mu_);
           sleepers_.fetch_add(1, std::memory_order_seq_cst);
-          // Re-check after announcing ourselves: the caller reads sleepers_
-          // after bumping generation_, so one of us sees the other.
-          if (generation_.load(std::memory_order_seq_cst) == seen) generation_.wait(seen, std::memory_order_acquire);
+          // The predicate reads wake_ after announcing ourselves; the caller
+          // reads sleepers_ after bumping wake_: one of us sees the other.
+          cv_.wait(lock, [&] { return wake_.load(std::memory_order_seq_cst) != seen; });
           sleepers_.fetch_sub(1, std::memory_order_relaxed);
           start = std::chrono::steady_clock::now();
         }
       }
     }
-    seen = g;
+    seen = w;
     if (stop_.load(std::memory_order_relaxed)) return;
     work(thread);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 

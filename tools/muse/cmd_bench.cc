@@ -1,0 +1,223 @@
+// muse bench: CPU decode throughput on a random model of Muse Spark's shape
+// (latent MoE with top-k sigmoid routing, hybrid sliding/full attention,
+// gated residuals), scaled to about 1B parameters and generated in memory.
+// Reports tokens/s and the weight bytes each token must read per second, as
+// a fraction of this host's DRAM read bandwidth measured in the same run by
+// a streaming-read kernel on the same number of threads. Medians of --runs.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "command.h"
+#include "muse/backends/cpu/kernels.h"
+#include "muse/backends/cpu/thread_pool.h"
+#include "muse/core/cli.h"
+#include "muse/core/json.h"
+#include "muse/engine/engine.h"
+#include "muse/model/random_weights.h"
+#include "muse/sampling/sampler.h"
+
+namespace muse::tool {
+namespace {
+
+struct BenchOptions {
+  int threads = 0;
+  int runs = 5;
+  int64_t tokens = 64;   // decode tokens per run
+  int64_t prompt = 32;   // prefill tokens per run
+  int64_t hidden = 2048, layers = 12, heads = 32, kv_heads = 4, head_dim = 64;
+  int64_t experts = 64, top_k = 8, latent = 1024, expert_intermediate = 256, vocab = 32000, window = 2048;
+  int64_t bandwidth_mib = 2048;  // streaming-read buffer
+  std::string weights = "bf16";
+  bool json = false;
+  bool profile = false;
+};
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+std::string spark_config_json(const BenchOptions& o) {
+  auto n = [](int64_t v) { return std::to_string(v); };
+  return R"({"model_type": "muse_spark", "text_config": {
+    "vocab_size": )" + n(o.vocab) + R"(, "hidden_size": )" + n(o.hidden) + R"(, "num_hidden_layers": )" + n(o.layers) +
+         R"(, "num_attention_heads": )" + n(o.heads) + R"(, "num_key_value_heads": )" + n(o.kv_heads) +
+         R"(, "head_dim": )" + n(o.head_dim) + R"(, "rms_norm_eps": 1e-5, "post_norm_eps": 1e-8,
+    "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}, "sliding_window": )" + n(o.window) + R"(,
+    "max_position_embeddings": 1048576, "num_local_experts": )" + n(o.experts) + R"(, "num_experts_per_tok": )" +
+         n(o.top_k) + R"(, "moe_hidden_size": )" + n(o.latent) + R"(, "moe_intermediate_size": )" +
+         n(o.expert_intermediate) + R"(, "num_shared_experts": 0, "routed_scaling_factor": 1.0,
+    "residual_gate_temperature": 0.3, "qk_scale_factor": 5.4730064863875, "output_multiplier": 0.17677669529663687,
+    "final_logit_softcapping": 20.0, "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}})";
+}
+
+// Streaming read of `bytes` with `threads` threads (each a contiguous
+// slice, the same vector loads as the matmul kernels), GB/s, best of 3 passes.
+double measure_read_bandwidth(cpu::ThreadPool& pool, const std::vector<float>& buf) {
+  const cpu::KernelTable& k = cpu::best_kernels();
+  const int64_t n = int64_t(buf.size()), parts = pool.size() * 4, chunk = (n + parts - 1) / parts;
+  std::vector<float> sink(static_cast<size_t>(parts));
+  double best = 0;
+  for (int pass = 0; pass < 3; ++pass) {
+    const double t0 = now_s();
+    pool.run(parts, [&](int64_t p, int) {
+      const int64_t b = p * chunk, e = std::min(n, b + chunk);
+      if (b < e) sink[size_t(p)] = k.sum_squares(buf.data() + b, e - b);
+    });
+    const double dt = now_s() - t0;
+    best = std::max(best, double(n) * 4 / dt / 1e9);
+  }
+  volatile float keep = sink[0];
+  (void)keep;
+  return best;
+}
+
+int bench_command(int argc, char** argv) {
+  BenchOptions o;
+  ArgParser args("bench",
+                 "CPU decode benchmark on a ~1B-parameter random model of Muse Spark's shape (generated in memory): "
+                 "tokens/s and weight bytes read per second as a fraction of the host's DRAM read bandwidth, "
+                 "measured in the same run on the same threads. Medians of --runs. See bench/NOTES.md.");
+  args.option("--threads", &o.threads, "N", "CPU threads (default: all available)");
+  args.option("--runs", &o.runs, "N", "measurement runs (default 5; medians reported)");
+  args.option("--tokens", &o.tokens, "N", "decode tokens per run (default 64)");
+  args.option("--prompt", &o.prompt, "N", "prompt tokens per run (default 32)");
+  args.option("--hidden", &o.hidden, "N", "hidden size (default 2048)");
+  args.option("--layers", &o.layers, "N", "layers (default 12: full attention at 3, 7, 11)");
+  args.option("--heads", &o.heads, "N", "query heads (default 32)");
+  args.option("--kv-heads", &o.kv_heads, "N", "KV heads (default 4)");
+  args.option("--head-dim", &o.head_dim, "N", "head dimension (default 64)");
+  args.option("--experts", &o.experts, "N", "experts per layer (default 64)");
+  args.option("--top-k", &o.top_k, "N", "experts per token (default 8)");
+  args.option("--latent", &o.latent, "N", "latent width (default 1024)");
+  args.option("--expert-intermediate", &o.expert_intermediate, "N", "expert SwiGLU width (default 256)");
+  args.option("--vocab", &o.vocab, "N", "vocabulary (default 32000)");
+  args.option("--weights", &o.weights, "DTYPE", "bf16 (default) or f32");
+  args.option("--bandwidth-mib", &o.bandwidth_mib, "MIB", "streaming-read buffer for the DRAM measurement (default 2048)");
+  args.flag("--json", &o.json, "print one JSON object");
+  args.flag("--profile", &o.profile, "time every backend operation and print the breakdown (slows decode slightly)");
+  Status st = args.parse(argc, argv);
+  if (!st.ok()) return std::fprintf(stderr, "muse bench: %s\n\n%s", st.message().c_str(), args.usage().c_str()), 2;
+  if (args.help_requested()) return std::printf("%s", args.usage().c_str()), 0;
+  if (o.runs < 1 || o.tokens < 2 || o.prompt < 1 || o.bandwidth_mib < 64 || o.threads < 0)
+    return std::fprintf(stderr, "muse bench: --runs >= 1, --tokens >= 2, --prompt >= 1, --bandwidth-mib >= 64\n"), 2;
+  if (o.weights != "bf16" && o.weights != "f32")
+    return std::fprintf(stderr, "muse bench: --weights is bf16 or f32\n"), 2;
+
+  auto config = parse_model_config(spark_config_json(o), "bench config");
+  if (!config.ok()) return std::fprintf(stderr, "muse bench: %s\n", config.message().c_str()), 2;
+  const int64_t params = count_parameters(describe_weights(*config));
+  const int threads = o.threads > 0 ? o.threads : cpu::available_cpus();
+  if (!o.json)
+    std::fprintf(stderr, "muse bench: %.3fB parameters, %s weights, %d threads; generating weights...\n",
+                 double(params) / 1e9, o.weights.c_str(), threads);
+
+  double t0 = now_s();
+  RandomWeightOptions ro;
+  ro.dtype = o.weights == "f32" ? DType::F32 : DType::BF16;
+  ro.threads = threads;
+  auto source = std::make_unique<RandomWeightSource>(*config, ro);
+  const double gen_s = now_s() - t0;
+  EngineOptions eo;
+  eo.cpu.threads = threads;
+  eo.cpu.profile = o.profile;
+  eo.max_batch_tokens = std::max<int64_t>(o.prompt, 1);
+  eo.max_model_len = o.prompt + o.tokens + 1;
+  auto engine = Engine::create(*config, std::move(source), eo);
+  if (!engine.ok()) return std::fprintf(stderr, "muse bench: %s\n", engine.message().c_str()), 1;
+  const DecodeTraffic traffic = decode_traffic(*config, (*engine)->model().weights());
+
+  cpu::ThreadPool pool(threads);
+  std::vector<float> buf(static_cast<size_t>(o.bandwidth_mib) << 18);
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = float(i & 1023) * 1e-3f;  // touch every page
+
+  std::vector<int32_t> prompt;
+  for (int64_t i = 0; i < o.prompt; ++i) prompt.push_back(int32_t(3 + (i * 7919) % (o.vocab - 3)));
+  bool profile_this_run = false;
+  auto decode_run = [&](double* prefill_tps) -> double {
+    auto s = (*engine)->new_session();
+    if (!s.ok()) return 0;
+    double a = now_s();
+    auto logits = (*s)->feed(prompt);
+    if (!logits.ok()) return 0;
+    *prefill_tps = double(o.prompt) / (now_s() - a);
+    if (profile_this_run) (*engine)->backend().profile_reset();
+    a = now_s();
+    for (int64_t i = 0; i < o.tokens; ++i) {
+      int32_t t = argmax(*logits, config->vocab_size);
+      logits = (*s)->feed(std::span<const int32_t>(&t, 1));
+      if (!logits.ok()) return 0;
+    }
+    return double(o.tokens) / (now_s() - a);
+  };
+  double warm_prefill = 0;
+  if (decode_run(&warm_prefill) <= 0) return std::fprintf(stderr, "muse bench: decode failed\n"), 1;
+
+  std::vector<double> tps, prefill, bw;
+  for (int r = 0; r < o.runs; ++r) {  // interleaved, so drift hits both alike
+    bw.push_back(measure_read_bandwidth(pool, buf));
+    double p = 0;
+    profile_this_run = r + 1 == o.runs;
+    tps.push_back(decode_run(&p));
+    prefill.push_back(p);
+  }
+  const double tok_s = median(tps), dram = median(bw), gbs = tok_s * double(traffic.total()) / 1e9;
+
+  Json j = Json::object();
+  j.set("backend", (*engine)->backend().name());
+  j.set("threads", threads);
+  j.set("parameters", params);
+  j.set("weights", o.weights);
+  j.set("weight_bytes_per_token", int64_t(traffic.total()));
+  j.set("dense_bytes_per_token", int64_t(traffic.dense_bytes));
+  j.set("expert_bytes_per_token", int64_t(traffic.expert_bytes));
+  j.set("head_bytes_per_token", int64_t(traffic.head_bytes));
+  j.set("flops_per_token", traffic.flops);
+  j.set("decode_tokens_per_second", tok_s);
+  j.set("weight_read_gb_per_second", gbs);
+  j.set("dram_read_gb_per_second", dram);
+  j.set("fraction_of_dram_bandwidth", gbs / dram);
+  j.set("prefill_tokens_per_second", median(prefill));
+  Json runs = Json::array();
+  for (int r = 0; r < o.runs; ++r) {
+    Json x = Json::object();
+    x.set("decode_tokens_per_second", tps[size_t(r)]);
+    x.set("dram_read_gb_per_second", bw[size_t(r)]);
+    runs.push_back(x);
+  }
+  j.set("runs", runs);
+  j.set("weight_generation_seconds", gen_s);
+  if (o.profile) j.set("profile", (*engine)->backend().profile_report());
+  if (o.json) {
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("backend            %s\n", (*engine)->backend().name().c_str());
+    std::printf("model              %.3fB params (%s), %lld layers, %lld experts top-%lld, latent %lld\n",
+                double(params) / 1e9, o.weights.c_str(), (long long)o.layers, (long long)o.experts,
+                (long long)o.top_k, (long long)o.latent);
+    std::printf("bytes per token    %.1f MB (dense %.1f, experts %.1f, head %.1f); %.2f GFLOP\n",
+                double(traffic.total()) / 1e6, double(traffic.dense_bytes) / 1e6, double(traffic.expert_bytes) / 1e6,
+                double(traffic.head_bytes) / 1e6, traffic.flops / 1e9);
+    std::printf("decode             %.1f tok/s (median of %d x %lld tokens)\n", tok_s, o.runs, (long long)o.tokens);
+    std::printf("weight reads       %.1f GB/s\n", gbs);
+    std::printf("DRAM read (stream) %.1f GB/s on %d threads\n", dram, threads);
+    std::printf("fraction           %.1f%% of measured DRAM read bandwidth\n", 100.0 * gbs / dram);
+    std::printf("prefill            %.1f tok/s (%lld-token prompt)\n", median(prefill), (long long)o.prompt);
+    if (o.profile) std::printf("\nprofile of the last run's decode (%lld tokens)\n%s", (long long)o.tokens, (*engine)->backend().profile_report().c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+MUSE_COMMAND("bench", "CPU decode benchmark on a random ~1B Spark-shaped model", bench_command, 20);
+
+}  // namespace muse::tool
