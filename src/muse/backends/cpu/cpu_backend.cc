@@ -315,13 +315,20 @@ void CpuBackend::output_gate(const Tensor& o, const Tensor& g, int64_t head_dim,
              "output_gate", describe(o) + " gate " + describe(g)))
     return;
   enqueue(__func__, [this, o, g, head_dim, head_norm, eps] {
-    const int64_t C = o.cols();
-    pool_.run(o.rows(), [&](int64_t t, int) {
+    // Tasks over (row, block of heads), so a single decode row still uses
+    // every thread (a sigmoid per element is not free).
+    const int64_t C = o.cols(), heads = C / head_dim, T = o.rows();
+    const int64_t per = std::max<int64_t>(1, (T * heads + pool_.size() * 2 - 1) / (pool_.size() * 2));
+    const int64_t blocks = (heads + per - 1) / per;
+    pool_.run(T * blocks, [&](int64_t task, int) {
+      const int64_t t = task / blocks, h0 = (task % blocks) * per, h1 = std::min(heads, h0 + per);
       float* y = static_cast<float*>(o.data) + t * C;
       const float* gt = static_cast<const float*>(g.data) + t * C;
-      if (head_norm)
-        for (int64_t h = 0; h < C; h += head_dim) norm_row(y + h, y + h, head_dim, nullptr, NormGain::None, eps, 1.0f);
-      for (int64_t i = 0; i < C; ++i) y[i] *= sigmoid(gt[i]);
+      for (int64_t h = h0; h < h1; ++h) {
+        float* yh = y + h * head_dim;
+        if (head_norm) norm_row(yh, yh, head_dim, nullptr, NormGain::None, eps, 1.0f);
+        for (int64_t i = h * head_dim; i < (h + 1) * head_dim; ++i) y[i] *= sigmoid(gt[i]);
+      }
     });
   });
 }
@@ -331,7 +338,7 @@ void CpuBackend::swiglu(const Tensor& out, const Tensor& gate, const Tensor& up)
              "swiglu", describe(out)))
     return;
   enqueue(__func__, [this, out, gate, up] {
-    const int64_t n = out.numel(), chunk = chunk_size(n, pool_.size() * 4, 4096);
+    const int64_t n = out.numel(), chunk = chunk_size(n, pool_.size() * 4, 512);
     pool_.run((n + chunk - 1) / chunk, [&](int64_t task, int) {
       const float* a = static_cast<const float*>(gate.data);
       const float* b = static_cast<const float*>(up.data);
@@ -360,7 +367,7 @@ void CpuBackend::gather_rows(const Tensor& out, const Tensor& in, const Tensor& 
 void CpuBackend::softcap(const Tensor& x, float multiplier, float cap) {
   if (!check(x.dtype == DType::F32, "softcap", describe(x))) return;
   enqueue(__func__, [this, x, multiplier, cap] {
-    const int64_t n = x.numel(), chunk = chunk_size(n, pool_.size() * 4, 4096);
+    const int64_t n = x.numel(), chunk = chunk_size(n, pool_.size() * 4, 512);  // tanh is slow: spread it
     pool_.run((n + chunk - 1) / chunk, [&](int64_t task, int) {
       float* v = static_cast<float*>(x.data);
       for (int64_t i = task * chunk, e = std::min(n, i + chunk); i < e; ++i) {

@@ -78,39 +78,69 @@ void CpuBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& g
       order[size_t(g)] = r;
       slot_of[size_t(r)] = g;
     }
-    // Scratch: gathered inputs [R, Hm], gate/up [R, 2I], outputs [R, Hm].
-    const size_t need = size_t(R) * size_t(Hm + I2 + Hm);
+    // Scratch: gathered inputs [R, Hm] (prefill only), activations [R, I], outputs [R, Hm].
+    const size_t need = size_t(R) * size_t(Hm + I + Hm);
     if (moe_scratch_.size() < need) moe_scratch_.resize(need);
     float* X = moe_scratch_.data();
-    float* G = X + R * Hm;
-    float* Y = G + R * I2;
-    pool_.run(R, [&](int64_t g, int) {
-      std::memcpy(X + g * Hm, static_cast<const float*>(u.data) + (order[size_t(g)] / K) * Hm, size_t(Hm) * 4);
-    });
+    float* A = X + R * Hm;
+    float* Y = A + R * I;
+    // Decode (one token) reads its row in place; prefill gathers each
+    // expert's rows so they are contiguous.
+    const bool gather = T > 1;
+    auto x_rows = [&](int64_t e) -> const float* {
+      return gather ? X + start[size_t(e)] * Hm : static_cast<const float*>(u.data);
+    };
+    if (gather) {
+      pool_.run(R, [&](int64_t g, int) {
+        std::memcpy(X + g * Hm, static_cast<const float*>(u.data) + (order[size_t(g)] / K) * Hm, size_t(Hm) * 4);
+      });
+    }
     // Weight views of one expert, as 2-D tensors.
     auto expert = [](const Tensor& w, int64_t e) {
       Tensor t = w.rows(e, 1);
       return t.reshaped({w.dim(1), w.dim(2)});
     };
     std::vector<Tensor> gu(static_cast<size_t>(E)), dn(static_cast<size_t>(E));
-    std::vector<MatmulJob> jobs;
     for (int64_t e = 0; e < E; ++e) {
       if (!count[size_t(e)]) continue;
       gu[size_t(e)] = expert(gate_up, e);
-      jobs.push_back({X + start[size_t(e)] * Hm, Hm, count[size_t(e)], &gu[size_t(e)], 0, I2,
-                      G + start[size_t(e)] * I2, I2});
+      dn[size_t(e)] = expert(down, e);
     }
-    run_matmuls(jobs);
-    // silu(γ) ⊙ υ, written over γ: row g holds the I activations in its first half.
-    pool_.run(R, [&](int64_t g, int) {
-      float* row = G + g * I2;
-      for (int64_t i = 0; i < I; ++i) row[i] = row[i] / (1.0f + std::exp(-row[i])) * row[I + i];
+    // Gate and up rows i..i+c of an expert in one task, then silu(γ) ⊙ υ:
+    // one pass, one dispatch. Tasks: (expert, block of ≤ 64 rows of x, rows of I).
+    constexpr int64_t kRowsPerXBlock = 64;
+    int64_t active_rows = 0;
+    for (int64_t e = 0; e < E; ++e) active_rows += count[size_t(e)] ? I : 0;
+    const int64_t c = std::max<int64_t>(8, (active_rows / (pool_.size() * 4) + 7) / 8 * 8);
+    struct GuTask {
+      int64_t e, t0, tn, i0, in;
+    };
+    std::vector<GuTask> gu_tasks;
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t t0 = 0; t0 < count[size_t(e)]; t0 += kRowsPerXBlock)
+        for (int64_t i0 = 0; i0 < I; i0 += c)
+          gu_tasks.push_back({e, t0, std::min(kRowsPerXBlock, count[size_t(e)] - t0), i0, std::min(c, I - i0)});
+    reserve_scratch(size_t(2 * kRowsPerXBlock * c) * sizeof(float));
+    pool_.run(int64_t(gu_tasks.size()), [&](int64_t ti, int thread) {
+      const GuTask& tk = gu_tasks[size_t(ti)];
+      float* g = reinterpret_cast<float*>(scratch(thread));
+      float* up = g + tk.tn * tk.in;
+      const float* x = x_rows(tk.e) + (gather ? tk.t0 * Hm : 0);
+      const int64_t ldx = gather ? Hm : 0;  // decode: every slot reads the same row
+      matmul_block(x, ldx, tk.tn, gu[size_t(tk.e)], tk.i0, tk.in, g, tk.in);
+      matmul_block(x, ldx, tk.tn, gu[size_t(tk.e)], I + tk.i0, tk.in, up, tk.in);
+      for (int64_t r = 0; r < tk.tn; ++r) {
+        float* a = A + (start[size_t(tk.e)] + tk.t0 + r) * I + tk.i0;
+        for (int64_t i = 0; i < tk.in; ++i) {
+          const float gv = g[r * tk.in + i];
+          a[i] = gv / (1.0f + std::exp(-gv)) * up[r * tk.in + i];
+        }
+      }
     });
-    jobs.clear();
+    std::vector<MatmulJob> jobs;
     for (int64_t e = 0; e < E; ++e) {
       if (!count[size_t(e)]) continue;
-      dn[size_t(e)] = expert(down, e);
-      jobs.push_back({G + start[size_t(e)] * I2, I2, count[size_t(e)], &dn[size_t(e)], 0, Hm,
+      jobs.push_back({A + start[size_t(e)] * I, I, count[size_t(e)], &dn[size_t(e)], 0, Hm,
                       Y + start[size_t(e)] * Hm, Hm});
     }
     run_matmuls(jobs);
