@@ -181,6 +181,40 @@ TEST_P(FixtureForward, MuseRunDumpLogits) {
   std::remove(dump.c_str());
   expect_rows_close(f, rows, "muse run --dump-logits");
 }
+
+// Bad input: a clear message and a non-zero exit, never a crash.
+TEST(MuseRunCli, BadInputIsAClearError) {
+  auto run = [](const std::string& args, int* rc) {
+    FILE* p = popen((std::string(MUSE_BINARY) + " run " + args + " 2>&1").c_str(), "r");
+    std::string out;
+    char buf[4096];
+    while (size_t n = fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
+    *rc = pclose(p);
+    return out;
+  };
+  const auto names = fixture_names();
+  if (names.empty()) GTEST_SKIP() << "no fixtures under " << fixtures_root();
+  const std::string dir = fixtures_root() + "/" + names[0];
+  struct Case {
+    std::string args, expect;
+  } cases[] = {
+      {"/nonexistent/model --prompt-ids 1,2", "does not exist"},
+      {dir + " --prompt-ids 1,x,3", "--prompt-ids"},
+      {dir + " --prompt-ids 5,100000", "outside the vocabulary"},
+      {dir + " --prompt-ids -1", "outside the vocabulary"},
+      {dir, "--prompt-ids is required"},
+      {dir + " --prompt-ids 5 --max-tokens 0", "--max-tokens"},
+      {dir + " --prompt-ids 5 --temperature -1", "temperature"},
+      {dir + " --prompt-ids 5 --top-p 2", "top_p"},
+      {"--prompt-ids 5", "no model directory"},
+  };
+  for (const auto& c : cases) {
+    int rc = 0;
+    std::string out = run(c.args, &rc);
+    EXPECT_NE(rc, 0) << c.args;
+    EXPECT_NE(out.find(c.expect), std::string::npos) << c.args << " -> " << out;
+  }
+}
 #endif
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureForward, ::testing::ValuesIn(fixture_names()),
