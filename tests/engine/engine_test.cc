@@ -152,6 +152,17 @@ TEST(EngineKv, BlocksAreReturnedAndFullPoolIsAnError) {
   }
   EXPECT_EQ(kv.free_blocks(), 5);
   EXPECT_EQ(kv.free_sequences(), 2);
+  // A step that does not fit grows no block table (all or nothing).
+  auto a = e->new_session();
+  auto b = e->new_session();
+  ASSERT_TRUE((*a)->feed(some_tokens(15)).ok());  // 4 blocks, 1 free
+  auto one = some_tokens(2), five = some_tokens(5);
+  StepItem items[] = {{a->get(), one}, {b->get(), five}};  // a needs 1 more, b 2
+  Status st = e->step(items, nullptr);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("KV cache full"), std::string::npos) << st.message();
+  EXPECT_EQ(kv.free_blocks(), 1);
+  EXPECT_EQ((*a)->length(), 15);
 }
 
 TEST(BlockAllocator, LowestIdFirst) {

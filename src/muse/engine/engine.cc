@@ -86,6 +86,16 @@ Status Engine::step(std::span<const StepItem> items, std::vector<std::vector<flo
     return make_error("step of " + std::to_string(total) + " tokens exceeds max_batch_tokens " +
                       std::to_string(options_.max_batch_tokens));
   }
+  // All or nothing: check the pool covers every item before growing any table.
+  int64_t new_blocks = 0;
+  for (const StepItem& it : items)
+    new_blocks += std::max<int64_t>(0, kv_->blocks_for(it.session->length() + int64_t(it.tokens.size())) -
+                                           int64_t(it.session->kv_.blocks.size()));
+  if (new_blocks > kv_->free_blocks()) {
+    return make_error("KV cache full: this step needs " + std::to_string(new_blocks) + " more blocks of " +
+                      std::to_string(kv_->block_size()) + " positions, " + std::to_string(kv_->free_blocks()) +
+                      " free");
+  }
   for (const StepItem& it : items)
     MUSE_RETURN_IF_ERROR(kv_->reserve(it.session->kv_, it.session->length() + int64_t(it.tokens.size())));
 
