@@ -1,7 +1,10 @@
-// muse run: generate from a model directory on the CPU, prompt given as
-// token ids (text arrives with the tokenizer). Greedy by default
+// muse run: generate from a model directory on the CPU. The prompt is text
+// (--prompt, rendered through the chat template as one user message unless
+// --raw; the decoded text streams to stdout as it is generated) or token ids
+// (--prompt-ids; the generated ids are printed). Greedy by default
 // (--temperature 0) so runs are reproducible; --dump-logits writes every
-// prompt and fed position's logits for checking against a reference.
+// prompt and fed position's logits for checking against a reference. Without
+// a model, the embedded models/muse-tiny is used.
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -13,9 +16,13 @@
 
 #include "command.h"
 #include "muse/core/cli.h"
+#include "muse/chat/request_render.h"
 #include "muse/core/json.h"
+#include "muse/engine/default_model.h"
 #include "muse/engine/engine.h"
 #include "muse/sampling/sampler.h"
+#include "muse/tokenizer/streaming_detokenizer.h"
+#include "muse/tokenizer/tokenizer_files.h"
 
 namespace muse::tool {
 namespace {
@@ -25,11 +32,14 @@ static_assert(std::endian::native == std::endian::little, "--dump-logits writes 
 struct RunOptions {
   std::string model;
   std::string prompt_ids;
+  std::string prompt;
+  bool raw = false;
+  bool skip_special_tokens = false;
   double temperature = 0.0;
   int64_t top_k = 0;
   double top_p = 1.0;
   int64_t seed = 0;
-  int64_t max_tokens = 16;
+  int64_t max_tokens = 0;  // 0: 16 with --prompt-ids, 512 with --prompt
   bool json = false;
   std::string dump_logits;
   int threads = 0;
@@ -56,13 +66,17 @@ int run_command(int argc, char** argv) {
   RunOptions o;
   std::string positional_model;
   ArgParser args("run",
-                 "Generate token ids from a Hugging Face Muse model directory on the CPU. Greedy unless "
-                 "--temperature > 0. Prints the generated ids (or one JSON object with --json).");
-  args.positional("MODEL_DIR", &positional_model, false, "model directory (or --model)");
+                 "Generate from a Hugging Face Muse model directory on the CPU (default: the embedded "
+                 "models/muse-tiny). Greedy unless --temperature > 0. With --prompt, streams the generated text; with "
+                 "--prompt-ids, prints the generated ids (or one JSON object with --json).");
+  args.positional("MODEL_DIR", &positional_model, false, "model directory (or --model; default: models/muse-tiny)");
   args.option("--model", &o.model, "DIR", "model directory: config.json + safetensors");
   args.alias("-m", "--model");
-  args.option("--prompt-ids", &o.prompt_ids, "IDS", "prompt as comma-separated token ids, e.g. 1,2,3 (required)");
-  args.option("--max-tokens", &o.max_tokens, "N", "tokens to generate (default 16)");
+  args.option("--prompt", &o.prompt, "TEXT", "a user message, rendered with the model's chat template (raw text with --raw)");
+  args.flag("--raw", &o.raw, "use --prompt as the prompt text itself (tokenized with special tokens, e.g. BOS)");
+  args.flag("--skip-special-tokens", &o.skip_special_tokens, "leave special tokens (framing markers) out of the streamed text");
+  args.option("--prompt-ids", &o.prompt_ids, "IDS", "prompt as comma-separated token ids, e.g. 1,2,3");
+  args.option("--max-tokens", &o.max_tokens, "N", "tokens to generate (default 16 with --prompt-ids, 512 with --prompt)");
   args.option("--temperature", &o.temperature, "T", "0 = greedy (default); > 0 samples from softmax(logits / T)");
   args.option("--top-k", &o.top_k, "K", "sample among the K most likely tokens (0 = all, default)");
   args.option("--top-p", &o.top_p, "P", "nucleus sampling mass (1 = off, default)");
@@ -80,13 +94,49 @@ int run_command(int argc, char** argv) {
   if (args.help_requested()) return std::printf("%s", args.usage().c_str()), 0;
 
   if (o.model.empty()) o.model = positional_model;
-  if (o.model.empty()) return fail("no model directory given (muse run MODEL_DIR or --model DIR)");
+  if (o.model.empty()) {
+    auto dir = default_model_dir();
+    if (!dir.ok()) return fail(dir.message());
+    o.model = *dir;
+  }
   if (!is_directory(o.model)) return fail("model directory '" + o.model + "' does not exist or is not a directory");
-  if (o.prompt_ids.empty()) return fail("--prompt-ids is required (e.g. --prompt-ids 1,2,3)");
-  auto ids = parse_int_list(o.prompt_ids);
-  if (!ids.ok()) return fail("--prompt-ids: " + ids.message());
-  if (ids->empty()) return fail("--prompt-ids: the prompt is empty");
+  const bool text_mode = !o.prompt.empty();
+  if (text_mode == !o.prompt_ids.empty())
+    return fail(text_mode ? "give --prompt or --prompt-ids, not both"
+                          : "--prompt TEXT or --prompt-ids is required (e.g. --prompt-ids 1,2,3)");
+  if (o.raw && !text_mode) return fail("--raw applies to --prompt");
+  if (o.max_tokens == 0) o.max_tokens = text_mode ? 512 : 16;
   if (o.max_tokens < 1) return fail("--max-tokens must be at least 1");
+
+  // Text prompts: the tokenizer (and chat template) of the model directory.
+  TokenizerFiles files;
+  std::vector<int64_t> text_ids;
+  if (text_mode) {
+    auto f = load_tokenizer_files(o.model);
+    if (!f.ok()) return fail(f.message());
+    files = std::move(f).value();
+    if (o.raw) {
+      for (int32_t id : files.tokenizer.encode(o.prompt, /*add_special_tokens=*/true)) text_ids.push_back(id);
+    } else {
+      auto model_type = chat::read_model_type(o.model);
+      if (!model_type.ok()) return fail(model_type.message());
+      auto tpl = chat::ChatTemplate::from_tokenizer_files(files, *model_type);
+      if (!tpl.ok()) return fail(tpl.message() + " (or use --raw)");
+      Json msg = Json::object();
+      msg.set("role", "user");
+      msg.set("content", o.prompt);
+      Json request = Json::object();
+      Json messages = Json::array();
+      messages.push_back(std::move(msg));
+      request.set("messages", std::move(messages));
+      auto text = chat::render_chat_prompt(request, *tpl);
+      if (!text.ok()) return fail(text.message());
+      for (int32_t id : files.tokenizer.encode(*text, /*add_special_tokens=*/false)) text_ids.push_back(id);
+    }
+  }
+  auto ids = text_mode ? Result<std::vector<int64_t>>(text_ids) : parse_int_list(o.prompt_ids);
+  if (!ids.ok()) return fail("--prompt-ids: " + ids.message());
+  if (ids->empty()) return fail(text_mode ? "--prompt: the prompt is empty" : "--prompt-ids: the prompt is empty");
   if (o.threads < 0) return fail("--threads must be >= 0 (0 = all CPUs)");
   if (o.seed < 0) return fail("--seed must be >= 0");
   SamplingParams sp{o.temperature, o.top_k, o.top_p, uint64_t(o.seed)};
@@ -139,14 +189,32 @@ int run_command(int argc, char** argv) {
   Sampler sampler(sp);
   std::vector<int32_t> out;
   std::string finish = "length";
+  int64_t sampled_vocab = c.sampled_vocab_size > 0 ? c.sampled_vocab_size : V;
+  // Never sample an id the tokenizer has no token for (muse-tiny's padding rows).
+  if (text_mode) sampled_vocab = std::min<int64_t>(sampled_vocab, files.tokenizer.id_limit());
+  std::vector<int64_t> eos = c.eos_token_ids;
+  if (text_mode)
+    for (int32_t id : files.eos_token_ids)
+      if (std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
+  StreamingDetokenizer detok(files.tokenizer, o.skip_special_tokens);
+  std::string text;
+  auto emit = [&](const std::string& piece) {
+    if (piece.empty()) return;
+    text += piece;
+    if (!o.json) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    }
+  };
   t0 = std::chrono::steady_clock::now();
   for (;;) {
-    const int32_t tok = sampler.sample(last, c.sampled_vocab_size > 0 ? c.sampled_vocab_size : V);
+    const int32_t tok = sampler.sample(last, sampled_vocab);
     out.push_back(tok);
-    if (!o.ignore_eos && std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), tok) != c.eos_token_ids.end()) {
+    if (!o.ignore_eos && std::find(eos.begin(), eos.end(), tok) != eos.end()) {
       finish = "stop";
       break;
     }
+    if (text_mode) emit(detok.feed(tok));
     if (int64_t(out.size()) >= o.max_tokens) break;
     auto next = (*session)->feed(std::span<const int32_t>(&tok, 1), LogitsWanted::Last);
     if (!next.ok()) return fail(next.message());
@@ -154,6 +222,7 @@ int run_command(int argc, char** argv) {
     last = std::move(*next);
   }
   const double decode_s = seconds_since(t0);
+  if (text_mode) emit(detok.flush());
   if (dump && std::fclose(dump) != 0) return fail("writing --dump-logits failed");
   const int64_t decoded = int64_t(out.size()) - 1;  // tokens fed back through the model
 
@@ -164,6 +233,7 @@ int run_command(int argc, char** argv) {
     j.set("ids", arr);
     j.set("prompt_tokens", int64_t(prompt.size()));
     j.set("generated_tokens", int64_t(out.size()));
+    if (text_mode) j.set("text", text);
     j.set("finish_reason", finish);
     j.set("backend", (*engine)->backend().name());
     j.set("load_seconds", load_s);
@@ -173,9 +243,14 @@ int run_command(int argc, char** argv) {
     j.set("decode_tokens_per_second", decoded > 0 ? double(decoded) / std::max(decode_s, 1e-9) : 0.0);
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::string s;
-    for (size_t i = 0; i < out.size(); ++i) s += (i ? "," : "") + std::to_string(out[i]);
-    std::printf("%s\n", s.c_str());
+    if (text_mode) {
+      std::printf("\n");
+      std::fflush(stdout);
+    } else {
+      std::string s;
+      for (size_t i = 0; i < out.size(); ++i) s += (i ? "," : "") + std::to_string(out[i]);
+      std::printf("%s\n", s.c_str());
+    }
     std::fprintf(stderr, "muse run: %zu prompt + %zu generated (%s) on %s; prefill %.1f tok/s, decode %.1f tok/s\n",
                  prompt.size(), out.size(), finish.c_str(), (*engine)->backend().name().c_str(),
                  double(prompt.size()) / std::max(prefill_s, 1e-9),
@@ -186,6 +261,6 @@ int run_command(int argc, char** argv) {
 
 }  // namespace
 
-MUSE_COMMAND("run", "generate token ids from a model directory (CPU)", run_command, 10);
+MUSE_COMMAND("run", "generate text or token ids from a model directory (CPU)", run_command, 10);
 
 }  // namespace muse::tool

@@ -14,6 +14,7 @@
 #include "muse/core/cli.h"
 #include "muse/core/json.h"
 #include "muse/core/log.h"
+#include "muse/engine/default_model.h"
 #include "muse/server/backend_factory.h"
 #include "muse/server/load_progress.h"
 #include "muse/server/serve_options.h"
@@ -46,6 +47,25 @@ Result<int64_t> parse_length(const std::string& flag, const std::string& v) {
   if (digits.empty() || *end || !(x > 0) || x * double(mult) > 1e9)
     return make_error(flag + " expects a positive length like 32768, 128k or 1M, got '" + v + "'");
   return int64_t(x * double(mult));
+}
+
+// Byte sizes: 4G / 4GiB = 4 * 2^30, 4GB = 4 * 10^9, or plain bytes.
+Result<int64_t> parse_bytes(const std::string& flag, const std::string& v) {
+  char* end = nullptr;
+  double x = std::strtod(v.c_str(), &end);
+  std::string unit = end ? std::string(end) : "";
+  double mult = 1;
+  if (unit == "" || unit == "B") mult = 1;
+  else if (unit == "K" || unit == "KiB" || unit == "k") mult = 1024.0;
+  else if (unit == "M" || unit == "MiB" || unit == "m") mult = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GiB" || unit == "g") mult = 1024.0 * 1024 * 1024;
+  else if (unit == "KB") mult = 1e3;
+  else if (unit == "MB") mult = 1e6;
+  else if (unit == "GB") mult = 1e9;
+  else mult = -1;
+  if (v.empty() || end == v.c_str() || mult < 0 || !(x > 0) || x * mult > 1e15)
+    return make_error(flag + " expects a size like 4G, 512M or 1073741824, got '" + v + "'");
+  return int64_t(x * mult);
 }
 
 // --allowed-origins etc. take a JSON list (vLLM) or a comma-separated list.
@@ -116,12 +136,13 @@ int serve_command(int argc, char** argv) {
   std::vector<std::string> served_repeated;
   bool disable_log_requests = false, enable_auto_tool_choice = false;
   int64_t max_body_mb = 64;
+  std::string kv_cache_memory;
   double fake_step_ms = 2.0;
   int fake_load_ms = 0;
 
   ArgParser args("serve", "Serve a Muse checkpoint over the OpenAI (/v1/chat/completions, /v1/completions) and Anthropic "
                           "(/v1/messages) APIs. Flags follow `vllm serve`.");
-  args.positional("MODEL", &positional_model, false, "model directory (or --model)");
+  args.positional("MODEL", &positional_model, false, "model directory (or --model; default: the embedded models/muse-tiny)");
   args.option("--model", &o.engine.model, "DIR", "model directory");
   args.option("--host", &o.api.http.host, "ADDR", "address to listen on (default 0.0.0.0)");
   args.option("--port", &o.api.http.port, "N", "port (default 8000; 0 picks a free one and logs it)");
@@ -132,6 +153,15 @@ int serve_command(int argc, char** argv) {
   args.option("--max-num-seqs", &o.engine.max_num_seqs, "N", "sequences decoded together (default 256)");
   args.option("--max-num-batched-tokens", &o.engine.max_num_batched_tokens, "N", "tokens per engine step, prefill chunks included (default 8192)");
   args.option("--gpu-memory-utilization", &o.engine.gpu_memory_utilization, "F", "share of GPU memory muse may use (default 0.9)");
+  args.option("--block-size", &o.engine.block_size, "N", "positions per KV-cache block of full-attention layers (default 64)");
+  args.option("--num-gpu-blocks-override", &o.engine.num_gpu_blocks_override, "N",
+              "KV-cache blocks for full-attention layers (default: as many as --kv-cache-memory-bytes holds)");
+  args.option("--kv-cache-memory-bytes", &kv_cache_memory, "SIZE",
+              "memory for the full-attention KV cache, e.g. 4G or 512M (default 1 GiB on the CPU, never more than "
+              "--max-num-seqs full-length sequences need)");
+  args.option("--logprobs-mode", &o.engine.logprobs_mode, "MODE",
+              "processed_logprobs (default: of the distribution sampled from, after penalties, bias, temperature and "
+              "top-k/top-p/min-p) or raw_logprobs (the model's own distribution, vLLM's default)");
   args.option("--dtype", &o.engine.dtype, "T", "auto or bfloat16 (default auto)");
   args.option("--tokenizer", &o.engine.tokenizer, "DIR", "tokenizer directory (default: the model directory)");
   args.option("--tokenizer-mode", &tokenizer_mode, "MODE", "auto or hf: the checkpoint's tokenizer.json (the only mode)");
@@ -169,7 +199,14 @@ int serve_command(int argc, char** argv) {
   if (!st.ok()) return std::fprintf(stderr, "muse serve: %s\n", st.message().c_str()), 2;
   if (args.help_requested()) return std::printf("%s", args.usage().c_str()), 0;
   if (o.engine.model.empty()) o.engine.model = positional_model;
-  if (o.engine.model.empty() && !o.fake_model) return fail("missing MODEL (a model directory)\n\n" + args.usage());
+  bool default_model = false;
+  if (o.engine.model.empty() && !o.fake_model) {
+    auto dir = default_model_dir();
+    if (!dir.ok()) return fail(dir.message());
+    o.engine.model = *dir;
+    default_model = true;
+    LOG_INFO("no model given: serving the embedded model %s", o.engine.model.c_str());
+  }
 
   LogLevel level;
   if (!parse_log_level(o.log_level, &level)) return fail("--log-level: expected debug, info, warn or error, got '" + o.log_level + "'");
@@ -201,6 +238,13 @@ int serve_command(int argc, char** argv) {
   if (o.api.http.port < 0 || o.api.http.port > 65535) return fail("--port must be in [0, 65535]");
   if (max_body_mb < 1 || max_body_mb > 4096) return fail("--max-request-body-mb must be in [1, 4096]");
   o.api.http.max_body_bytes = size_t(max_body_mb) << 20;
+  if (!kv_cache_memory.empty()) {
+    auto n = parse_bytes("--kv-cache-memory-bytes", kv_cache_memory);
+    if (!n.ok()) return fail(n.message());
+    o.engine.kv_cache_memory_bytes = *n;
+  }
+  if (o.engine.num_gpu_blocks_override < 0) return fail("--num-gpu-blocks-override must be >= 1");
+  if (o.engine.block_size < 0 || o.engine.block_size > 4096) return fail("--block-size must be in [1, 4096]");
   if (!max_model_len.empty()) {
     auto n = parse_length("--max-model-len", max_model_len);
     if (!n.ok()) return fail(n.message());
@@ -219,7 +263,9 @@ int serve_command(int argc, char** argv) {
     if (!list.ok() || list->empty()) return fail("--served-model-name: expected one or more names");
     o.api.served_model_names = *list;
   } else {
-    o.api.served_model_names = {o.fake_model && o.engine.model.empty() ? std::string("muse-fake") : o.engine.model};
+    o.api.served_model_names = {o.fake_model && o.engine.model.empty() ? std::string("muse-fake")
+                                : default_model                      ? std::string("muse-tiny")
+                                                                     : o.engine.model};
   }
   o.api.reasoning_fields = reasoning_field == "reasoning" ? ReasoningFields::Reasoning
                            : reasoning_field == "reasoning_content" ? ReasoningFields::ReasoningContent

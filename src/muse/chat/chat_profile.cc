@@ -8,7 +8,10 @@ const ChatProfile& muse_glimmer_profile() {
     ChatProfile p;
     p.name = "muse_glimmer";
     p.model_types = {"muse_glimmer", "muse_glimmer_text"};
-    p.template_sha256 = {"cfc67e5f349f37690dfd31ed1f18bc4442a9dd32fe39a648f993cb4eb3cae678"};  // HF a4e59da
+    p.template_sha256 = {"cfc67e5f349f37690dfd31ed1f18bc4442a9dd32fe39a648f993cb4eb3cae678",   // HF a4e59da
+                         // models/muse-tiny/chat_template.jinja: its own bytes, the Glimmer format
+                         // (docs/muse-tiny.md), though its config says model_type muse_spark.
+                         "6a605bd05b4f71b40c4b02fbd54c6f003701dd2be8c7e91b7f2dc10d55ee52d1"};
     p.legacy_template_sha256 = {"114f55ebdc1804c1af371197b9fdf2d6bb925966c9dfe46b73782a71bc07965e"};  // 7f1ae41
     p.is_muse = true;
     p.bos_token = "<|begin_of_text|>";

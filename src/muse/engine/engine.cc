@@ -8,13 +8,67 @@
 
 namespace muse {
 
-Result<std::unique_ptr<Engine>> Engine::open(const std::string& model_dir, const EngineOptions& options) {
+namespace {
+
+// Counts weight slots as the model reads them, for loading progress.
+class ProgressWeightSource final : public WeightSource {
+ public:
+  ProgressWeightSource(const Checkpoint& ck, const WeightSource& inner, const EngineLoadProgressFn& fn)
+      : ck_(ck), inner_(inner), fn_(fn) {
+    p_.bytes_total = ck.tensor_bytes();
+    p_.tensors_total = ck.weights().size();
+  }
+  Result<HostTensor> view(const WeightSpec& spec) const override {
+    auto r = inner_.view(spec);
+    done(spec);
+    return r;
+  }
+  Status read_f32(const WeightSpec& spec, float* dst) const override {
+    Status s = inner_.read_f32(spec, dst);
+    done(spec);
+    return s;
+  }
+
+ private:
+  void done(const WeightSpec& spec) const {
+    if (!seen_.insert(spec.slot + "#" + std::to_string(spec.layer)).second) return;
+    if (const ResolvedWeight* w = ck_.find(spec.slot, spec.layer)) {
+      p_.bytes_done += w->tensor.nbytes;
+      for (const auto& pieces : w->experts)
+        for (const auto& t : pieces) p_.bytes_done += t.nbytes;
+    }
+    p_.tensors_done = std::min<uint64_t>(p_.tensors_done + 1, p_.tensors_total);
+    p_.bytes_done = std::min(p_.bytes_done, p_.bytes_total);
+    fn_(p_);
+  }
+  const Checkpoint& ck_;
+  const WeightSource& inner_;
+  const EngineLoadProgressFn& fn_;
+  mutable EngineLoadProgress p_;
+  mutable std::unordered_set<std::string> seen_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Engine>> Engine::open(const std::string& model_dir, const EngineOptions& options,
+                                             const EngineLoadProgressFn& progress) {
   auto ck = Checkpoint::open(model_dir, options.load);
   if (!ck.ok()) return ck.error();
   std::unique_ptr<Engine> e(new Engine());
   e->checkpoint_ = std::make_unique<Checkpoint>(std::move(ck).value());
   e->source_ = std::make_unique<CheckpointWeightSource>(*e->checkpoint_);
-  MUSE_RETURN_IF_ERROR(e->init(e->checkpoint_->config(), options));
+  if (!progress) {
+    MUSE_RETURN_IF_ERROR(e->init(e->checkpoint_->config(), options));
+    return e;
+  }
+  // The model keeps pointers into the checkpoint's mappings, not into the
+  // counting wrapper, so the wrapper may go once init is done.
+  ProgressWeightSource counting(*e->checkpoint_, *e->source_, progress);
+  MUSE_RETURN_IF_ERROR(e->init(e->checkpoint_->config(), options, &counting));
+  EngineLoadProgress last;
+  last.bytes_done = last.bytes_total = e->checkpoint_->tensor_bytes();
+  last.tensors_done = last.tensors_total = e->checkpoint_->weights().size();
+  progress(last);
   return e;
 }
 
@@ -26,7 +80,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const ModelConfig& config, std::u
   return e;
 }
 
-Status Engine::init(const ModelConfig& config, const EngineOptions& options) {
+Status Engine::init(const ModelConfig& config, const EngineOptions& options, const WeightSource* reader) {
   config_ = config;
   options_ = options;
   if (options.max_batch_tokens < 1) return make_error("max_batch_tokens must be at least 1");
@@ -41,7 +95,7 @@ Status Engine::init(const ModelConfig& config, const EngineOptions& options) {
   MUSE_ASSIGN_OR_RETURN(backend_, create_cpu_backend(options.cpu));
   ModelOptions mo;
   mo.max_rows = options.max_batch_tokens;
-  MUSE_ASSIGN_OR_RETURN(model_, MuseModel::create(*backend_, config_, *source_, mo));
+  MUSE_ASSIGN_OR_RETURN(model_, MuseModel::create(*backend_, config_, reader ? *reader : *source_, mo));
   KvCacheOptions ko;
   ko.max_sequences = options.max_sequences;
   ko.block_size = options.kv_block_size;

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -35,6 +36,14 @@ struct EngineOptions {
 
 enum class LogitsWanted { None, Last, All };
 
+// Loading progress: called after each weight slot is read (bytes are the
+// slot's stored size in the checkpoint).
+struct EngineLoadProgress {
+  uint64_t bytes_done = 0, bytes_total = 0;
+  uint64_t tensors_done = 0, tensors_total = 0;
+};
+using EngineLoadProgressFn = std::function<void(const EngineLoadProgress&)>;
+
 class Session;
 
 struct StepItem {
@@ -46,7 +55,8 @@ struct StepItem {
 class Engine {
  public:
   // Opens a Hugging Face model directory (config.json + safetensors).
-  static Result<std::unique_ptr<Engine>> open(const std::string& model_dir, const EngineOptions& options = {});
+  static Result<std::unique_ptr<Engine>> open(const std::string& model_dir, const EngineOptions& options = {},
+                                              const EngineLoadProgressFn& progress = {});
   // From any weight source (random weights in tests and `muse bench`).
   static Result<std::unique_ptr<Engine>> create(const ModelConfig& config, std::unique_ptr<WeightSource> source,
                                                 const EngineOptions& options = {});
@@ -73,7 +83,8 @@ class Engine {
  private:
   friend class Session;
   Engine() = default;
-  Status init(const ModelConfig& config, const EngineOptions& options);
+  // `reader`, when given, is read from instead of source_ (a wrapper over it).
+  Status init(const ModelConfig& config, const EngineOptions& options, const WeightSource* reader = nullptr);
   void close(Session& s);
 
   EngineOptions options_;
@@ -94,6 +105,7 @@ class Session {
   Session& operator=(const Session&) = delete;
 
   int64_t length() const { return int64_t(tokens_.size()); }  // positions in the cache
+  int64_t kv_blocks() const { return int64_t(kv_.blocks.size()); }  // full-layer blocks held
   const std::vector<int32_t>& tokens() const { return tokens_; }
 
   // Feeds tokens in steps of max_batch_tokens; returns the logits of the

@@ -1,10 +1,95 @@
+// `muse serve MODEL`: the engine behind the server. Reads the config and the
+// tokenizer files here (quick, so a bad directory fails before listening);
+// the weights load later in GenerationService::load().
 #include "muse/server/backend_factory.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+
+#include "muse/core/log.h"
+#include "muse/server/engine_service.h"
+#include "muse/server/muse_adapter.h"
 
 namespace muse::server {
 
+namespace {
+
+bool is_directory(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// Default KV budget on the CPU backend (the CPU backend commits what it allocates).
+constexpr int64_t kDefaultKvBytes = int64_t(1) << 30;
+
+}  // namespace
+
+Result<int64_t> kv_cache_blocks(const ModelConfig& config, const EngineServeOptions& o, int64_t max_model_len,
+                                int64_t block_size) {
+  int64_t full_layers = 0;
+  for (int64_t l = 0; l < config.num_layers; ++l) full_layers += config.is_full(l) ? 1 : 0;
+  if (full_layers == 0) return int64_t(0);
+  const int64_t per_seq = (max_model_len + block_size - 1) / block_size;
+  if (o.num_gpu_blocks_override > 0) return o.num_gpu_blocks_override;
+  // F32 K and V for every full layer.
+  const int64_t bytes_per_block = full_layers * block_size * config.kv_dim() * 4 * 2;
+  const int64_t budget = o.kv_cache_memory_bytes > 0 ? o.kv_cache_memory_bytes : kDefaultKvBytes;
+  const int64_t fit = budget / bytes_per_block;
+  const int64_t all = per_seq * std::max(1, o.max_num_seqs);
+  const int64_t blocks = std::min(all, fit);
+  if (blocks < per_seq && o.kv_cache_memory_bytes > 0)
+    return make_error("--kv-cache-memory-bytes " + std::to_string(o.kv_cache_memory_bytes) + " holds " + std::to_string(fit) +
+                      " blocks, fewer than one sequence of --max-model-len " + std::to_string(max_model_len) + " needs (" +
+                      std::to_string(per_seq) + " blocks of " + std::to_string(bytes_per_block) + " bytes)");
+  return std::max(blocks, per_seq);
+}
+
 Result<ServeBackend> make_engine_backend(const EngineServeOptions& options) {
-  return make_error("muse serve: the engine is not wired into the server yet (src/muse/server/backend_factory.cc); "
-                    "'" + options.model + "' cannot be served. For testing, --fake-model serves a deterministic fake.");
+  const EngineServeOptions& o = options;
+  if (!is_directory(o.model)) return make_error("muse serve: model directory '" + o.model + "' does not exist or is not a directory");
+  auto config = load_model_config(o.model);
+  if (!config.ok()) return make_error("muse serve: " + config.message());
+  const int64_t model_max = config->max_position_embeddings > 0 ? config->max_position_embeddings : 8192;
+  int64_t max_model_len = o.max_model_len > 0 ? o.max_model_len : model_max;
+  if (max_model_len > model_max)
+    return make_error("muse serve: --max-model-len " + std::to_string(max_model_len) + " exceeds the model's context (max_position_embeddings " +
+                      std::to_string(model_max) + ")");
+  if (o.logprobs_mode != "processed_logprobs" && o.logprobs_mode != "raw_logprobs")
+    return make_error("muse serve: --logprobs-mode '" + o.logprobs_mode + "' is not supported (processed_logprobs, raw_logprobs)");
+  if (o.block_size < 0 || o.block_size > 4096) return make_error("muse serve: --block-size must be in [1, 4096]");
+
+  auto adapter = MuseModelAdapter::create(o, *config, int(max_model_len));
+  if (!adapter.ok()) return make_error("muse serve: " + adapter.message());
+
+  EngineServiceOptions so;
+  so.model_dir = o.model;
+  so.seed = o.seed;
+  EngineOptions& eo = so.engine;
+  eo.max_batch_tokens = o.max_num_batched_tokens;
+  eo.max_sequences = o.max_num_seqs;
+  eo.max_model_len = max_model_len;
+  if (o.block_size > 0) eo.kv_block_size = o.block_size;
+  auto blocks = kv_cache_blocks(*config, o, max_model_len, eo.kv_block_size);
+  if (!blocks.ok()) return make_error("muse serve: " + blocks.message());
+  eo.kv_blocks = *blocks;
+  // KvCache treats 0 as "enough for everything"; a model without full layers needs none.
+  if (eo.kv_blocks == 0) eo.kv_blocks = 1;
+  eo.load.language_model_only = o.language_model_only;
+  SchedulerOptions& sc = so.scheduler;
+  sc.eos_token_ids = (*adapter)->info().eos_token_ids;
+  // Never sample an id the tokenizer has no token for (muse-tiny: rows
+  // 4096..4159 of the embedding are padding; Spark: >= 201,818).
+  sc.sampled_vocab_size = (*adapter)->tokenizer().id_limit();
+  sc.logprobs_mode = o.logprobs_mode == "raw_logprobs" ? LogprobsMode::Raw : LogprobsMode::Processed;
+  sc.max_waiting_requests = o.max_waiting_requests;
+  LOG_INFO("model %s: %s, chat profile %s, %zu EOS ids, tokenizer %s", o.model.c_str(), config->model_type.c_str(),
+           (*adapter)->profile_name().c_str(), sc.eos_token_ids.size(), (*adapter)->tokenizer().describe().c_str());
+
+  ServeBackend b;
+  b.adapter = *adapter;
+  b.service = make_engine_service(std::move(so), *adapter);
+  return b;
 }
 
 }  // namespace muse::server

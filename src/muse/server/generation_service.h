@@ -141,6 +141,11 @@ struct EngineStats {
   double kv_cache_usage = 0;  // 0..1
   uint64_t prefix_cache_queries = 0;  // tokens looked up
   uint64_t prefix_cache_hits = 0;     // tokens found
+  // Engine loop figures (zero for engines without a step loop).
+  uint64_t num_preemptions = 0;       // sequences preempted (KV cache full), recomputed later
+  uint64_t engine_steps = 0;          // model steps run
+  double engine_busy_seconds = 0;     // scheduler iterations with work, end to end
+  double engine_model_seconds = 0;    // of which inside the model's forward step
 };
 
 // Model loading progress, reported by the loader as it goes.

@@ -100,6 +100,14 @@ std::string ServerMetrics::render(const EngineStats& e, size_t open_connections)
   out += "muse:prefix_cache_queries_total{" + L + "} " + std::to_string(e.prefix_cache_queries) + "\n";
   header(out, "muse:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.");
   out += "muse:prefix_cache_hits_total{" + L + "} " + std::to_string(e.prefix_cache_hits) + "\n";
+  header(out, "muse:num_preemptions_total", "counter", "Cumulative number of preemptions from the engine.");
+  out += "muse:num_preemptions_total{" + L + "} " + std::to_string(e.num_preemptions) + "\n";
+  header(out, "muse:engine_steps_total", "counter", "Model steps run by the engine loop.");
+  out += "muse:engine_steps_total{" + L + "} " + std::to_string(e.engine_steps) + "\n";
+  header(out, "muse:engine_busy_seconds_total", "counter", "Time the engine loop spent on steps (scheduling, model, sampling, output).");
+  out += "muse:engine_busy_seconds_total{" + L + "} " + num(e.engine_busy_seconds) + "\n";
+  header(out, "muse:engine_model_seconds_total", "counter", "Of the busy time, the time inside the model's forward step.");
+  out += "muse:engine_model_seconds_total{" + L + "} " + num(e.engine_model_seconds) + "\n";
   header(out, "muse:prompt_tokens_total", "counter", "Number of prefill tokens processed.");
   out += "muse:prompt_tokens_total{" + L + "} " + std::to_string(prompt_tokens_) + "\n";
   header(out, "muse:generation_tokens_total", "counter", "Number of generation tokens processed.");

@@ -27,6 +27,13 @@ struct EngineServeOptions {
   bool language_model_only = false;  // accepted; muse serves text only today
   bool enable_chunked_prefill = true;
   int64_t seed = 0;
+  // KV cache (vLLM's flags): positions per full-layer block; a fixed number
+  // of blocks; or a memory budget for it (0 = the default budget).
+  int block_size = 0;                // 0: the engine's default (64)
+  int64_t num_gpu_blocks_override = 0;
+  int64_t kv_cache_memory_bytes = 0;
+  std::string logprobs_mode = "processed_logprobs";  // or raw_logprobs
+  int max_waiting_requests = 4096;   // queued requests beyond which submit answers 429
 };
 
 struct ServeOptions {

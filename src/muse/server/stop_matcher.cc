@@ -20,12 +20,12 @@ size_t utf8_floor(std::string_view s, size_t cut) {
 }
 }  // namespace
 
-std::string StopStringMatcher::push(std::string_view text) {
+std::string StopStringMatcher::push(std::string_view text, bool match) {
   if (matched()) return {};
   pending_.append(text);
   // Earliest full match wins (the text before it is what the model "said").
   size_t best = std::string::npos;
-  for (size_t i = 0; i < stops_.size(); ++i) {
+  for (size_t i = 0; match && i < stops_.size(); ++i) {
     if (stops_[i].empty()) continue;
     size_t at = pending_.find(stops_[i]);
     if (at != std::string::npos && (best == std::string::npos || at < best)) {

@@ -17,8 +17,10 @@ class StopStringMatcher {
 
   // Appends `text` and returns what may be released now. After a match,
   // `matched()` is set, the released text ends at the match (or after it with
-  // include_stop_in_output) and later calls release nothing.
-  std::string push(std::string_view text);
+  // include_stop_in_output) and later calls release nothing. With
+  // match=false (vLLM: before min_tokens) nothing matches yet; only a tail
+  // that may still begin a stop string is held back.
+  std::string push(std::string_view text, bool match = true);
   // End of generation without a match: everything still held back.
   std::string flush();
 

@@ -1,0 +1,393 @@
+#include "muse/engine/scheduler.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "muse/core/log.h"
+
+namespace muse {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+bool contains(const std::vector<int32_t>& v, int32_t x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+}  // namespace
+
+struct Scheduler::Sequence {
+  Request* req = nullptr;
+  int index = 0;
+  std::vector<int32_t> tokens;  // prompt, then generated tokens
+  int64_t prompt_len = 0;
+  std::unique_ptr<Session> session;  // null while waiting (new or preempted)
+  SequenceSampler sampler;
+  bool finished = false;
+  // Prompt logprobs: collected during the first prefill, sent with the first token.
+  bool want_prompt_logprobs = false, prompt_logprobs_done = false, prompt_logprobs_sent = false;
+  std::vector<PromptTokenLogprob> prompt_logprobs;
+
+  Sequence(SamplingConfig config, int64_t vocab) : sampler(std::move(config), vocab) {}
+  int64_t generated() const { return int64_t(tokens.size()) - prompt_len; }
+  // Every row's logits are wanted while prompt logprobs are being collected.
+  bool all_rows() const { return want_prompt_logprobs && !prompt_logprobs_done; }
+};
+
+struct Scheduler::Request {
+  GenerateRequest r;
+  std::shared_ptr<RequestObserver> observer;
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  Clock::time_point arrival, scheduled, first_token, last_token;
+  bool has_scheduled = false, has_first_token = false, completed = false;
+  int unfinished = 0;
+  int64_t preemptions = 0;
+  std::string error;
+};
+
+Scheduler::Scheduler(Engine& engine, SchedulerOptions options) : engine_(engine), opt_(std::move(options)) {
+  const ModelConfig& c = engine_.config();
+  const int64_t model_limit = c.sampled_vocab_size > 0 ? c.sampled_vocab_size : c.vocab_size;
+  sampled_vocab_ = opt_.sampled_vocab_size > 0 ? std::min(opt_.sampled_vocab_size, model_limit) : model_limit;
+  max_seqs_ = engine_.options().max_sequences;
+  max_tokens_per_step_ = engine_.options().max_batch_tokens;
+  if (opt_.max_logit_rows < 1) opt_.max_logit_rows = 1;
+  thread_ = std::thread([this] { run(); });
+}
+
+Scheduler::~Scheduler() { stop(); }
+
+void Scheduler::stop() {
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+Scheduler::SubmitResult Scheduler::submit(GenerateRequest req, std::shared_ptr<RequestObserver> observer) {
+  auto invalid = [](std::string m) { return SubmitResult{SubmitStatus::Invalid, std::move(m)}; };
+  const int64_t V = engine_.config().vocab_size;
+  const int64_t P = int64_t(req.prompt.size());
+  if (!observer) return invalid("no observer");
+  if (P == 0) return invalid("the prompt is empty");
+  for (int32_t t : req.prompt)
+    if (t < 0 || t >= V)
+      return invalid("prompt token id " + std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(V) + ")");
+  if (req.n < 1 || req.n > max_seqs_)
+    return invalid("n=" + std::to_string(req.n) + " must be between 1 and --max-num-seqs (" + std::to_string(max_seqs_) + ")");
+  if (req.max_tokens < 1) return invalid("max_tokens must be at least 1");
+  const int64_t ctx = engine_.max_model_len();
+  if (P + req.max_tokens > ctx)
+    return invalid("prompt (" + std::to_string(P) + " tokens) + max_tokens (" + std::to_string(req.max_tokens) +
+                   ") exceeds the context of " + std::to_string(ctx) + " tokens");
+  // The last generated token is never fed back, so the KV cache holds at
+  // most prompt + max_tokens - 1 positions of one sequence.
+  const KvCache& kv = engine_.kv_cache();
+  const int64_t need = kv.blocks_for(P + req.max_tokens - 1);
+  if (need > kv.total_blocks())
+    return invalid("this request needs " + std::to_string(need) + " KV-cache blocks of " + std::to_string(kv.block_size()) +
+                   " positions for one sequence, more than the whole cache (" + std::to_string(kv.total_blocks()) +
+                   " blocks); shorten the prompt or max_tokens, or give the server a larger KV cache");
+  if (Status s = validate(req.sampling, V); !s.ok()) return invalid(s.message());
+
+  auto r = std::make_unique<Request>();
+  r->arrival = Clock::now();
+  r->observer = std::move(observer);
+  r->r = std::move(req);
+  std::lock_guard lock(mu_);
+  if (stopping_) return {SubmitStatus::Stopped, "the engine is shutting down"};
+  if (int64_t(incoming_.size()) + stats_.requests_waiting >= opt_.max_waiting_requests)
+    return {SubmitStatus::Overloaded, "too many requests are waiting (" + std::to_string(opt_.max_waiting_requests) + ")"};
+  incoming_.push_back(std::move(r));
+  cv_.notify_all();
+  return {};
+}
+
+void Scheduler::cancel(const std::string& request_id) {
+  {
+    std::lock_guard lock(mu_);
+    cancel_ids_.insert(request_id);
+  }
+  cv_.notify_all();
+}
+
+SchedulerStats Scheduler::stats() const {
+  std::lock_guard lock(mu_);
+  SchedulerStats s = stats_;
+  s.requests_waiting += int64_t(incoming_.size());
+  return s;
+}
+
+// ---------------------------------------------------------------------------
+// The scheduler thread
+// ---------------------------------------------------------------------------
+
+bool Scheduler::take_incoming(std::vector<std::unique_ptr<Request>>& fresh, std::unordered_set<std::string>& cancels,
+                              bool block) {
+  std::unique_lock lock(mu_);
+  if (block) cv_.wait(lock, [&] { return stopping_ || !incoming_.empty() || !cancel_ids_.empty(); });
+  if (stopping_) return false;
+  fresh.swap(incoming_);
+  cancels.swap(cancel_ids_);
+  return true;
+}
+
+void Scheduler::run() {
+  for (;;) {
+    std::vector<std::unique_ptr<Request>> fresh;
+    std::unordered_set<std::string> cancels;
+    if (!take_incoming(fresh, cancels, requests_.empty())) break;
+    for (auto& r : fresh) admit(std::move(r));
+    if (!cancels.empty()) apply_cancels(cancels);
+    if (!running_.empty() || !waiting_.empty()) iterate();
+    std::erase_if(requests_, [](const std::unique_ptr<Request>& r) { return r->completed; });
+    publish_stats();
+  }
+  // Stopping: requests never taken in are aborted as well.
+  std::vector<std::unique_ptr<Request>> rest;
+  {
+    std::lock_guard lock(mu_);
+    rest.swap(incoming_);
+  }
+  for (auto& r : rest) admit(std::move(r));
+  abort_all("");
+  publish_stats();
+}
+
+void Scheduler::admit(std::unique_ptr<Request> req) {
+  Request* r = req.get();
+  for (int i = 0; i < r->r.n; ++i) {
+    SamplingConfig sc = r->r.sampling;
+    sc.seed = r->r.sampling.seed + uint64_t(i);
+    sc.min_tokens_blocked = r->r.stop_token_ids;
+    if (!r->r.ignore_eos) sc.min_tokens_blocked.insert(sc.min_tokens_blocked.end(), opt_.eos_token_ids.begin(),
+                                                       opt_.eos_token_ids.end());
+    auto s = std::make_unique<Sequence>(std::move(sc), sampled_vocab_);
+    s->req = r;
+    s->index = i;
+    s->tokens = r->r.prompt;
+    s->tokens.reserve(r->r.prompt.size() + size_t(r->r.max_tokens));
+    s->prompt_len = int64_t(r->r.prompt.size());
+    s->sampler.set_prompt(r->r.prompt);
+    s->want_prompt_logprobs = r->r.prompt_logprobs >= 0;
+    waiting_.push_back(s.get());
+    r->seqs.push_back(std::move(s));
+  }
+  r->unfinished = r->r.n;
+  requests_.push_back(std::move(req));
+}
+
+void Scheduler::apply_cancels(const std::unordered_set<std::string>& cancels) {
+  for (auto& r : requests_) {
+    if (r->completed || !cancels.count(r->r.id)) continue;
+    for (auto& s : r->seqs)
+      if (!s->finished) finish_sequence(s.get(), SeqFinish::Abort);
+  }
+}
+
+void Scheduler::release(Sequence* s) {
+  s->session.reset();  // returns the ring slot and the blocks
+  if (auto it = std::find(running_.begin(), running_.end(), s); it != running_.end()) running_.erase(it);
+  if (auto it = std::find(waiting_.begin(), waiting_.end(), s); it != waiting_.end()) waiting_.erase(it);
+}
+
+void Scheduler::finish_sequence(Sequence* s, SeqFinish why, const std::string& error) {
+  if (s->finished) return;
+  if (why == SeqFinish::Abort || why == SeqFinish::Error) {
+    SequenceUpdate u;
+    u.index = s->index;
+    u.finish = why;
+    u.generated = s->generated();
+    s->req->observer->on_update(u);
+    if (why == SeqFinish::Error && s->req->error.empty()) s->req->error = error;
+  }
+  s->finished = true;
+  release(s);
+  --s->req->unfinished;
+  complete_if_done(s->req);
+}
+
+void Scheduler::complete_if_done(Request* r) {
+  if (r->unfinished > 0 || r->completed) return;
+  r->completed = true;
+  const auto now = Clock::now();
+  RequestSummary sum;
+  sum.prompt_tokens = int64_t(r->r.prompt.size());
+  for (const auto& s : r->seqs) sum.completion_tokens.push_back(s->generated());
+  const auto scheduled = r->has_scheduled ? r->scheduled : now;
+  sum.queue_seconds = seconds(scheduled - r->arrival);
+  sum.prefill_seconds = r->has_first_token ? seconds(r->first_token - scheduled) : seconds(now - scheduled);
+  sum.decode_seconds = r->has_first_token ? seconds(r->last_token - r->first_token) : 0.0;
+  sum.preemptions = r->preemptions;
+  sum.error = r->error;
+  r->observer->on_complete(sum);
+}
+
+void Scheduler::abort_all(const std::string& error) {
+  for (auto& r : requests_)
+    for (auto& s : r->seqs)
+      if (!s->finished) finish_sequence(s.get(), error.empty() ? SeqFinish::Abort : SeqFinish::Error, error);
+  requests_.clear();
+}
+
+void Scheduler::preempt(Sequence* s) {
+  s->session.reset();
+  if (auto it = std::find(running_.begin(), running_.end(), s); it != running_.end()) running_.erase(it);
+  if (s->all_rows()) s->prompt_logprobs.clear();  // collected again from the start
+  waiting_.push_front(s);
+  ++s->req->preemptions;
+  ++local_.preemptions;
+  LOG_DEBUG("[%s] choice %d preempted at %lld tokens (KV cache full); it will be recomputed", s->req->r.id.c_str(),
+            s->index, (long long)s->tokens.size());
+}
+
+void Scheduler::iterate() {
+  const auto t0 = Clock::now();
+  const KvCache& kv = engine_.kv_cache();
+  int64_t budget = max_tokens_per_step_, reserved = 0;
+  bool preempted = false;
+  struct Planned {
+    Sequence* s;
+    int64_t start, take;
+  };
+  std::vector<Planned> plan;
+
+  // 1. Running sequences, oldest admission first; preempt from the newest.
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Sequence* s = running_[i];
+    const int64_t len = s->session->length();
+    int64_t take = std::min<int64_t>(int64_t(s->tokens.size()) - len, budget);
+    if (s->all_rows()) take = std::min(take, opt_.max_logit_rows);
+    const int64_t need = std::max<int64_t>(0, kv.blocks_for(len + take) - s->session->kv_blocks());
+    bool self = false;
+    while (need > kv.free_blocks() - reserved) {
+      Sequence* victim = running_.back();
+      self = victim == s;
+      preempt(victim);
+      preempted = true;
+      if (self) break;
+    }
+    if (self) break;  // s was the last running sequence
+    reserved += need;
+    budget -= take;
+    plan.push_back({s, len, take});
+    ++i;
+  }
+  // 2. Waiting sequences in order, unless this step had to preempt.
+  while (!preempted && budget > 0 && !waiting_.empty() && int64_t(running_.size()) < max_seqs_) {
+    Sequence* s = waiting_.front();
+    int64_t take = std::min<int64_t>(int64_t(s->tokens.size()), budget);
+    if (s->all_rows()) take = std::min(take, opt_.max_logit_rows);
+    const int64_t need = kv.blocks_for(take);
+    if (need > kv.free_blocks() - reserved) break;  // first come, first served: no overtaking
+    auto session = engine_.new_session();
+    if (!session.ok()) break;
+    s->session = std::move(session).value();
+    waiting_.pop_front();
+    running_.push_back(s);
+    Request* r = s->req;
+    if (!r->has_scheduled) {
+      r->has_scheduled = true;
+      r->scheduled = t0;
+    }
+    reserved += need;
+    budget -= take;
+    plan.push_back({s, 0, take});
+  }
+  if (plan.empty()) return;
+
+  std::vector<StepItem> items;
+  items.reserve(plan.size());
+  for (const Planned& p : plan) {
+    Sequence* s = p.s;
+    const bool last = p.start + p.take == int64_t(s->tokens.size());
+    LogitsWanted want = s->all_rows() ? LogitsWanted::All : last ? LogitsWanted::Last : LogitsWanted::None;
+    items.push_back({s->session.get(), std::span<const int32_t>(s->tokens.data() + p.start, size_t(p.take)), want});
+  }
+  const auto m0 = Clock::now();
+  Status st = engine_.step(items, &logits_);
+  const auto m1 = Clock::now();
+  local_.model_seconds += seconds(m1 - m0);
+  ++local_.steps;
+  if (!st.ok()) {
+    LOG_ERROR("engine step failed (%zu sequences): %s", plan.size(), st.message().c_str());
+    for (const Planned& p : plan) finish_sequence(p.s, SeqFinish::Error, "engine step failed: " + st.message());
+    local_.busy_seconds += seconds(Clock::now() - t0);
+    return;
+  }
+
+  const int64_t V = engine_.config().vocab_size;
+  for (size_t k = 0; k < plan.size(); ++k) {
+    Sequence* s = plan[k].s;
+    Request* r = s->req;
+    const int64_t start = plan[k].start, take = plan[k].take;
+    local_.prompt_tokens_computed += uint64_t(take);
+    std::vector<float>& rows = logits_[k];
+    if (s->all_rows()) {
+      // Row j predicts position start + j + 1.
+      if (start == 0) s->prompt_logprobs.push_back({s->tokens[0], std::nanf(""), {}});
+      for (int64_t j = 0; j < take; ++j) {
+        const int64_t target = start + j + 1;
+        if (target >= s->prompt_len) break;
+        const int32_t id = s->tokens[size_t(target)];
+        SampledToken lp = compute_logprobs(std::span<const float>(rows.data() + j * V, size_t(V)), sampled_vocab_, id,
+                                           r->r.prompt_logprobs);
+        PromptTokenLogprob e{id, lp.logprob, std::move(lp.top)};
+        s->prompt_logprobs.push_back(std::move(e));
+      }
+      if (start + take >= s->prompt_len) s->prompt_logprobs_done = true;
+    }
+    if (start + take != int64_t(s->tokens.size())) continue;  // a prefill chunk: no token yet
+
+    std::span<float> row(rows.data() + rows.size() - size_t(V), size_t(V));
+    SequenceUpdate u;
+    u.index = s->index;
+    u.token = s->sampler.sample(row, r->r.logprobs, opt_.logprobs_mode);
+    const int32_t id = u.token->id;
+    s->tokens.push_back(id);
+    s->sampler.accept(id);
+    ++local_.tokens_generated;
+    u.generated = s->generated();
+    if (!r->r.ignore_eos && contains(opt_.eos_token_ids, id)) {
+      u.finish = SeqFinish::Stop;
+    } else if (contains(r->r.stop_token_ids, id)) {
+      u.finish = SeqFinish::Stop;
+      u.stop_token = id;
+    } else if (u.generated >= r->r.max_tokens || int64_t(s->tokens.size()) >= engine_.max_model_len()) {
+      u.finish = SeqFinish::Length;
+    }
+    if (s->want_prompt_logprobs && !s->prompt_logprobs_sent) {
+      s->prompt_logprobs_sent = true;
+      u.prompt_logprobs = &s->prompt_logprobs;
+    }
+    const auto now = Clock::now();
+    if (!r->has_first_token) {
+      r->has_first_token = true;
+      r->first_token = now;
+    }
+    r->last_token = now;
+    const bool observer_stop = r->observer->on_update(u);
+    if (u.finish != SeqFinish::None || observer_stop) finish_sequence(s, SeqFinish::None);
+  }
+  local_.busy_seconds += seconds(Clock::now() - t0);
+}
+
+void Scheduler::publish_stats() {
+  SchedulerStats s = local_;
+  for (const auto& r : requests_) {
+    if (r->completed) continue;
+    bool running = false;
+    for (const auto& q : r->seqs) running |= q->session != nullptr;
+    ++(running ? s.requests_running : s.requests_waiting);
+  }
+  s.sequences_running = int64_t(running_.size());
+  s.sequences_waiting = int64_t(waiting_.size());
+  const KvCache& kv = engine_.kv_cache();
+  s.kv_usage = kv.total_blocks() > 0 ? double(kv.total_blocks() - kv.free_blocks()) / double(kv.total_blocks())
+                                     : double(running_.size()) / double(std::max<int64_t>(1, max_seqs_));
+  std::lock_guard lock(mu_);
+  stats_ = s;
+}
+
+}  // namespace muse

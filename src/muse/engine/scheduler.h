@@ -1,0 +1,176 @@
+// The engine loop: a request queue and a continuous-batching scheduler on its
+// own thread, driving one Engine.
+//
+// Each request has n sequences (choices) that share the prompt; each sequence
+// is scheduled on its own. Every iteration builds one Engine::step:
+//   1. running sequences first, in admission order: a decode token, or the
+//      next chunk of a prompt (chunked prefill) or of a recompute; a sequence
+//      whose chunk needs more KV blocks than are free preempts the most
+//      recently admitted running sequence (its KV is freed; it waits at the
+//      front of the queue and is recomputed from its tokens later), possibly
+//      itself;
+//   2. then, if nothing was preempted, waiting sequences in arrival order
+//      while a sequence slot (--max-num-seqs), token budget
+//      (--max-num-batched-tokens) and KV blocks for their first chunk remain.
+// A sequence whose last fed chunk ends at its last token gets logits, samples
+// one token, and is checked for stops. Cancellation is applied at the start
+// of every iteration, so it takes effect within one step.
+//
+// Determinism: the CPU kernels are batch- and chunk-invariant and each
+// sequence owns its sampler (and RNG), so a request's tokens do not depend on
+// what else runs, nor on preemption.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_set>
+#include <vector>
+
+#include "muse/engine/engine.h"
+#include "muse/sampling/sequence_sampler.h"
+
+namespace muse {
+
+struct SchedulerOptions {
+  std::vector<int32_t> eos_token_ids;  // stop unless ignore_eos
+  int64_t sampled_vocab_size = 0;      // ids >= this are never sampled (0: the model's)
+  LogprobsMode logprobs_mode = LogprobsMode::Processed;
+  int64_t max_waiting_requests = 4096;  // beyond this, submit() says Overloaded
+  int64_t max_logit_rows = 256;         // rows per sequence per step when every row's logits are needed
+};
+
+struct GenerateRequest {
+  std::string id;
+  std::vector<int32_t> prompt;
+  int n = 1;
+  SamplingConfig sampling;  // choice i samples with seed sampling.seed + i
+  int64_t max_tokens = 16;
+  std::vector<int32_t> stop_token_ids;  // in addition to the EOS ids
+  bool ignore_eos = false;
+  int logprobs = -1;         // -1: none; k >= 0: the chosen token's + top k
+  int prompt_logprobs = -1;  // -1: none; k >= 0: per prompt token, top k
+};
+
+enum class SeqFinish { None, Stop, Length, Abort, Error };
+
+struct PromptTokenLogprob {
+  int32_t id = 0;
+  float logprob = 0;  // NaN for the first prompt token
+  std::vector<TokenLogprobEntry> top;
+};
+
+// One sequence, one step.
+struct SequenceUpdate {
+  int index = 0;
+  std::optional<SampledToken> token;  // absent on Abort/Error finishes
+  SeqFinish finish = SeqFinish::None; // the engine's verdict (EOS, stop id, length)
+  std::optional<int32_t> stop_token;  // set when a stop_token_ids entry (not EOS) stopped it
+  int64_t generated = 0;              // tokens generated so far, this one included
+  const std::vector<PromptTokenLogprob>* prompt_logprobs = nullptr;  // first update only, when asked
+};
+
+struct RequestSummary {
+  int64_t prompt_tokens = 0;
+  std::vector<int64_t> completion_tokens;  // per choice
+  double queue_seconds = 0, prefill_seconds = 0, decode_seconds = 0;
+  int64_t preemptions = 0;
+  std::string error;
+};
+
+// Receives one request's updates, on the scheduler thread (keep it quick).
+class RequestObserver {
+ public:
+  virtual ~RequestObserver() = default;
+  // Returns true to end this sequence now (e.g. a stop string matched); the
+  // observer then reports the finish itself. Not called again for it after a
+  // finish or a true return.
+  virtual bool on_update(const SequenceUpdate& update) = 0;
+  // Exactly once, after the last update of every sequence.
+  virtual void on_complete(const RequestSummary& summary) = 0;
+};
+
+struct SchedulerStats {
+  int64_t requests_running = 0, requests_waiting = 0;
+  int64_t sequences_running = 0, sequences_waiting = 0;
+  double kv_usage = 0;  // 0..1: full-layer blocks in use (ring slots when the model has no full layers)
+  uint64_t steps = 0, preemptions = 0;
+  uint64_t prompt_tokens_computed = 0, tokens_generated = 0;
+  double busy_seconds = 0;   // iterations with work, end to end
+  double model_seconds = 0;  // inside Engine::step
+};
+
+class Scheduler {
+ public:
+  enum class SubmitStatus { Ok, Invalid, Overloaded, Stopped };
+  struct SubmitResult {
+    SubmitStatus status = SubmitStatus::Ok;
+    std::string message;
+  };
+
+  Scheduler(Engine& engine, SchedulerOptions options);
+  ~Scheduler();  // aborts what is left (observers get Abort and on_complete)
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Checks and queues; on anything but Ok nothing was queued and the observer
+  // is never called. Thread-safe.
+  SubmitResult submit(GenerateRequest request, std::shared_ptr<RequestObserver> observer);
+  // Ends a request within one step (unknown or finished ids are ignored);
+  // its observer still gets Abort updates and on_complete. Thread-safe.
+  void cancel(const std::string& request_id);
+  SchedulerStats stats() const;
+  // Aborts everything and stops the thread (also done by the destructor).
+  void stop();
+
+  const Engine& engine() const { return engine_; }
+  int64_t sampled_vocab_size() const { return sampled_vocab_; }
+
+ private:
+  struct Request;
+  struct Sequence;
+
+  void run();
+  bool take_incoming(std::vector<std::unique_ptr<Request>>& fresh, std::unordered_set<std::string>& cancels, bool block);
+  void admit(std::unique_ptr<Request> req);
+  void apply_cancels(const std::unordered_set<std::string>& cancels);
+  void iterate();
+  void preempt(Sequence* s);
+  void finish_sequence(Sequence* s, SeqFinish why, const std::string& error = "");
+  void release(Sequence* s);
+  void complete_if_done(Request* r);
+  void abort_all(const std::string& error);
+  void publish_stats();
+
+  Engine& engine_;
+  SchedulerOptions opt_;
+  int64_t sampled_vocab_ = 0;
+  int64_t max_seqs_ = 0, max_tokens_per_step_ = 0;
+
+  // Shared with submitters.
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::unique_ptr<Request>> incoming_;
+  std::unordered_set<std::string> cancel_ids_;
+  bool stopping_ = false;
+  int64_t queued_requests_ = 0;  // incoming + waiting, for Overloaded
+  SchedulerStats stats_;         // published under mu_
+
+  // Scheduler thread only.
+  std::vector<std::unique_ptr<Request>> requests_;  // alive, arrival order
+  std::deque<Sequence*> waiting_;
+  std::vector<Sequence*> running_;
+  uint64_t next_arrival_ = 0;
+  SchedulerStats local_;
+  std::vector<std::vector<float>> logits_;
+
+  std::thread thread_;
+};
+
+}  // namespace muse

@@ -1,0 +1,111 @@
+// One sequence's sampling, the way vLLM's V1 sampler does it, on one row of
+// logits at a time:
+//
+//   raw logits ──► ids >= sampled_vocab_size masked
+//              ──► min_tokens (EOS and stop ids masked until enough tokens)
+//              ──► logit_bias
+//              ──► penalties: repetition (prompt + output), frequency and
+//                  presence (output only)
+//              ──► greedy: argmax                            (temperature 0)
+//                  random: ÷ temperature → min_p → top_k → top_p → draw
+//
+// Logprobs come from the distribution the token was drawn from (Processed:
+// everything above applied, truncated ids at -inf; for greedy requests the
+// penalised logits at temperature 1) or from the raw logits (Raw, vLLM's
+// default "raw_logprobs"). -inf is reported as -9999, as vLLM does.
+//
+// Each sequence owns its random generator (seeded per request and choice), so
+// the same seed gives the same tokens whatever else shares the batch, and a
+// preempted sequence resumes its stream where it stopped.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "muse/core/status.h"
+#include "muse/sampling/sampler.h"
+
+namespace muse {
+
+enum class LogprobsMode { Processed, Raw };
+
+struct SamplingConfig {
+  double temperature = 0.0;  // 0: greedy
+  int64_t top_k = 0;         // <= 0: off
+  double top_p = 1.0;        // 1: off
+  double min_p = 0.0;        // 0: off
+  double presence_penalty = 0.0;
+  double frequency_penalty = 0.0;
+  double repetition_penalty = 1.0;  // 1: off
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  int64_t min_tokens = 0;
+  std::vector<int32_t> min_tokens_blocked;  // masked while fewer than min_tokens were generated
+  uint64_t seed = 0;
+};
+
+// Ranges as the server validates them; `vocab_size` bounds the ids.
+Status validate(const SamplingConfig& config, int64_t vocab_size);
+
+// The logprob reported for an impossible token (vLLM's convention; JSON has no -inf).
+inline constexpr float kMinLogprob = -9999.0f;
+
+struct TokenLogprobEntry {
+  int32_t id = 0;
+  float logprob = 0;
+};
+
+struct SampledToken {
+  int32_t id = 0;
+  bool has_logprobs = false;
+  float logprob = 0;                    // of `id`
+  std::vector<TokenLogprobEntry> top;   // best first, ties to the lower id
+};
+
+// Log-softmax of `logits` over ids < limit: the logprob of `chosen` and the
+// top k entries (k <= 0: none). -inf becomes kMinLogprob.
+SampledToken compute_logprobs(std::span<const float> logits, int64_t limit, int32_t chosen, int k);
+
+class SequenceSampler {
+ public:
+  SequenceSampler(SamplingConfig config, int64_t sampled_vocab_size);
+
+  // Prompt tokens (the repetition penalty covers them).
+  void set_prompt(std::span<const int32_t> prompt);
+  // Picks the next token from `logits` (modified in place: it is the
+  // workspace). top_logprobs < 0: no logprobs.
+  SampledToken sample(std::span<float> logits, int top_logprobs = -1, LogprobsMode mode = LogprobsMode::Processed);
+  // Records a generated token (the penalties and min_tokens count it).
+  void accept(int32_t token);
+  int64_t generated() const { return generated_; }
+  bool greedy() const { return config_.temperature == 0.0; }
+  const SamplingConfig& config() const { return config_; }
+
+  // For tests: the probabilities the next draw uses (after every processor),
+  // over all ids; the argmax id gets 1 for greedy. Does not advance the RNG.
+  std::vector<double> distribution(std::span<const float> logits) const;
+  // For tests: the logits after min_tokens, bias and penalties (ids beyond
+  // the sampled vocabulary at -inf).
+  std::vector<float> processed_logits(std::span<const float> logits) const;
+
+ private:
+  int64_t limit(size_t n) const;
+  void apply_processors(std::span<float> logits) const;
+  // Random path: fills cand_ (kept ids, draw order) and probs_ (unnormalised).
+  void truncate(std::span<const float> scaled) const;
+
+  SamplingConfig config_;
+  int64_t sampled_vocab_size_;
+  Rng rng_;
+  int64_t generated_ = 0;
+  std::vector<int32_t> prompt_ids_;                 // sorted, unique
+  std::unordered_map<int32_t, int32_t> counts_;     // generated id -> count
+  bool penalties_ = false;
+  // Scratch (mutable so distribution() can reuse the same code).
+  mutable std::vector<int32_t> cand_;
+  mutable std::vector<double> probs_;
+};
+
+}  // namespace muse

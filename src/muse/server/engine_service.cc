@@ -1,0 +1,231 @@
+#include "muse/server/engine_service.h"
+
+#include <atomic>
+#include <cmath>
+#include <mutex>
+#include <random>
+
+#include "muse/core/log.h"
+#include "muse/server/stop_matcher.h"
+#include "muse/tokenizer/streaming_detokenizer.h"
+#include "muse/tokenizer/tokenizer_impl.h"
+
+namespace muse::server {
+
+namespace {
+
+FinishReason finish_of(SeqFinish f) {
+  switch (f) {
+    case SeqFinish::Stop: return FinishReason::Stop;
+    case SeqFinish::Length: return FinishReason::Length;
+    case SeqFinish::Abort: return FinishReason::Abort;
+    case SeqFinish::Error: return FinishReason::Error;
+    case SeqFinish::None: break;
+  }
+  return FinishReason::None;
+}
+
+// A token's bytes as the model produced them (may be partial UTF-8; the
+// writers escape them and report `bytes`).
+std::string token_bytes(const Tokenizer& tok, int32_t id) {
+  if (const tok::TokenizerImpl* impl = tok.impl()) return impl->decode(&id, 1, false, /*raw=*/true);
+  return {};
+}
+
+double logprob_value(float x) { return std::isnan(x) ? std::nan("") : double(x); }
+
+// One request's outputs: engine updates -> GenerationOutputs for the sink.
+class SinkObserver : public RequestObserver {
+ public:
+  SinkObserver(const Tokenizer& tok, const GenerationRequest& req, std::shared_ptr<GenerationSink> sink)
+      : tok_(tok), sink_(std::move(sink)), logprobs_(req.logprobs), min_tokens_(req.sampling.min_tokens),
+        include_stop_(req.stop.include_stop_str_in_output) {
+    for (int i = 0; i < req.n; ++i)
+      choices_.push_back(Choice{StreamingDetokenizer(tok, req.skip_special_tokens),
+                                StopStringMatcher(req.stop.stop_strings, req.stop.include_stop_str_in_output)});
+  }
+
+  bool on_update(const SequenceUpdate& u) override {
+    Choice& c = choices_[size_t(u.index)];
+    GenerationOutput out;
+    out.index = u.index;
+    if (u.prompt_logprobs)
+      for (const auto& p : *u.prompt_logprobs) out.prompt_logprobs.push_back(convert(p.id, p.logprob, p.top));
+    if (!u.token) {  // aborted or failed: whatever is held back is dropped
+      out.finish = finish_of(u.finish);
+      sink_->on_output(std::move(out));
+      return false;
+    }
+    const int32_t id = u.token->id;
+    out.token_ids.push_back(id);
+    if (logprobs_ >= 0 && u.token->has_logprobs) out.logprobs.push_back(convert(id, u.token->logprob, u.token->top));
+    // The token that stopped generation (EOS or a stop id) is not text,
+    // unless include_stop_str_in_output (vLLM).
+    const bool stopped_by_token = u.finish == SeqFinish::Stop;
+    std::string piece = stopped_by_token && !include_stop_ ? std::string() : c.detok.feed(id);
+    if (u.finish != SeqFinish::None) piece += c.detok.flush();
+    // Stop strings count only once more than min_tokens tokens exist (vLLM).
+    out.text = c.stops.push(piece, /*match=*/u.generated > min_tokens_);
+    if (c.stops.matched()) {
+      out.finish = FinishReason::Stop;
+      out.stop_string = c.stops.matched_string();
+    } else if (u.finish != SeqFinish::None) {
+      out.text += c.stops.flush();
+      out.finish = finish_of(u.finish);
+      out.stop_token = u.stop_token;
+    }
+    const bool matched = c.stops.matched();
+    sink_->on_output(std::move(out));
+    return matched;
+  }
+
+  void on_complete(const RequestSummary& s) override {
+    GenerationSummary g;
+    g.prompt_tokens = int(s.prompt_tokens);
+    for (int64_t c : s.completion_tokens) g.completion_tokens.push_back(int(c));
+    g.queue_seconds = s.queue_seconds;
+    g.prefill_seconds = s.prefill_seconds;
+    g.decode_seconds = s.decode_seconds;
+    g.error = s.error;
+    sink_->on_complete(std::move(g));
+  }
+
+ private:
+  struct Choice {
+    StreamingDetokenizer detok;
+    StopStringMatcher stops;
+  };
+
+  TokenLogprob convert(int32_t id, float logprob, const std::vector<TokenLogprobEntry>& top) const {
+    TokenLogprob t;
+    t.token_id = id;
+    t.token = token_bytes(tok_, id);
+    t.logprob = logprob_value(logprob);
+    for (const auto& e : top) t.top.push_back({e.id, token_bytes(tok_, e.id), double(e.logprob)});
+    return t;
+  }
+
+  const Tokenizer& tok_;
+  std::shared_ptr<GenerationSink> sink_;
+  int logprobs_;
+  int min_tokens_;
+  bool include_stop_;
+  std::vector<Choice> choices_;
+};
+
+class EngineService : public GenerationService {
+ public:
+  EngineService(EngineServiceOptions o, std::shared_ptr<const MuseModelAdapter> adapter)
+      : opt_(std::move(o)), adapter_(std::move(adapter)) {
+    if (opt_.seed != 0) seeds_.seed(uint64_t(opt_.seed));
+    else seeds_.seed(std::random_device{}() ^ (uint64_t(std::random_device{}()) << 32));
+  }
+  ~EngineService() override {
+    // Aborts what is left (sinks get their completions) before the engine goes.
+    if (scheduler_) scheduler_->stop();
+    scheduler_.reset();
+    engine_.reset();
+  }
+
+  Status load(const LoadProgressFn& progress) override {
+    auto engine = Engine::open(opt_.model_dir, opt_.engine, [&](const EngineLoadProgress& p) {
+      if (progress) progress({p.bytes_done, p.bytes_total, p.tensors_done, p.tensors_total});
+    });
+    if (!engine.ok()) return engine.error();
+    engine_ = std::move(engine).value();
+    const KvCache& kv = engine_->kv_cache();
+    LOG_INFO("engine: %s backend, context %lld, %lld sequences, %lld tokens per step; KV cache %.1f MiB (%lld blocks of %lld "
+             "positions for full-attention layers, rings of %lld for sliding ones)",
+             engine_->backend().name().c_str(), (long long)engine_->max_model_len(), (long long)opt_.engine.max_sequences,
+             (long long)opt_.engine.max_batch_tokens, double(kv.bytes()) / (1 << 20), (long long)kv.total_blocks(),
+             (long long)kv.block_size(), (long long)kv.window());
+    auto sched = std::make_unique<Scheduler>(*engine_, opt_.scheduler);
+    std::lock_guard lock(mu_);
+    scheduler_ = std::move(sched);
+    ready_ = true;
+    return Status::Ok();
+  }
+
+  std::optional<SubmitError> submit(GenerationRequest req, std::shared_ptr<GenerationSink> sink) override {
+    Scheduler* sched = scheduler();
+    if (!sched) return SubmitError{SubmitError::Kind::Unavailable, "the model is not loaded"};
+    if (!req.constraint.is_null())
+      return SubmitError{SubmitError::Kind::Invalid, "constrained generation is not supported by this engine yet"};
+    GenerateRequest g;
+    g.id = req.request_id;
+    g.prompt = req.prompt_ids;
+    g.n = req.n;
+    const SamplingParams& s = req.sampling;
+    SamplingConfig& c = g.sampling;
+    c.temperature = s.temperature;
+    c.top_k = s.top_k;
+    c.top_p = s.top_p;
+    c.min_p = s.min_p;
+    c.presence_penalty = s.presence_penalty;
+    c.frequency_penalty = s.frequency_penalty;
+    c.repetition_penalty = s.repetition_penalty;
+    for (const auto& [id, bias] : s.logit_bias) c.logit_bias.emplace_back(id, float(bias));
+    c.min_tokens = s.min_tokens;
+    c.seed = s.seed ? uint64_t(*s.seed) : next_seed();
+    g.max_tokens = req.stop.max_tokens;
+    g.stop_token_ids = req.stop.stop_token_ids;
+    g.ignore_eos = s.ignore_eos;
+    g.logprobs = req.logprobs;
+    g.prompt_logprobs = req.prompt_logprobs;
+    auto observer = std::make_shared<SinkObserver>(adapter_->tokenizer(), req, std::move(sink));
+    auto r = sched->submit(std::move(g), std::move(observer));
+    switch (r.status) {
+      case Scheduler::SubmitStatus::Ok: return std::nullopt;
+      case Scheduler::SubmitStatus::Invalid: return SubmitError{SubmitError::Kind::Invalid, r.message};
+      case Scheduler::SubmitStatus::Overloaded: return SubmitError{SubmitError::Kind::Overloaded, r.message};
+      case Scheduler::SubmitStatus::Stopped: return SubmitError{SubmitError::Kind::Unavailable, r.message};
+    }
+    return std::nullopt;
+  }
+
+  void cancel(const std::string& request_id) override {
+    if (Scheduler* s = scheduler()) s->cancel(request_id);
+  }
+
+  EngineStats stats() const override {
+    EngineStats e;
+    Scheduler* s = scheduler();
+    if (!s) return e;
+    SchedulerStats st = s->stats();
+    e.num_requests_running = int(st.requests_running);
+    e.num_requests_waiting = int(st.requests_waiting);
+    e.kv_cache_usage = st.kv_usage;
+    e.num_preemptions = st.preemptions;
+    e.engine_steps = st.steps;
+    e.engine_busy_seconds = st.busy_seconds;
+    e.engine_model_seconds = st.model_seconds;
+    return e;
+  }
+
+ private:
+  Scheduler* scheduler() const {
+    std::lock_guard lock(mu_);
+    return ready_ ? scheduler_.get() : nullptr;
+  }
+  uint64_t next_seed() {
+    std::lock_guard lock(mu_);
+    return seeds_();
+  }
+
+  EngineServiceOptions opt_;
+  std::shared_ptr<const MuseModelAdapter> adapter_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<Scheduler> scheduler_;
+  mutable std::mutex mu_;
+  bool ready_ = false;
+  std::mt19937_64 seeds_;
+};
+
+}  // namespace
+
+std::shared_ptr<GenerationService> make_engine_service(EngineServiceOptions options,
+                                                       std::shared_ptr<const MuseModelAdapter> adapter) {
+  return std::make_shared<EngineService>(std::move(options), std::move(adapter));
+}
+
+}  // namespace muse::server
