@@ -97,8 +97,9 @@ Scheduler::SubmitResult Scheduler::submit(GenerateRequest req, std::shared_ptr<R
   r->r = std::move(req);
   std::lock_guard lock(mu_);
   if (stopping_) return {SubmitStatus::Stopped, "the engine is shutting down"};
-  if (int64_t(incoming_.size()) + stats_.requests_waiting >= opt_.max_waiting_requests)
+  if (queued_requests_ >= opt_.max_waiting_requests)
     return {SubmitStatus::Overloaded, "too many requests are waiting (" + std::to_string(opt_.max_waiting_requests) + ")"};
+  ++queued_requests_;
   incoming_.push_back(std::move(r));
   cv_.notify_all();
   return {};
@@ -211,6 +212,10 @@ void Scheduler::finish_sequence(Sequence* s, SeqFinish why, const std::string& e
 void Scheduler::complete_if_done(Request* r) {
   if (r->unfinished > 0 || r->completed) return;
   r->completed = true;
+  if (!r->has_scheduled) {
+    std::lock_guard lock(mu_);
+    --queued_requests_;
+  }
   const auto now = Clock::now();
   RequestSummary sum;
   sum.prompt_tokens = int64_t(r->r.prompt.size());
@@ -290,6 +295,8 @@ void Scheduler::iterate() {
     if (!r->has_scheduled) {
       r->has_scheduled = true;
       r->scheduled = t0;
+      std::lock_guard lock(mu_);
+      --queued_requests_;
     }
     reserved += need;
     budget -= take;

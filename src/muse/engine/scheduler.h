@@ -159,7 +159,7 @@ class Scheduler {
   std::vector<std::unique_ptr<Request>> incoming_;
   std::unordered_set<std::string> cancel_ids_;
   bool stopping_ = false;
-  int64_t queued_requests_ = 0;  // incoming + waiting, for Overloaded
+  int64_t queued_requests_ = 0;  // submitted, not yet scheduled (nor finished): for Overloaded
   SchedulerStats stats_;         // published under mu_
 
   // Scheduler thread only.
