@@ -4,6 +4,12 @@ add_test(NAME server_clients_js
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/server/js/run.sh $<TARGET_FILE:muse>
          WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
 set_tests_properties(server_clients_js PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS "node")
+# The same clients against the real engine on models/muse-tiny (~10 s).
+add_test(NAME server_clients_js_real
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/server/js/run.sh $<TARGET_FILE:muse>
+                 ${CMAKE_CURRENT_SOURCE_DIR}/tests/server/js/real_engine.test.mjs
+         WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+set_tests_properties(server_clients_js_real PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS "node")
 
 # Load test: 256 concurrent streams, random client disconnects, then the
 # server must still answer (run under -DMUSE_SANITIZE=address,undefined too).

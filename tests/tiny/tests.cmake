@@ -15,3 +15,12 @@ if(Python3_Interpreter_FOUND)
 else()
   message(STATUS "muse: python3 not found; the muse-tiny file checks are not registered")
 endif()
+
+# The seed-000 quality gates through `muse serve` (real engine, CPU, no MODEL
+# argument: the embedded model) and the official `openai` npm client; the npm
+# packages come from tests/server/js (skips with 77 without node/npm).
+add_test(NAME tiny_gates
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/server/js/run.sh $<TARGET_FILE:muse>
+                 ${CMAKE_CURRENT_SOURCE_DIR}/tests/tiny/gates.test.mjs
+         WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+set_tests_properties(tiny_gates PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS "node")

@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
-# Runs the client-library tests against `muse serve --fake-model`.
-# Usage: run.sh MUSE_BINARY. Exits 77 (ctest SKIP) when node/npm or the npm
-# registry is unavailable.
+# Runs the client-library tests (default: clients.test.mjs, against
+# `muse serve --fake-model`; real_engine.test.mjs and tests/tiny/gates.test.mjs
+# start the real engine on models/muse-tiny).
+# Usage: run.sh MUSE_BINARY [TEST_FILE...]. Exits 77 (ctest SKIP) when node/npm
+# or the npm registry is unavailable.
 set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-export MUSE_BIN=${1:?usage: run.sh MUSE_BINARY}
+export MUSE_BIN=${1:?usage: run.sh MUSE_BINARY [TEST_FILE...]}
+shift
+files=()
+for f in "$@"; do files+=("$(cd "$(dirname "$f")" && pwd)/$(basename "$f")"); done
+[ ${#files[@]} -eq 0 ] && files=("$here/clients.test.mjs")
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
   echo "SKIP: node/npm not installed"; exit 77
 fi
@@ -16,4 +22,4 @@ if [ ! -d node_modules/openai ] || [ ! -d node_modules/@anthropic-ai/sdk ] || [ 
     echo "SKIP: could not install the npm packages (offline?)"; exit 77
   fi
 fi
-exec node --test --test-reporter=spec clients.test.mjs
+exec node --test --test-reporter=spec "${files[@]}"

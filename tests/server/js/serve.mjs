@@ -1,0 +1,29 @@
+// Starts `muse serve` on a free loopback port for a node test file and stops
+// it (SIGTERM, expecting exit 0). Only node built-ins: tests outside this
+// folder import it by path.
+import { spawn } from 'node:child_process';
+
+export async function startServer(args, { timeoutMs = 60000 } = {}) {
+  const bin = process.env.MUSE_BIN;
+  if (!bin) throw new Error('MUSE_BIN is not set (run through tests/server/js/run.sh)');
+  const child = spawn(bin, ['serve', '--host', '127.0.0.1', '--port', '0', ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let log = '';
+  const port = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('server did not start:\n' + log)), timeoutMs);
+    child.stderr.on('data', (d) => {
+      log += d;
+      const m = /ready: http:\/\/127\.0\.0\.1:(\d+)/.exec(log);
+      if (m) { clearTimeout(timer); resolve(Number(m[1])); }
+    });
+    child.on('exit', (code) => { clearTimeout(timer); reject(new Error(`server exited ${code}:\n${log}`)); });
+  });
+  const exited = new Promise((r) => child.on('exit', (code, signal) => r({ code, signal })));
+  return {
+    base: `http://127.0.0.1:${port}`,
+    log: () => log,
+    async stop() {
+      child.kill('SIGTERM');
+      return exited;
+    },
+  };
+}
