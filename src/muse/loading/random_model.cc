@@ -5,6 +5,7 @@
 #include <cstring>
 #include <sys/stat.h>
 
+#include "muse/core/random.h"
 #include "muse/core/mapped_file.h"
 #include "muse/loading/name_map.h"
 #include "muse/loading/safetensors.h"
@@ -14,18 +15,6 @@
 namespace muse {
 
 namespace {
-
-// splitmix64: tiny, seedable, good enough for random weights.
-struct Rng {
-  uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  float uniform() { return float(next() >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f; }  // [-1, 1)
-};
 
 struct Planned {
   std::string name;
@@ -45,7 +34,7 @@ std::string fill(const Planned& p) {
   int64_t n = 1;
   for (int64_t d : p.shape) n *= d;
   std::string out(size_t(n) * size_t(dtype_bits(p.dtype) / 8), '\0');
-  Rng rng{p.seed};
+  SplitMix64 rng{p.seed};
   for (int64_t i = 0; i < n; ++i) {
     float v = p.offset + rng.uniform() * p.scale;
     if (p.dtype == DType::F32) {

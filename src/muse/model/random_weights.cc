@@ -6,20 +6,10 @@
 #include <cstring>
 #include <thread>
 
+#include "muse/core/random.h"
+
 namespace muse {
 namespace {
-
-// splitmix64: a fast, well-mixed stream per (seed, slot, layer, chunk).
-struct SplitMix {
-  uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-  }
-  float uniform() { return float(next() >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f; }  // [-1, 1)
-};
 
 uint64_t hash_slot(const WeightSpec& s, uint64_t seed) {
   uint64_t h = seed * 0x100000001b3ull ^ uint64_t(s.layer + 7) * 0x9e3779b97f4a7c15ull;
@@ -59,7 +49,7 @@ RandomWeightSource::RandomWeightSource(const ModelConfig& config, const RandomWe
     for (size_t j; (j = next.fetch_add(1)) < jobs.size();) {
       Entry& e = entries_[jobs[j].entry];
       const WeightSpec& s = e.spec;
-      SplitMix rng{hash_slot(s, options.seed) ^ uint64_t(jobs[j].begin)};
+      SplitMix64 rng{hash_slot(s, options.seed) ^ uint64_t(jobs[j].begin)};
       float scale = 1.0f, offset = 0.0f;
       if (s.shape.size() >= 2) scale = std::sqrt(3.0f / float(s.shape.back()));
       if (s.slot == "embed_tokens") scale = 1.0f;

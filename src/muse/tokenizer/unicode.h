@@ -5,6 +5,8 @@
 // every code point exactly as the general regex path does.
 #pragma once
 
+#include "muse/core/json.h"  // append_utf8
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -30,7 +32,7 @@ inline uint32_t decode_utf8(const char* s, size_t i, int* len) {
 // Byte length of the UTF-8 sequence starting with lead byte c (valid input).
 inline int utf8_len(unsigned char c) { return c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4; }
 
-void append_utf8_cp(std::string& out, uint32_t cp);
+inline void append_utf8_cp(std::string& out, uint32_t cp) { muse::append_utf8(out, cp); }
 
 // What the bytes at s[i..n) start with, under the Unicode "maximal subpart"
 // rule (Unicode 15 §3.9, U+FFFD substitution; what WHATWG TextDecoder,
