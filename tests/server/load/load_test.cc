@@ -5,6 +5,11 @@
 // exits 0 on SIGTERM (under ASan/LSan a leak or error makes that fail).
 //
 //   server_load_test --muse build/muse [--clients 256] [--disconnect 0.3] [--seed 1]
+//                    [--real] [--max-tokens 64] [-- SERVER_FLAGS...]
+//
+// --real serves the real engine on the embedded model (models/muse-tiny)
+// instead of --fake-model; flags after `--` go to `muse serve` (e.g. a small
+// KV cache so that sequences are preempted and recomputed under load).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -61,7 +66,8 @@ std::string http(int port, const std::string& method, const std::string& path, c
   return out;
 }
 
-// Concatenated delta.content of a chunked SSE chat stream; "" unless it ended with [DONE].
+// Concatenated reasoning, content and tool-call deltas of a chunked SSE chat
+// stream; "" unless it ended with [DONE].
 std::string stream_content(const std::string& response) {
   if (response.find("data: [DONE]") == std::string::npos) return "";
   std::string content;
@@ -77,31 +83,59 @@ std::string stream_content(const std::string& response) {
     const muse::Json* choices = j->find("choices");
     if (!choices || choices->as_array().empty()) continue;
     const muse::Json* delta = choices->as_array()[0].find("delta");
-    if (delta) content += delta->get_string("content", "");
+    if (!delta) continue;
+    if (const muse::Json* r = delta->find("reasoning"); r && r->is_string()) content += "[r]" + r->as_string();
+    if (const muse::Json* c = delta->find("content"); c && c->is_string()) content += c->as_string();
+    if (const muse::Json* t = delta->find("tool_calls")) content += "[t]" + t->dump();
+    if (const muse::Json* f = choices->as_array()[0].find("finish_reason"); f && f->is_string()) content += "[f]" + f->as_string();
   }
   return content;
 }
 
+const char* kQuestions[] = {"What color is the sky?", "Hello!", "What's the weather in Paris?", "What is 2 plus 3?",
+                            "Tell me a story.", "What is the capital of Japan?", "How many legs does a spider have?",
+                            "What sound does a cow make?"};
+
+int g_max_tokens = 64;
+
 std::string request_body(int prompt) {
-  return R"({"messages":[{"role":"user","content":"story number )" + std::to_string(prompt) +
-         R"("}],"stream":true,"temperature":0,"max_tokens":64,"stream_options":{"include_usage":true}})";
+  // Prompts 0-7: the questions; 8-15: the same with a weather tool declared.
+  std::string tools = prompt >= 8 ? R"(,"tools":[{"type":"function","function":{"name":"get_weather","description":"Get the current weather for a city.","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}])"
+                                  : "";
+  return R"({"messages":[{"role":"user","content":")" + std::string(kQuestions[prompt % 8]) + R"("}],"stream":true,"temperature":0,"max_tokens":)" +
+         std::to_string(g_max_tokens) + R"(,"stream_options":{"include_usage":true})" + tools + "}";
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string muse;
-  int clients = 256, prompts = 8;
+  int clients = 256, prompts = 16;
   double disconnect = 0.3;
   unsigned seed = 1;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  bool real = false;
+  std::vector<std::string> server_flags;
+  for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--muse") muse = argv[i + 1];
-    else if (a == "--clients") clients = std::atoi(argv[i + 1]);
-    else if (a == "--disconnect") disconnect = std::atof(argv[i + 1]);
-    else if (a == "--seed") seed = unsigned(std::atoi(argv[i + 1]));
+    if (a == "--") {
+      for (++i; i < argc; ++i) server_flags.push_back(argv[i]);
+      break;
+    }
+    if (a == "--real") {
+      real = true;
+      continue;
+    }
+    if (i + 1 >= argc) return std::fprintf(stderr, "%s needs a value\n", a.c_str()), 2;
+    if (a == "--muse") muse = argv[++i];
+    else if (a == "--clients") clients = std::atoi(argv[++i]);
+    else if (a == "--disconnect") disconnect = std::atof(argv[++i]);
+    else if (a == "--seed") seed = unsigned(std::atoi(argv[++i]));
+    else if (a == "--max-tokens") g_max_tokens = std::atoi(argv[++i]);
+    else return std::fprintf(stderr, "unknown flag %s\n", a.c_str()), 2;
   }
-  if (muse.empty()) return std::fprintf(stderr, "usage: server_load_test --muse PATH [--clients N] [--disconnect F]\n"), 2;
+  if (muse.empty())
+    return std::fprintf(stderr, "usage: server_load_test --muse PATH [--clients N] [--disconnect F] [--seed N] [--real] "
+                                "[--max-tokens N] [-- SERVER_FLAGS...]\n"), 2;
   signal(SIGPIPE, SIG_IGN);
   rlimit rl;  // one socket per client
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
@@ -112,17 +146,26 @@ int main(int argc, char** argv) {
   // Start the server on a free port; read the port from its log.
   int pipefd[2];
   if (pipe(pipefd) != 0) return 1;
-  std::string seqs = std::to_string(clients);  // every client streams at once
+  std::vector<std::string> args = {muse, "serve", "--host", "127.0.0.1", "--port", "0", "--disable-log-requests",
+                                    "--shutdown-timeout", "10"};
+  if (!real) {  // the fake: every client streams at once
+    for (const char* a : {"--fake-model", "--fake-step-ms", "1", "--max-num-seqs"}) args.push_back(a);
+    args.push_back(std::to_string(clients));
+  }
+  args.insert(args.end(), server_flags.begin(), server_flags.end());
+  std::vector<char*> argv_c;
+  for (auto& a : args) argv_c.push_back(a.data());
+  argv_c.push_back(nullptr);
   pid_t pid = fork();
   if (pid == 0) {
     dup2(pipefd[1], 2);
     close(pipefd[0]);
-    execl(muse.c_str(), muse.c_str(), "serve", "--fake-model", "--host", "127.0.0.1", "--port", "0", "--max-num-seqs", seqs.c_str(),
-          "--fake-step-ms", "1", "--disable-log-requests", "--shutdown-timeout", "10", (char*)nullptr);
+    execv(muse.c_str(), argv_c.data());
     _exit(127);
   }
   close(pipefd[1]);
   int port = -1;
+  std::string model_name;
   {
     std::string log;
     char buf[4096];
@@ -137,7 +180,11 @@ int main(int argc, char** argv) {
         if (n <= 0) break;
         log.append(buf, size_t(n));
         size_t at = log.find("listening on 127.0.0.1:");
-        if (at != std::string::npos) port = std::atoi(log.c_str() + at + 23);
+        size_t name_at = log.find("(model ", at);
+        if (at != std::string::npos && name_at != std::string::npos && log.find_first_of(",)", name_at + 7) != std::string::npos) {
+          port = std::atoi(log.c_str() + at + 23);
+          model_name = log.substr(name_at + 7, log.find_first_of(",)", name_at + 7) - name_at - 7);
+        }
       }
     }
     if (port < 0) {
@@ -151,7 +198,7 @@ int main(int argc, char** argv) {
     char buf[4096];
     while (read(fd, buf, sizeof buf) > 0) {}
   });
-  for (int i = 0; i < 100 && http(port, "GET", "/health", "").find(" 200 ") == std::string::npos; ++i)
+  for (int i = 0; i < 1200 && http(port, "GET", "/health", "").find(" 200 ") == std::string::npos; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
 
   // References: each prompt alone.
@@ -168,7 +215,7 @@ int main(int argc, char** argv) {
   std::mt19937 rng(seed);
   std::vector<size_t> cut(size_t(clients), 0);
   for (auto& c : cut)
-    if (std::uniform_real_distribution<double>(0, 1)(rng) < disconnect) c = 200 + rng() % 3000;
+    if (std::uniform_real_distribution<double>(0, 1)(rng) < disconnect) c = 200 + rng() % (real ? 8000 : 3000);
   std::atomic<int> ok{0}, mismatched{0}, incomplete{0}, dropped{0};
   auto t0 = std::chrono::steady_clock::now();
   std::vector<std::thread> threads;
@@ -182,7 +229,11 @@ int main(int argc, char** argv) {
       }
       std::string content = stream_content(r);
       if (content.empty()) ++incomplete;
-      else if (content != reference[size_t(p)]) ++mismatched;
+      else if (content != reference[size_t(p)]) {
+        if (++mismatched == 1)
+          std::fprintf(stderr, "first mismatch, prompt %d:\n  alone: %s\n  load:  %s\n", p, reference[size_t(p)].c_str(),
+                       content.c_str());
+      }
       else ++ok;
     });
   }
@@ -194,14 +245,20 @@ int main(int argc, char** argv) {
   std::string metrics;
   for (int i = 0; i < 100 && !idle; ++i) {
     metrics = http(port, "GET", "/metrics", "");
-    idle = metrics.find("muse:num_requests_running{model_name=\"muse-fake\"} 0") != std::string::npos &&
-           metrics.find("muse:num_requests_waiting{model_name=\"muse-fake\"} 0") != std::string::npos;
+    const std::string label = "{model_name=\"" + model_name + "\"} ";
+    idle = metrics.find("muse:num_requests_running" + label + "0\n") != std::string::npos &&
+           metrics.find("muse:num_requests_waiting" + label + "0\n") != std::string::npos;
     if (!idle) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   std::string after = http(port, "POST", "/v1/chat/completions", request_body(0));
   bool answers = stream_content(after) == reference[0];
-  size_t at = metrics.find("muse:http_requests_client_disconnected_total{model_name=\"muse-fake\"} ");
-  long disconnects = at == std::string::npos ? -1 : std::atol(metrics.c_str() + at + 69);
+  auto counter = [&](const std::string& name) {
+    const std::string key = name + "{model_name=\"" + model_name + "\"} ";
+    size_t at = metrics.find(key);
+    return at == std::string::npos ? -1.0 : std::atof(metrics.c_str() + at + key.size());
+  };
+  long disconnects = long(counter("muse:http_requests_client_disconnected_total"));
+  long preemptions = long(counter("muse:num_preemptions_total"));
 
   kill(pid, SIGTERM);
   int status = 0;
@@ -209,9 +266,10 @@ int main(int argc, char** argv) {
   drain.join();
   bool clean_exit = WIFEXITED(status) && WEXITSTATUS(status) == 0;
 
-  std::printf("clients %d: %d complete and equal to the solo run, %d mismatched, %d incomplete, %d hung up "
-              "(server counted %ld disconnects) in %.2f s\n",
-              clients, ok.load(), mismatched.load(), incomplete.load(), dropped.load(), disconnects, secs);
+  std::printf("%s, clients %d: %d complete and equal to the solo run, %d mismatched, %d incomplete, %d hung up "
+              "(server counted %ld disconnects, %ld preemptions) in %.2f s\n",
+              real ? "real engine" : "fake engine", clients, ok.load(), mismatched.load(), incomplete.load(), dropped.load(),
+              disconnects, preemptions, secs);
   std::printf("engine idle afterwards: %s; server answers afterwards: %s; exit status on SIGTERM: %d%s\n", idle ? "yes" : "NO",
               answers ? "yes" : "NO", WIFEXITED(status) ? WEXITSTATUS(status) : -1, clean_exit ? "" : " (FAIL)");
   bool pass = mismatched == 0 && incomplete == 0 && idle && answers && clean_exit && ok + dropped == clients;

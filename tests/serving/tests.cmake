@@ -1,0 +1,14 @@
+# Serving: the engine loop behind the HTTP server on the embedded model.
+
+# The serving benchmark (a program, run on demand; bench/NOTES.md "Serving").
+add_executable(muse_serving_bench ${CMAKE_CURRENT_SOURCE_DIR}/bench/serving_bench.cc)
+target_link_libraries(muse_serving_bench PRIVATE Threads::Threads)
+
+# Load test on the real engine: 256 concurrent streams against models/muse-tiny,
+# ~30% of the clients hanging up, a KV cache small enough that sequences are
+# preempted and recomputed; every surviving greedy stream must equal the same
+# request alone, the engine must end idle, the server must answer and exit 0.
+add_test(NAME serving_load_real
+         COMMAND server_load_test --muse $<TARGET_FILE:muse> --clients 256 --real --max-tokens 24
+                 -- --max-num-seqs 64 --max-model-len 512 --kv-cache-memory-bytes 4M --block-size 16)
+set_tests_properties(serving_load_real PROPERTIES TIMEOUT 600 LABELS "load")
