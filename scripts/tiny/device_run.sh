@@ -1,60 +1,77 @@
 #!/usr/bin/env bash
-# Build muse-tiny end to end on the GPU machine: data, tokenizer, target, drafter, gates.
+# Build muse-tiny end to end on the GPU machine inside a fixed wall-clock budget: data, target,
+# drafter and gates, drafter acceptance.
 #
-#   bash scripts/tiny/device_run.sh TRAIN_CONVERSATIONS TARGET_SECONDS DRAFTER_SECONDS GATE_PROMPTS
+#   bash scripts/tiny/device_run.sh TOTAL_SECONDS [TRAIN_CONVERSATIONS] [DRAFTER_SECONDS] [GATE_PROMPTS] [GATE_SECONDS]
 #
+# The shipped tokenizer (models/muse-tiny/tokenizer.json) is reused, so token ids stay stable.
+# The target trains for what TOTAL_SECONDS leaves after data generation and the reserved tail:
+# the drafter (GPU) and the gates (CPU cores, stopped at GATE_SECONDS and scored on the prompts
+# finished by then) run side by side; the acceptance measurement runs only if time is left.
 # Writes into $OUT (default /tmp/tiny-out) at most 4 files (the device returns 8): the model
-# directory as tar parts of at most 15 MiB (muse-tiny.tar.part-*) and logs.tar (run_log.txt,
-# train_log.json, drafter_log.json, gates.json, acceptance.json, data_stats.json). Each phase
-# prints its wall time. Extra train.py flags (e.g. --profile) come from $TRAIN_FLAGS.
+# directory as tar parts of at most 15 MiB (muse-tiny.tar.part-*, written right after the
+# target is trained and again at the end) and logs.tar (run_log.txt, train_log.json,
+# drafter_log.json, gates.json, acceptance.json, data_stats.json). Extra train.py flags (e.g.
+# --profile) come from $TRAIN_FLAGS, extra train_drafter.py flags from $DRAFTER_FLAGS (local smoke
+# tests: TRAIN_FLAGS=--tiny DRAFTER_FLAGS=--tiny HELDOUT=300).
 set -euo pipefail
-N=${1:-300000}
-T_TARGET=${2:-270}
-T_DRAFTER=${3:-80}
+T0=$(date +%s)
+TOTAL=${1:-435}
+N=${2:-240000}
+T_DRAFTER=${3:-75}
 GATES=${4:-100}
+T_GATES=${5:-110}
 OUT=${OUT:-/tmp/tiny-out}
 W=/tmp/tiny-work
 MODEL=$W/muse-tiny
 S=scripts/tiny
 CPUS=$(nproc)
 mkdir -p "$OUT/logs" "$W" "$MODEL"
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
 FINAL_OUT=$OUT
 OUT=$OUT/logs
 exec > >(tee -a "$OUT/run_log.txt") 2>&1
 pack_logs() { tar cf "$FINAL_OUT/logs.tar" -C "$FINAL_OUT" logs; }
 trap pack_logs EXIT
-phase() { echo "== $(date +%s) $*"; }
+elapsed() { echo $(( $(date +%s) - T0 )); }
+phase() { echo "== $(elapsed)s $*"; }
 
-phase "data: $N train conversations"
-python3 $S/gen_data.py --count "$N" --out $W/train.jsonl --workers "$CPUS"
-python3 $S/gen_data.py --count 3000 --seed muse-tiny-heldout --out $W/heldout.jsonl --workers "$CPUS"
+phase "setup: $CPUS cores, $(nvidia-smi --query-gpu=name,memory.used --format=csv,noheader 2>/dev/null || echo no GPU)"
+for f in tokenizer.json tokenizer_config.json special_tokens_map.json chat_template.jinja; do
+  cp models/muse-tiny/$f $MODEL/
+done
 
-phase tokenizer
-python3 $S/train_tokenizer.py --data $W/train.jsonl --limit 60000 --out $MODEL
-cp models/muse-tiny/chat_template.jinja $MODEL/
+phase "data: $N train conversations, generated and tokenized on $CPUS cores"
+python3 $S/gen_data.py --count "$N" --out $W/train.npz --tokenizer $MODEL/tokenizer.json --workers "$CPUS" | tee $OUT/data_stats.json
+python3 $S/gen_data.py --count "${HELDOUT:-3000}" --seed muse-tiny-heldout --out $W/heldout.npz --tokenizer $MODEL/tokenizer.json \
+  --workers "$CPUS" | tee -a $OUT/data_stats.json
 
-phase tokenize
-python3 $S/tokenized_data.py $W/train.jsonl $MODEL/tokenizer.json $W/train.npz --workers "$CPUS" | tee $OUT/data_stats.json
-python3 $S/tokenized_data.py $W/heldout.jsonl $MODEL/tokenizer.json $W/heldout.npz --workers "$CPUS" | tee -a $OUT/data_stats.json
-
+TAIL=$(( T_GATES > T_DRAFTER + 20 ? T_GATES : T_DRAFTER + 20 ))
+T_TARGET=$(( TOTAL - $(elapsed) - TAIL - 25 ))  # 25: train.py start-up, final evaluation, saving
+if [ "$T_TARGET" -lt 30 ]; then T_TARGET=30; fi
 phase "target: ${T_TARGET}s"
 python3 $S/train.py --train $W/train.npz --heldout $W/heldout.npz --out $MODEL --log $OUT/train_log.json \
-  --seconds "$T_TARGET" --evals 3 --tokens-per-batch 65536 ${TRAIN_FLAGS:-}
+  --seconds "$T_TARGET" --evals 3 --tokens-per-batch 65536 --auto-batch ${TRAIN_FLAGS:-}
 # Keep the trained target even if a later phase dies.
 tar cf - -C $W muse-tiny | split -b 15m - $FINAL_OUT/muse-tiny.tar.part-
 
-phase "drafter (${T_DRAFTER}s, GPU) and gates (CPU) in parallel"
+phase "drafter (${T_DRAFTER}s, GPU) and gates (CPU, at most ${T_GATES}s) side by side"
 python3 $S/train_drafter.py --target $MODEL --train $W/train.npz --heldout $W/heldout.npz --out $MODEL/drafter \
-  --log $OUT/drafter_log.json --seconds "$T_DRAFTER" > $OUT/drafter_stdout.txt 2>&1 &
+  --log $OUT/drafter_log.json --seconds "$T_DRAFTER" ${DRAFTER_FLAGS:-} > $OUT/drafter_stdout.txt 2>&1 &
 DRAFTER_PID=$!
-timeout 200 python3 $S/eval_gates.py --model $MODEL --n "$GATES" --workers $((CPUS - 2)) --out $OUT/gates.json || true
-wait $DRAFTER_PID
-cat $OUT/drafter_stdout.txt | tail -n 5
+timeout $(( T_GATES + 30 )) python3 $S/eval_gates.py --model $MODEL --n "$GATES" --workers $(( CPUS > 2 ? CPUS - 1 : 1 )) \
+  --out $OUT/gates.json --deadline "$T_GATES" || true
+wait $DRAFTER_PID || echo "drafter failed"
+tail -n 5 $OUT/drafter_stdout.txt
 
-phase acceptance
-timeout 60 python3 $S/eval_gates.py --model $MODEL --drafter $MODEL/drafter --records $OUT/gates_records.json \
-  --device cuda --out $OUT/acceptance.json || true
+LEFT=$(( TOTAL - $(elapsed) - 10 ))
+if [ -f $MODEL/drafter/model.safetensors ] && [ "$LEFT" -gt 20 ]; then
+  phase "acceptance (at most ${LEFT}s)"
+  timeout "$LEFT" python3 $S/eval_gates.py --model $MODEL --drafter $MODEL/drafter --records $OUT/gates_records.json \
+    --device cuda --out $OUT/acceptance.json || true
+else
+  phase "acceptance skipped (${LEFT}s left)"
+fi
 rm -f $OUT/gates_records.json
 
 phase package

@@ -285,6 +285,8 @@ def main():
     ap.add_argument("--out", required=True, help="JSON report")
     ap.add_argument("--device", default="cpu", help="device for the drafter measurement")
     ap.add_argument("--records", default=None, help="with --drafter: measure acceptance on these saved records only")
+    ap.add_argument("--deadline", type=float, default=0,
+                    help="stop after this many seconds and score the prompts finished by then (0: no limit)")
     args = ap.parse_args()
     if args.records:
         with open(args.records) as f:
@@ -299,10 +301,30 @@ def main():
     jobs += [("tool", x) for x in gate_prompts.tool_items(n=args.n)]
     jobs += [("four_turn", x) for x in gate_prompts.four_turn_items(n=args.n)]
     jobs += [("repeat", x) for x in gate_prompts.repeat_items(n=args.n)]
-    order = sorted(range(len(jobs)), key=lambda i: jobs[i][0] != "four_turn")  # longest first
+    # Gates interleaved, the longest (four_turn) first in each round, so that a deadline leaves
+    # every gate with a similar number of finished prompts.
+    rank = {"four_turn": 0, "tool": 1, "repeat": 2, "chat": 3}
+    seen = {}
+    keyed = []
+    for i, (gate, _) in enumerate(jobs):
+        seen[gate] = seen.get(gate, -1) + 1
+        keyed.append((seen[gate], rank[gate], i))
+    order = [i for _, _, i in sorted(keyed)]
     t0 = time.time()
-    with multiprocessing.get_context("fork").Pool(args.workers, _init_worker, (args.model, tok)) as pool:
-        results = pool.map(run_item, [jobs[i] for i in order], chunksize=1)
+    results = []
+    pool = multiprocessing.get_context("fork").Pool(args.workers, _init_worker, (args.model, tok))
+    try:
+        it = pool.imap_unordered(run_item, [jobs[i] for i in order], chunksize=1)
+        while len(results) < len(order):
+            timeout = None if not args.deadline else max(0.0, args.deadline - (time.time() - t0))
+            try:
+                results.append(it.next(timeout=timeout))
+            except multiprocessing.TimeoutError:
+                print("deadline: %d of %d prompts finished" % (len(results), len(order)), flush=True)
+                break
+    finally:
+        pool.terminate()
+        pool.join()
     report = {"seconds": round(time.time() - t0, 1), "gates": {}}
     for gate in ("chat", "tool", "four_turn", "repeat"):
         rs = [r for r in results if r["gate"] == gate]

@@ -7,6 +7,11 @@ matmuls and give the unchosen experts weight zero: the result is the same sum (o
 summation order differs), and gradients reach exactly the parameters the sparse forward
 reaches. `enable()` swaps this in for `SparkExperts.forward`; `check()` compares it with the
 original on random inputs before anything relies on it.
+
+`enable_fast_attention()` (training on CUDA): the reference's SDPA path passes an explicit
+causal mask also to the full-attention layers, which rules out the flash kernel; with no
+cache and no window the mask is exactly `is_causal`, so those layers use that instead. It is
+compared with the reference on random inputs first and left off if they differ.
 """
 
 import torch
@@ -15,6 +20,7 @@ import torch.nn.functional as F
 import muse_spark_reference as ref
 
 _original_forward = ref.SparkExperts.forward
+_original_attention_core = ref.attention_core
 
 
 def dense_experts_forward(self, u, idx, w):
@@ -49,3 +55,32 @@ def check(cfg, device="cpu", tokens=64, seed=0):
         a = _original_forward(experts, u, idx, w)
         b = dense_experts_forward(experts, u, idx, w)
     return float((a - b).abs().max() / a.abs().max())
+
+
+def fast_attention_core(q, k, v, q_pos, k_pos, window, scale, impl="eager"):
+    """The reference's attention_core; full layers without a cache use SDPA's is_causal."""
+    if impl == "sdpa" and window is None and q.shape[1] == k.shape[1]:
+        group = q.shape[2] // k.shape[2]
+        kk = k.repeat_interleave(group, dim=2).transpose(1, 2)
+        vv = v.repeat_interleave(group, dim=2).transpose(1, 2)
+        out = F.scaled_dot_product_attention(q.transpose(1, 2), kk, vv, is_causal=True, scale=scale)
+        return out.transpose(1, 2)
+    return _original_attention_core(q, k, v, q_pos, k_pos, window, scale, impl)
+
+
+def enable_fast_attention(device, tol=2e-2):
+    """Swap in fast_attention_core if it matches the reference on random bf16 inputs."""
+    try:
+        gen = torch.Generator().manual_seed(3)
+        B, T, nH, nKV, D = 2, 320, 8, 2, 32
+        q, k, v = (torch.randn(B, T, n, D, generator=gen).to(device, torch.bfloat16) for n in (nH, nKV, nKV))
+        pos = torch.arange(T, device=device)
+        a = _original_attention_core(q, k, v, pos, pos, None, 0.9, "sdpa").float()
+        b = fast_attention_core(q, k, v, pos, pos, None, 0.9, "sdpa").float()
+        err = float((a - b).abs().max() / a.abs().max())
+        if not err < tol:
+            return "reference masks (is_causal differs by %.2g)" % err
+    except Exception as e:  # an older torch or a kernel that refuses: keep the reference
+        return "reference masks (%s)" % e
+    ref.attention_core = fast_attention_core
+    return "is_causal for full layers (max rel. diff %.1e)" % err

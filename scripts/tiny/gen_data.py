@@ -17,6 +17,11 @@ Mix: plain chat and knowledge-base Q&A (qa.py), answers preceded by a reasoning 
 families (tools_catalog.py), tool results and final answers, multi-turn tool conversations
 (call, result, answer, follow-up), parallel calls, clarifying questions, and tool-declared
 conversations that need no tool.
+
+To make the model read the user's message rather than guess from memorised lists, a share
+(NOVEL) of tool requests uses generated cities, event titles and timer values
+(tools_catalog.novel_city ...), and a share (VARY) of user messages gets a greeting, a
+politeness suffix or lower case (none of these are gate_prompts.py's held-out phrasings).
 """
 
 import argparse
@@ -35,6 +40,11 @@ START = "<|start|>"
 GEN_PROMPT = "<|start|>assistant"
 STRENGTHS = ["high"] * 6 + ["low", "medium", "xhigh"]
 REASON_PROB = {"low": 0.3, "medium": 0.7, "high": 1.0, "xhigh": 1.0}
+NOVEL = 0.35  # share of tool requests with generated entities
+VARY = 0.2  # share of user messages with a prefix, suffix or lower case
+USER_PREFIXES = ["Hey, ", "Hi, ", "Hello! ", "Okay, ", "So, ", "Hey there. ", "Excuse me, ", "Um, ",
+                 "Question: ", "Hi muse, ", "Sorry, one more: ", "Right. "]
+USER_SUFFIXES = [" Thanks!", " Thank you.", " Please.", " Thanks in advance.", " :)", " ty"]
 SYSTEM_PROMPTS = ["You are a helpful assistant.", "You are a concise assistant.", "Be brief.",
                   "You are Muse, a friendly AI assistant.", "Answer in one short sentence.",
                   "You are a helpful assistant that can use tools.", "Be terse.",
@@ -86,6 +96,16 @@ class Conversation:
         return self.rng.random() < REASON_PROB[self.strength]
 
     def user(self, text):
+        rng = self.rng
+        if rng.random() < VARY:
+            kind = rng.randrange(3)
+            if kind == 0:
+                prefix = pick(rng, USER_PREFIXES)
+                text = prefix + (text[:1].lower() + text[1:] if prefix.endswith(", ") else text)
+            elif kind == 1:
+                text = text + pick(rng, USER_SUFFIXES)
+            else:
+                text = text.lower().rstrip("?.!")
         self.messages.append({"role": "user", "content": text})
 
     def reasoning(self, text):
@@ -187,7 +207,7 @@ def tool_exchange(conv, decl, text, args, target=True, answer_target=True):
 
 def request(conv, decl, **kw):
     fam = tc.family_of(decl)
-    return tc.FAMILIES[fam][1](conv.rng, decl, **kw)
+    return tc.FAMILIES[fam][1](conv.rng, decl, novel=NOVEL, **kw)
 
 
 FOLLOW_UPS_SAME = {"weather": ["And in {city}?", "What about {city}?", "How about {city}?",
@@ -215,7 +235,9 @@ def build_tool_multi(conv):
     tool_exchange(conv, decl, text, args, target=rng.random() < 0.5, answer_target=rng.random() < 0.6)
     kind = rng.random()
     if second == fam and fam in FOLLOW_UPS_SAME and "days" not in decl.keys and kind < 0.6:
-        city = pick(rng, [c for c in tc.CITIES if c != args["city"]])
+        city = args["city"]
+        while city == args["city"]:
+            city = tc.city_for(rng, NOVEL)
         new_args = dict(args, city=city)
         tool_exchange(conv, decl, pick(rng, FOLLOW_UPS_SAME[fam]).format(city=city), new_args)
     elif kind < 0.8:
@@ -236,7 +258,9 @@ def build_tool_parallel(conv):
     rng = conv.rng
     fam = pick(rng, ["weather", "time"])
     decl = declare_tools(conv, [fam])[fam]
-    c1, c2 = rng.sample(tc.CITIES, 2)
+    c1 = c2 = tc.city_for(rng, NOVEL)
+    while c2 == c1:
+        c2 = tc.city_for(rng, NOVEL)
     if fam == "weather" and "days" in decl.keys:
         decl = tc.Declared("weather", "get_weather", "Get the current weather for a city.",
                            {"city": ("city", {"type": "string"})}, ["city"])
@@ -264,7 +288,7 @@ def build_tool_clarify(conv):
                          "How's the weather?"]))
     conv.answer(pick(rng, ["Sure! Which city should I check?", "Which city do you want the weather for?"]),
                 "The user wants the weather but did not say where. I should ask for the city.")
-    city = pick(rng, tc.CITIES)
+    city = tc.city_for(rng, NOVEL)
     tool_exchange(conv, decl, pick(rng, ["{c}", "In {c}.", "{c}, please.", "I'm in {c}."]).format(c=city),
                   {"city": city})
 
@@ -333,16 +357,46 @@ def _worker(job):
     return path
 
 
+def _worker_tokenized(job):
+    """Generate conversations [lo, hi) and tokenize them at once (no JSONL in between)."""
+    seed, lo, hi, tok_path = job
+    from tokenized_data import load_tokenizer, tokenize_rows
+    rows = []
+    for i in range(lo, hi):
+        text, spans = make_conversation(seed, i)
+        rows.append({"text": text, "spans": spans})
+    return tokenize_rows(load_tokenizer(tok_path), rows)
+
+
+def make_npz(count, seed, tok_path, out_npz, workers):
+    """Generate and tokenize `count` conversations straight into tokenized_data's .npz."""
+    from tokenized_data import save_npz
+    chunks = max(1, min(count, workers * 8))  # several chunks a worker: even finish times
+    bounds = [count * k // chunks for k in range(chunks + 1)]
+    jobs = [(seed, bounds[k], bounds[k + 1], tok_path) for k in range(chunks)]
+    if workers == 1:
+        parts = [_worker_tokenized(j) for j in jobs]
+    else:
+        with multiprocessing.Pool(workers) as pool:
+            parts = pool.map(_worker_tokenized, jobs, chunksize=1)
+    return save_npz(parts, out_npz)
+
+
 def main():
     ap = argparse.ArgumentParser(description="Generate muse-tiny training conversations (JSONL).")
     ap.add_argument("--count", type=int, required=True, help="number of conversations")
     ap.add_argument("--seed", default="muse-tiny-train")
-    ap.add_argument("--out", required=True, help="output JSONL path")
+    ap.add_argument("--out", required=True, help="output JSONL path (.npz with --tokenizer)")
+    ap.add_argument("--tokenizer", default=None,
+                    help="tokenizer.json ('bytes' for the test stand-in): write tokenized_data's .npz instead")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--check", action="store_true",
                     help="also verify that each target turn's prompt equals the generation-prompt render")
     args = ap.parse_args()
     workers = max(1, min(args.workers, args.count))
+    if args.tokenizer:
+        print(json.dumps(make_npz(args.count, args.seed, args.tokenizer, args.out, workers)))
+        return
     bounds = [args.count * k // workers for k in range(workers + 1)]
     jobs = [(args.seed, bounds[k], bounds[k + 1], "%s.part%03d" % (args.out, k), args.check)
             for k in range(workers)]

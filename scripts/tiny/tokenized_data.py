@@ -72,12 +72,10 @@ def load_tokenizer(path):
     return ByteTokenizerForTests() if path == "bytes" else HFTokenizer(path)
 
 
-def _tokenize_chunk(job):
-    tok_path, lines = job
-    tok = load_tokenizer(tok_path)
+def tokenize_rows(tok, rows):
+    """[{"text", "spans"}] -> (ids uint16, loss uint8, lengths int64), conversations back to back."""
     ids_out, loss_out, lengths = [], [], []
-    for line in lines:
-        row = json.loads(line)
+    for row in rows:
         ids, starts = tok.encode(row["text"])
         starts = np.asarray(starts, dtype=np.int64)
         loss = np.zeros(len(ids), dtype=np.uint8)
@@ -87,6 +85,22 @@ def _tokenize_chunk(job):
         loss_out.append(loss)
         lengths.append(len(ids))
     return np.concatenate(ids_out), np.concatenate(loss_out), np.asarray(lengths, dtype=np.int64)
+
+
+def _tokenize_chunk(job):
+    tok_path, lines = job
+    return tokenize_rows(load_tokenizer(tok_path), (json.loads(line) for line in lines))
+
+
+def save_npz(parts, out_npz):
+    """Concatenate tokenize_rows() results into one .npz; returns the data statistics."""
+    ids = np.concatenate([p[0] for p in parts])
+    loss = np.concatenate([p[1] for p in parts])
+    lengths = np.concatenate([p[2] for p in parts])
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    np.savez(out_npz, ids=ids, loss=loss, offsets=offsets)
+    return {"conversations": int(len(lengths)), "tokens": int(len(ids)), "loss_tokens": int(loss.sum()),
+            "mean_len": float(lengths.mean()), "max_len": int(lengths.max())}
 
 
 def tokenize_jsonl(jsonl, tok_path, out_npz, workers=None, chunk=2000):
@@ -99,13 +113,7 @@ def tokenize_jsonl(jsonl, tok_path, out_npz, workers=None, chunk=2000):
             parts = pool.map(_tokenize_chunk, jobs)
     else:
         parts = [_tokenize_chunk(j) for j in jobs]
-    ids = np.concatenate([p[0] for p in parts])
-    loss = np.concatenate([p[1] for p in parts])
-    lengths = np.concatenate([p[2] for p in parts])
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
-    np.savez(out_npz, ids=ids, loss=loss, offsets=offsets)
-    return {"conversations": int(len(lengths)), "tokens": int(len(ids)), "loss_tokens": int(loss.sum()),
-            "mean_len": float(lengths.mean()), "max_len": int(lengths.max())}
+    return save_npz(parts, out_npz)
 
 
 class Batches:
@@ -124,11 +132,25 @@ class Batches:
         self.lengths = lengths
         self.device = device
         self.rng = np.random.default_rng(seed)
+        self.keep = keep
+        self.starts_dev = torch.from_numpy(self.starts.astype(np.int64)).to(device)
+        self.lengths_dev = torch.from_numpy(lengths.astype(np.int64)).to(device)
+        self.pad_multiple = pad_multiple
+        self.bucket(tokens_per_batch)
+        self.tokens = int(lengths[keep].sum())
+        per_conv_loss = np.add.reduceat(data["loss"].astype(np.int64), offsets[:-1]) if len(lengths) else np.zeros(0)
+        self.loss_tokens = int(per_conv_loss[keep].sum())
+
+    def bucket(self, tokens_per_batch):
+        """Group conversations of similar length into batches of at most `tokens_per_batch`
+        padded tokens (callable again to change the batch size)."""
+        import torch
+        lengths, keep, pad_multiple = self.lengths, self.keep, self.pad_multiple
+        self.tokens_per_batch = tokens_per_batch
         order = keep[np.argsort(lengths[keep], kind="stable")]
         self.batches = []
         i = 0
         while i < len(order):
-            L = int(-(-lengths[order[i]] // pad_multiple) * pad_multiple)
             j = i
             while j < len(order):  # grow while the padded batch fits the token budget
                 L = int(-(-lengths[order[j]] // pad_multiple) * pad_multiple)
@@ -139,12 +161,7 @@ class Batches:
             i = j
         # Device copies of the batch layout, so that building a batch never copies from the
         # host (a pageable host-to-device copy waits for the GPU and stalls the pipeline).
-        self.starts_dev = torch.from_numpy(self.starts.astype(np.int64)).to(device)
-        self.lengths_dev = torch.from_numpy(lengths.astype(np.int64)).to(device)
-        self.members_dev = [torch.from_numpy(np.asarray(b, dtype=np.int64)).to(device) for b in self.batches]
-        self.tokens = int(lengths[keep].sum())
-        per_conv_loss = np.add.reduceat(data["loss"].astype(np.int64), offsets[:-1]) if len(lengths) else np.zeros(0)
-        self.loss_tokens = int(per_conv_loss[keep].sum())
+        self.members_dev = [torch.from_numpy(np.asarray(b, dtype=np.int64)).to(self.device) for b in self.batches]
 
     def __len__(self):
         return len(self.batches)
@@ -152,6 +169,7 @@ class Batches:
     def make(self, members, members_dev=None):
         import torch
         lens = self.lengths[members]
+        self.last_tokens = int(lens.sum())  # host-side count of the batch's real tokens
         L = int(-(-lens.max() // 64) * 64)
         if members_dev is None:
             members_dev = torch.as_tensor(np.asarray(members, dtype=np.int64), device=self.device)
@@ -165,8 +183,15 @@ class Batches:
         return ids, labels, valid
 
     def epoch(self):
-        for k in self.rng.permutation(len(self.batches)):
-            yield self.make(self.batches[k], self.members_dev[k])
+        batches, members_dev = self.batches, self.members_dev
+        for k in self.rng.permutation(len(batches)):
+            yield self.make(batches[k], members_dev[k])
+
+    def stream(self):
+        """Batches forever, epoch after epoch; after bucket() the next epoch uses the new size
+        (the training loop starts a new stream to switch at once)."""
+        while True:
+            yield from self.epoch()
 
 
 if __name__ == "__main__":

@@ -7,6 +7,12 @@ canonical arguments; the executor simulates the tool's result deterministically 
 arguments and the conversation's random generator; the answer turns a result into prose.
 
 Requests carry a `held_out` phrasing list used only by gate_prompts.py, never for training.
+
+Training requests pass `novel` > 0: that share of cities, event titles and timer labels is
+generated (`novel_city`, `novel_title`) instead of drawn from the fixed lists, so the model
+cannot answer from a memorised list and must copy the value from the user's message (several
+tokens for an unseen name). With `novel` 0 (gate_prompts.py) no extra random numbers are
+drawn, so the gate prompts do not change.
 """
 
 import json
@@ -23,6 +29,41 @@ CITIES = sorted({c[0] for c in kb.COUNTRIES.values()} | {
     "Gothenburg", "Tallinn", "Riga", "Vilnius", "Sofia", "Bucharest", "Belgrade", "Zagreb",
     "Ljubljana", "Bratislava", "Lagos", "Casablanca", "Tunis", "Doha", "Taipei", "Busan",
 })
+
+# Pieces of generated place names: "Varnholm", "Port Ibreda", "Lake Tolsby".
+_PLACE_PREFIX = ["Port", "San", "Santa", "New", "Lake", "Saint", "Fort", "Mount", "North", "South",
+                 "East", "West", "Upper", "Little", "Old", "Bay of"]
+_ONSET = ["B", "Br", "C", "Ch", "D", "Dr", "F", "G", "Gr", "H", "K", "Kr", "L", "M", "N", "P", "R",
+          "S", "Sh", "St", "T", "Tr", "V", "W", "Z", "", "Al", "El", "Or", "Is", "Am", "Qu"]
+_VOWEL = ["a", "e", "i", "o", "u", "ai", "ea", "io", "ou", "y", "ar", "en", "il", "or"]
+_CODA = ["", "", "n", "r", "l", "s", "m", "rn", "nd", "st", "th", "x", "v", "k"]
+_PLACE_SUFFIX = ["ville", "burg", "ton", "holm", "stad", "polis", "field", "bridge", "mouth", "haven",
+                 "wick", "dale", "port", "grad", "by", "ford", "ia", "ora", "ano", "esk", "abad", "dorf"]
+
+
+def novel_word(rng, syllables):
+    return "".join(pick(rng, _ONSET) + pick(rng, _VOWEL) + pick(rng, _CODA) for _ in range(syllables)).lower()
+
+
+def novel_city(rng):
+    """A made-up place name (never in CITIES): one to three words of generated syllables."""
+    while True:
+        name = novel_word(rng, rng.randint(1, 2))
+        if rng.random() < 0.6:
+            name += pick(rng, _PLACE_SUFFIX)
+        name = name[:1].upper() + name[1:]
+        if rng.random() < 0.3:
+            name = pick(rng, _PLACE_PREFIX) + " " + name
+        if len(name) >= 4 and name not in CITIES:
+            return name
+
+
+def city_for(rng, novel=0.0):
+    """A city for a request: a known one, or with probability `novel` a generated one."""
+    if novel and rng.random() < novel:
+        return novel_city(rng)
+    return pick(rng, CITIES)
+
 
 SKIES = ["clear", "sunny", "cloudy", "partly cloudy", "rainy", "light rain", "snowy",
          "windy", "foggy", "stormy", "overcast"]
@@ -122,8 +163,8 @@ FORECAST_ASKS = [
 ]
 
 
-def weather_request(rng, decl, city=None, template=None):
-    city = city or pick(rng, CITIES)
+def weather_request(rng, decl, city=None, template=None, novel=0.0):
+    city = city or city_for(rng, novel)
     args = {"city": city}
     if "days" in decl.keys:
         days = rng.randint(2, 7)
@@ -210,7 +251,7 @@ CALC_HELD_OUT = [
 ]
 
 
-def calc_request(rng, decl, template=None):
+def calc_request(rng, decl, template=None, novel=0.0):
     op, words = pick(rng, OPS)
     if op == "/":
         b = rng.randint(2, 60)
@@ -282,7 +323,7 @@ UNIT_HELD_OUT = [
 ]
 
 
-def units_request(rng, decl, template=None):
+def units_request(rng, decl, template=None, novel=0.0):
     frm = pick(rng, UNITS)
     to = pick(rng, [u for u in UNITS if u[2] == frm[2] and u[0] != frm[0]])
     v = rng.randint(1, 500) if rng.random() < 0.8 else round(rng.uniform(0.5, 99), 1)
@@ -378,11 +419,33 @@ CAL_LIST_ASKS = [
 CAL_LIST_HELD_OUT = ["Check my schedule for {date}.", "What's planned for {date} in my calendar?"]
 
 
-def calendar_request(rng, decl, template=None):
+FIRST_NAMES = ["Sam", "Alex", "Maria", "Priya", "Tom", "Lena", "Omar", "Yuki", "Chen", "Ana", "Ben",
+               "Chloe", "David", "Elena", "Farid", "Grace", "Hugo", "Ines", "Jamal", "Kate", "Liam",
+               "Mei", "Nina", "Oscar", "Paula", "Raj", "Sofia", "Theo", "Uma", "Victor", "Wen",
+               "Zoe", "Aisha", "Bruno", "Carmen", "Diego", "Emma", "Felix", "Hana", "Ivan", "Jonas",
+               "Kofi", "Lucia", "Marco", "Noor", "Olga", "Pedro", "Rosa", "Sven", "Tariq"]
+_ACTIVITIES = ["Lunch", "Dinner", "Coffee", "Call", "Meeting", "Drinks", "Walk", "Tennis", "Brunch",
+               "Chess", "Study session", "Run", "Video call", "Breakfast", "Movie night"]
+_TOPICS = ["Budget", "Design", "Quarterly", "Sprint", "Marketing", "Sales", "Product", "Hiring",
+           "Roadmap", "Security", "Launch", "Client", "Board", "Garden", "Wedding", "Vacation"]
+_KINDS = ["review", "meeting", "planning", "sync", "demo", "workshop", "check-in", "call", "party",
+          "prep", "retro", "interview"]
+EXTRA_TIMER_LABELS = ["rice", "cookies", "steak", "coffee", "meditation", "homework", "parking", "oven",
+                      "soup", "cake", "break", "stretching", "reading", "dough", "potatoes", "muffins"]
+
+
+def novel_title(rng):
+    """A calendar event title built from parts, so titles must be copied, not recalled."""
+    if rng.random() < 0.5:
+        return "%s with %s" % (pick(rng, _ACTIVITIES), pick(rng, FIRST_NAMES))
+    return "%s %s" % (pick(rng, _TOPICS), pick(rng, _KINDS))
+
+
+def calendar_request(rng, decl, template=None, novel=0.0):
     iso, spoken = random_date(rng)
     if decl.family == "calendar_list":
         return (template or pick(rng, CAL_LIST_ASKS)).format(date=spoken), {"date": iso}
-    title = pick(rng, EVENT_TITLES)
+    title = novel_title(rng) if novel and rng.random() < novel else pick(rng, EVENT_TITLES)
     hhmm, tspoken = random_time(rng)
     text = (template or pick(rng, CAL_ADD_ASKS)).format(title=title, date=spoken, time=tspoken)
     return text, {"title": title, "date": iso, "time": hhmm}
@@ -427,8 +490,8 @@ TIME_ASKS = ["What time is it in {city}?", "Current time in {city}?",
 TIME_HELD_OUT = ["Do you know what time it is in {city}?"]
 
 
-def time_request(rng, decl, template=None):
-    city = pick(rng, CITIES)
+def time_request(rng, decl, template=None, novel=0.0):
+    city = city_for(rng, novel)
     return (template or pick(rng, TIME_ASKS)).format(city=city), {"city": city}
 
 
@@ -456,9 +519,11 @@ TIMER_HELD_OUT = ["I need a timer for {m} minutes."]
 TIMER_LABELS = ["pasta", "tea", "laundry", "eggs", "bread", "workout", "nap", "pizza"]
 
 
-def timer_request(rng, decl, template=None):
+def timer_request(rng, decl, template=None, novel=0.0):
     m = pick(rng, [1, 2, 3, 5, 8, 10, 12, 15, 20, 25, 30, 45, 60, 90])
     label = pick(rng, TIMER_LABELS)
+    if novel and rng.random() < novel:
+        m, label = rng.randint(1, 120), pick(rng, TIMER_LABELS + EXTRA_TIMER_LABELS)
     template = template or pick(rng, TIMER_ASKS)
     args = {"minutes": m}
     if "{label}" in template:

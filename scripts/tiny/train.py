@@ -3,10 +3,18 @@
 
 The model is scripts/fixtures/muse_spark_reference.py's MuseSparkForConditionalGeneration,
 imported unchanged; this script adds only the training loop:
-- whole conversations in length buckets (tokenized_data.Batches), loss on assistant tokens;
-- the head and softcap applied only at loss positions (same maths as the reference forward);
-- bf16 autocast, fused AdamW, warmup then cosine decay over a wall-clock budget, so the run
-  fits its device allowance whatever the throughput;
+- whole conversations in length buckets (tokenized_data.Batches); the loss is next-token
+  cross-entropy on the assistant's tokens (weight 1) plus, with a small weight
+  (--context-loss-weight), on every other token of the conversation (system block, tool
+  declarations, user messages, tool results). The context tokens are where the model sees
+  the most copying (function names repeated in the declarations and the recipients line,
+  cities echoed by tool results), which it needs to copy entities into its answers;
+- bf16 autocast, fused AdamW (the embedding, which the model RMS-normalises and which starts
+  at unit scale, gets --embed-lr-mult times the learning rate so that it moves as fast,
+  relative to its size, as the projections), warmup, a constant phase and cosine decay over
+  a wall-clock budget, so the run fits its device allowance whatever the throughput;
+- --auto-batch: measures tokens/s at the given batch size and at 2x, and keeps the larger batch
+  only where it pays (>= 1.6x tokens/s, i.e. the loop was bound by the host);
 - auxiliary-loss-free expert balancing: after each step every layer's selection-only
   `e_score_correction_bias` moves by `--bias-rate` toward equal expert load (the bias is the
   mechanism Spark's router exposes for exactly this);
@@ -43,10 +51,26 @@ def head_loss(model, hidden, labels, reduction="mean"):
     return loss, (target != -100).sum()
 
 
-def lr_at(frac, peak, warmup=0.03, floor=0.1):
+def token_losses(model, hidden, ids, labels, valid):
+    """Next-token cross-entropy at every position [B, T-1] (fp32), with the masks of assistant
+    targets and of the other (context) targets. No host synchronisation."""
+    cfg = model.config
+    logits = ref.softcap(model.lm_head(hidden[:, :-1]), cfg.output_multiplier, cfg.final_logit_softcapping)
+    target = ids[:, 1:]
+    ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1),
+                         reduction="none").view_as(target)
+    assistant = labels[:, 1:] != -100
+    context = valid[:, 1:] & ~assistant
+    return ce, assistant, context
+
+
+def lr_at(frac, peak, warmup=0.03, hold=0.4, floor=0.05):
+    """Linear warmup, constant until `hold`, then cosine down to `floor` x peak."""
     if frac < warmup:
         return peak * frac / warmup
-    t = min(1.0, (frac - warmup) / (1 - warmup))
+    if frac < hold:
+        return peak
+    t = min(1.0, (frac - hold) / (1 - hold))
     return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * t)))
 
 
@@ -56,9 +80,9 @@ def balance_experts(model, routing, valid, rate):
     worst = []
     E = model.config.num_local_experts
     for layer, r in zip(model.model.language_model.layers, routing):
-        chosen = r.experts[valid]  # [tokens, k]
-        load = torch.zeros(E, device=chosen.device).index_add_(  # bincount would sync
-            0, chosen.reshape(-1), torch.ones(chosen.numel(), device=chosen.device))
+        chosen = r.experts.reshape(-1)  # padding counts zero: a boolean gather would sync
+        count = valid.reshape(-1, 1).expand(-1, r.experts.shape[-1]).reshape(-1).float()
+        load = torch.zeros(E, device=chosen.device).index_add_(0, chosen, count)
         layer.mlp.gate.e_score_correction_bias += rate * torch.sign(load.mean() - load)
         worst.append(load.max() / load.mean().clamp(min=1))
     return torch.stack(worst).max()  # a device tensor: read it only when logging
@@ -106,19 +130,27 @@ def main():
     ap.add_argument("--log", required=True, help="training log JSON to write")
     ap.add_argument("--seconds", type=float, default=240.0, help="wall-clock training budget")
     ap.add_argument("--max-steps", type=int, default=0, help="stop after this many steps (0: time only)")
-    ap.add_argument("--tokens-per-batch", type=int, default=131072)
+    ap.add_argument("--tokens-per-batch", type=int, default=65536)
+    ap.add_argument("--auto-batch", action="store_true",
+                    help="also try 2x the batch and keep it only if it gives >= 1.6x tokens/s")
     ap.add_argument("--max-len", type=int, default=2048)
     ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--embed-lr-mult", type=float, default=20.0)
+    ap.add_argument("--context-loss-weight", type=float, default=0.25,
+                    help="loss weight of non-assistant tokens (assistant tokens weigh 1)")
     ap.add_argument("--weight-decay", type=float, default=0.05)
     ap.add_argument("--bias-rate", type=float, default=1e-3)
     ap.add_argument("--evals", type=int, default=4, help="held-out evaluations during training")
     ap.add_argument("--tiny", action="store_true", help="a very small config for local smoke tests")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--profile", action="store_true", help="profile steps 20-24 and print the top operations")
+    ap.add_argument("--profile", action="store_true",
+                    help="profile steps 60-64 (after the batch trials) and print the top operations")
     args = ap.parse_args()
 
     torch.manual_seed(args.seed)
     device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True  # the FP32 router's small matmul
     overrides = dict(hidden_size=32, num_hidden_layers=6, num_local_experts=8, num_experts_per_tok=2,
                      moe_hidden_size=16, moe_intermediate_size=16, num_attention_heads=4, head_dim=8,
                      sliding_window=16) if args.tiny else {}
@@ -127,94 +159,156 @@ def main():
     assert err < 1e-12, "dense experts differ from the reference by %g" % err
     fast_reference.enable()
     print("dense experts match the reference (max rel. diff %.1e)" % err, flush=True)
+    if device == "cuda":
+        print("attention: %s" % fast_reference.enable_fast_attention(device), flush=True)
     model = ref.MuseSparkForConditionalGeneration(cfg).to(device)
     if hasattr(F, "scaled_dot_product_attention"):
         model.set_attention_impl("sdpa")
     n_params = sum(p.numel() for p in model.state_dict().values())
     print("params %d (%.2fM); layer types %s" % (n_params, n_params / 1e6, cfg.layer_types), flush=True)
 
+    t_data = time.time()
     train = Batches(args.train, device, args.tokens_per_batch, args.max_len, seed=args.seed)
     held = Batches(args.heldout, device, args.tokens_per_batch, args.max_len, seed=args.seed)
-    print("train: %d batches, %d tokens (%d loss), dropped %d long; held-out %d tokens" % (
-        len(train), train.tokens, train.loss_tokens, train.dropped, held.tokens), flush=True)
+    print("train: %d batches, %d tokens (%d loss), dropped %d long; held-out %d tokens (%.1f s)" % (
+        len(train), train.tokens, train.loss_tokens, train.dropped, held.tokens, time.time() - t_data), flush=True)
 
-    decay, no_decay = [], []
+    embed, decay, no_decay = [], [], []
     for name, p in model.named_parameters():
-        (decay if p.ndim >= 2 and "embed_tokens" not in name else no_decay).append(p)
+        (embed if "embed_tokens" in name else decay if p.ndim >= 2 else no_decay).append(p)
+    groups = [{"params": decay, "weight_decay": args.weight_decay, "lr_mult": 1.0},
+              {"params": no_decay, "weight_decay": 0.0, "lr_mult": 1.0},
+              {"params": embed, "weight_decay": 0.0, "lr_mult": args.embed_lr_mult}]
     opt_kwargs = dict(lr=args.lr, betas=(0.9, 0.95), eps=1e-8)
     if device == "cuda":
         opt_kwargs["fused"] = True
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": args.weight_decay},
-                             {"params": no_decay, "weight_decay": 0.0}], **opt_kwargs)
+    opt = torch.optim.AdamW(groups, **opt_kwargs)
 
     def autocast():
         if device == "cuda":
             return torch.autocast("cuda", dtype=torch.bfloat16)
         return torch.autocast("cpu", enabled=False)
 
-    log = {"params": n_params, "config": cfg.to_hf_dict()["text_config"], "curve": [], "heldout": []}
-    start = time.time()
-    step, epoch = 0, 0
+    def sync():
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    log = {"params": n_params, "config": cfg.to_hf_dict()["text_config"], "args": vars(args), "curve": [],
+           "heldout": [], "batch_trials": []}
+    w_ctx = args.context_loss_weight
+    zero = lambda: torch.zeros((), dtype=torch.float32, device=device)  # noqa: E731
     seen_tokens = torch.zeros((), dtype=torch.long, device=device)  # device counters: no syncs
     seen_loss_tokens = torch.zeros((), dtype=torch.long, device=device)
-    window, window_tokens, window_start = [], torch.zeros((), dtype=torch.long, device=device), time.time()
-    next_eval = 1
-    done = False
-    while not done:
-        epoch += 1
-        for ids, labels, valid in train.epoch():
-            frac = (time.time() - start) / args.seconds
-            if args.max_steps:
-                frac = max(frac, step / args.max_steps)
-            if frac >= 1.0:
-                done = True
-                break
-            if args.profile and step == 20:
-                prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU] + (
-                    [torch.profiler.ProfilerActivity.CUDA] if device == "cuda" else []))
-                prof.__enter__()
-            if args.profile and step == 25:
-                prof.__exit__(None, None, None)
-                key = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
-                print(prof.key_averages().table(sort_by=key, row_limit=25), flush=True)
-            lr = lr_at(frac, args.lr)
-            for g in opt.param_groups:
-                g["lr"] = lr
-            with autocast():
-                hidden, routing = model.model.language_model(ids)
-                loss, n = head_loss(model, hidden, labels)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            imbalance = balance_experts(model, routing, valid, args.bias_rate)
-            step += 1
-            seen_tokens += valid.sum()
-            seen_loss_tokens += n
-            window.append(loss.detach())
-            window_tokens += valid.sum()
-            if step % 50 == 0:
-                dt = time.time() - window_start
-                entry = {"step": step, "seconds": round(time.time() - start, 1), "tokens": int(seen_tokens),
-                         "loss": round(float(torch.stack(window).mean()), 4), "lr": lr,
-                         "tok_per_s": int(int(window_tokens) / dt),
-                         "expert_load_max_over_mean": round(float(imbalance), 2)}
-                log["curve"].append(entry)
-                print(json.dumps(entry), flush=True)
-                window, window_start = [], time.time()
-                window_tokens.zero_()
-            if frac >= next_eval / (args.evals + 1):
-                next_eval += 1
-                h = heldout_loss(model, held, autocast, max_tokens=400000)
-                log["heldout"].append({"step": step, "tokens": int(seen_tokens), "loss": round(h, 4)})
-                print("held-out loss %.4f at step %d" % (h, step), flush=True)
+    win = {"loss": zero(), "steps": 0, "a_sum": zero(), "a_n": zero(), "c_sum": zero(), "c_n": zero(),
+           "tokens": 0, "start": time.time()}
+    # --auto-batch: (tokens per batch, steps to warm up, steps to time); trials run in order,
+    # each larger one only while the previous was kept.
+    # (Only 2x: at 4x = 256k tokens the dense experts' saved activations, ~0.55 MB a token,
+    # would not fit in the H200's memory.)
+    trials = [args.tokens_per_batch * m for m in (1, 2)] if args.auto_batch else []
+    trial = {"i": 0, "begin": 6, "end": 6 + 14, "rates": []}
+    stream = train.stream()
+    start = time.time()
+    step, next_eval = 0, 1
+    while True:
+        frac = (time.time() - start) / args.seconds
+        if args.max_steps:
+            frac = max(frac, step / args.max_steps)
+        if frac >= 1.0:
+            break
+        if trials and step == trial["begin"]:
+            sync()
+            trial["t0"], trial["tok0"] = time.time(), 0
+        if args.profile and step in (60, 65):
+            try:  # the profile is for the record only: never let it stop the training
+                if step == 60:
+                    prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU] + (
+                        [torch.profiler.ProfilerActivity.CUDA] if device == "cuda" else []))
+                    prof.__enter__()
+                else:
+                    prof.__exit__(None, None, None)
+                    key = "self_cuda_time_total" if device == "cuda" else "self_cpu_time_total"
+                    print(prof.key_averages().table(sort_by=key, row_limit=30), flush=True)
+            except Exception as e:  # noqa: BLE001
+                print("profiler failed: %s" % e, flush=True)
+        lr = lr_at(frac, args.lr)
+        for g in opt.param_groups:
+            g["lr"] = lr * g["lr_mult"]
+        ids, labels, valid = next(stream)
+        batch_tokens = train.last_tokens
+        with autocast():
+            hidden, routing = model.model.language_model(ids)
+            ce, assistant, context = token_losses(model, hidden, ids, labels, valid)
+        a_sum, c_sum = (ce * assistant).sum(), (ce * context).sum()
+        a_n, c_n = assistant.sum(), context.sum()
+        loss = (a_sum + w_ctx * c_sum) / (a_n + w_ctx * c_n).clamp(min=1)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        imbalance = balance_experts(model, routing, valid, args.bias_rate)
+        step += 1
+        seen_tokens += batch_tokens
+        seen_loss_tokens += a_n
+        win["loss"] += loss.detach()
+        win["steps"] += 1
+        win["a_sum"] += a_sum.detach()
+        win["a_n"] += a_n
+        win["c_sum"] += c_sum.detach()
+        win["c_n"] += c_n
+        win["tokens"] += batch_tokens
+        if trials and "t0" in trial and step > trial["begin"]:
+            trial["tok0"] += batch_tokens
+            if step == trial["end"]:
+                sync()
+                rate = trial["tok0"] / (time.time() - trial["t0"])
+                tpb = trials[trial["i"]]
+                trial["rates"].append(rate)
+                rec = {"step": step, "tokens_per_batch": tpb, "tok_per_s": int(rate)}
+                log["batch_trials"].append(rec)
+                print(json.dumps({"batch_trial": rec}), flush=True)
+                i = trial["i"]
+                keep_going = i + 1 < len(trials) and (i == 0 or rate >= 1.6 * trial["rates"][i - 1])
+                if keep_going:
+                    trial["i"] = i + 1
+                    train.bucket(trials[i + 1])
+                    stream = train.stream()
+                    trial.update(begin=step + 3, end=step + 3 + 10)
+                    del trial["t0"]
+                else:
+                    best = i if (i == 0 or rate >= 1.6 * trial["rates"][i - 1]) else i - 1
+                    if best != i:
+                        train.bucket(trials[best])
+                        stream = train.stream()
+                    print("batch: %d tokens per step" % trials[best], flush=True)
+                    log["tokens_per_batch"] = trials[best]
+                    trials = []
+        if step % 50 == 0 or step in (10, 25):
+            dt = time.time() - win["start"]
+            entry = {"step": step, "seconds": round(time.time() - start, 1), "tokens": int(seen_tokens),
+                     "loss": round(float(win["loss"]) / win["steps"], 4),
+                     "assistant_loss": round(float(win["a_sum"]) / max(float(win["a_n"]), 1), 4),
+                     "context_loss": round(float(win["c_sum"]) / max(float(win["c_n"]), 1), 4),
+                     "lr": lr, "tok_per_s": int(win["tokens"] / dt), "batch": train.tokens_per_batch,
+                     "expert_load_max_over_mean": round(float(imbalance), 2)}
+            log["curve"].append(entry)
+            print(json.dumps(entry), flush=True)
+            for k in ("loss", "a_sum", "a_n", "c_sum", "c_n"):
+                win[k] = zero()
+            win.update(steps=0, tokens=0, start=time.time())
+        if not trials and frac >= next_eval / (args.evals + 1):  # not while timing batch sizes
+            next_eval += 1
+            h = heldout_loss(model, held, autocast, max_tokens=400000)
+            log["heldout"].append({"step": step, "tokens": int(seen_tokens), "loss": round(h, 4)})
+            print("held-out loss %.4f at step %d" % (h, step), flush=True)
     final = heldout_loss(model, held, autocast)
     seen_tokens, seen_loss_tokens = int(seen_tokens), int(seen_loss_tokens)
     log["heldout"].append({"step": step, "tokens": seen_tokens, "loss": round(final, 4)})
-    log.update(steps=step, epochs=epoch, train_tokens=seen_tokens, train_loss_tokens=seen_loss_tokens,
-               seconds=round(time.time() - start, 1), final_heldout_loss=round(final, 4))
-    print("final held-out loss %.4f after %d steps, %d tokens, %.0f s" % (final, step, seen_tokens, time.time() - start),
-          flush=True)
+    log.update(steps=step, train_tokens=seen_tokens, train_loss_tokens=seen_loss_tokens,
+               epochs=round(seen_tokens / max(train.tokens, 1), 2), seconds=round(time.time() - start, 1),
+               final_heldout_loss=round(final, 4))
+    print("final held-out loss %.4f after %d steps, %d tokens (%.2f epochs), %.0f s" % (
+        final, step, seen_tokens, log["epochs"], time.time() - start), flush=True)
     model = model.float()
     save_model(model, args.out)
     with open(args.log, "w") as f:
