@@ -12,6 +12,13 @@ if(Python3_Interpreter_FOUND)
            COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/scripts/tiny/check_model_files.py
            WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
   set_tests_properties(tiny_model_files PROPERTIES TIMEOUT 60)
+  # The training-data generator: 300 conversations, each target turn's prompt checked against
+  # the generation-prompt render (needs jinja2 only).
+  add_test(NAME tiny_gen_data
+           COMMAND ${Python3_EXECUTABLE} ${CMAKE_CURRENT_SOURCE_DIR}/scripts/tiny/gen_data.py --count 300 --workers 1
+                   --check --out ${CMAKE_CURRENT_BINARY_DIR}/tiny_gen_data.jsonl
+           WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+  set_tests_properties(tiny_gen_data PROPERTIES TIMEOUT 60)
 else()
   message(STATUS "muse: python3 not found; the muse-tiny file checks are not registered")
 endif()
