@@ -30,42 +30,20 @@
 #include <thread>
 #include <vector>
 
+#include "../tests/support/loopback_client.h"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
 double secs(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-int connect_to(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(uint16_t(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    close(fd);
-    return -1;
-  }
-  timeval tv{600, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  return fd;
-}
-
 // One request; `on_data` sees each received piece with its arrival time.
 template <class F>
 bool http(int port, const std::string& method, const std::string& path, const std::string& body, F on_data) {
-  int fd = connect_to(port);
-  if (fd < 0) return false;
-  std::string req = method + " " + path + " HTTP/1.1\r\nHost: l\r\nConnection: close\r\nContent-Type: application/json\r\n" +
-                    "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-  send(fd, req.data(), req.size(), MSG_NOSIGNAL);
-  char buf[65536];
-  for (;;) {
-    ssize_t n = recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    on_data(std::string_view(buf, size_t(n)), Clock::now());
-  }
-  close(fd);
-  return true;
+  return muse::test_support::http_exchange(port, 600, method, path, body, [&](std::string_view d) {
+    on_data(d, Clock::now());
+    return true;
+  });
 }
 
 std::string get(int port, const std::string& path) {

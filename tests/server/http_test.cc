@@ -18,6 +18,8 @@
 using namespace muse;
 using namespace muse::server;
 
+#include "../support/loopback_client.h"
+
 namespace {
 
 struct Reply {
@@ -25,29 +27,8 @@ struct Reply {
   std::string head, body;
 };
 
-int connect_to(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(uint16_t(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    close(fd);
-    return -1;
-  }
-  timeval tv{10, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  return fd;
-}
-
-void send_all(int fd, const std::string& s) {
-  size_t off = 0;
-  while (off < s.size()) {
-    ssize_t n = ::send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
-    if (n <= 0) return;
-    off += size_t(n);
-  }
-}
+int connect_to(int port) { return muse::test_support::connect_loopback(port, 10); }
+using muse::test_support::send_all;
 
 // Decodes a chunked body (the server streams SSE that way).
 std::string dechunk(const std::string& b) {

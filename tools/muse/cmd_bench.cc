@@ -104,9 +104,7 @@ int bench_command(int argc, char** argv) {
   args.option("--bandwidth-mib", &o.bandwidth_mib, "MIB", "streaming-read buffer for the DRAM measurement (default 2048)");
   args.flag("--json", &o.json, "print one JSON object");
   args.flag("--profile", &o.profile, "time every backend operation and print the breakdown (slows decode slightly)");
-  Status st = args.parse(argc, argv);
-  if (!st.ok()) return std::fprintf(stderr, "muse bench: %s\n\n%s", st.message().c_str(), args.usage().c_str()), 2;
-  if (args.help_requested()) return std::printf("%s", args.usage().c_str()), 0;
+  if (int rc = parse_flags(args, argc, argv, "bench"); rc >= 0) return rc;
   if (o.runs < 1 || o.tokens < 2 || o.prompt < 1 || o.bandwidth_mib < 64 || o.threads < 0)
     return std::fprintf(stderr, "muse bench: --runs >= 1, --tokens >= 2, --prompt >= 1, --bandwidth-mib >= 64\n"), 2;
   if (o.weights != "bf16" && o.weights != "f32")

@@ -80,19 +80,8 @@ int plan_command(int argc, char** argv) {
               "activations + runtime overhead per GPU, GiB (default: our estimate; calibrate from vLLM's startup log)");
   args.flag("--json", &json, "print one JSON object instead of the table");
 
-  Status st = args.parse(argc, argv);
-  if (!st.ok()) {
-    std::fprintf(stderr, "muse plan: %s\n", st.message().c_str());
-    return 2;
-  }
-  if (args.help_requested()) {
-    std::printf("%s", args.usage().c_str());
-    return 0;
-  }
-  auto fail = [](const std::string& m) {
-    std::fprintf(stderr, "muse plan: %s\n", m.c_str());
-    return 2;
-  };
+  if (int rc = parse_flags(args, argc, argv, "plan"); rc >= 0) return rc;
+  auto fail = [](const std::string& m) { return tool::fail("plan", m); };
   if (args.given("--gpus")) o.overrides.gpus = gpus;
   if (args.given("--gpu-memory-gb")) o.overrides.gpu_memory_gib = gpu_mem;
   if (args.given("--gpu-bandwidth-gbs")) o.overrides.gpu_bandwidth_gbs = gpu_bw;

@@ -63,16 +63,8 @@ int render_command(int argc, char** argv) {
   args.flag("--json", &o.json, "print {\"prompt\": \"...\", \"ids\": [...]}");
   args.flag("--anthropic", &o.anthropic, "the body is an Anthropic messages request");
   args.flag("--show-context", &o.show_context, "print the template's input variables (JSON) instead of rendering");
-  auto fail = [](const std::string& m) {
-    std::fprintf(stderr, "muse render: %s\n", m.c_str());
-    return 2;
-  };
-  Status st = args.parse(argc, argv);
-  if (!st.ok()) return fail(st.message());
-  if (args.help_requested()) {
-    std::printf("%s", args.usage().c_str());
-    return 0;
-  }
+  auto fail = [](const std::string& m) { return tool::fail("render", m); };
+  if (int rc = parse_flags(args, argc, argv, "render"); rc >= 0) return rc;
   if (o.model_dir.empty()) return fail("--model DIR is required");
   auto files = load_tokenizer_files(o.model_dir);
   if (!files.ok()) return fail(files.message());

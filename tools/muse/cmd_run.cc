@@ -89,9 +89,7 @@ int run_command(int argc, char** argv) {
   args.option("--threads", &o.threads, "N", "CPU threads (default: all available)");
   args.option("--max-num-batched-tokens", &o.max_num_batched_tokens, "N", "prefill chunk, tokens per step (default 256)");
   args.flag("--language-model-only", &o.language_model_only, "skip vision/audio tensors in the checkpoint");
-  Status st = args.parse(argc, argv);
-  if (!st.ok()) return std::fprintf(stderr, "muse run: %s\n\n%s", st.message().c_str(), args.usage().c_str()), 2;
-  if (args.help_requested()) return std::printf("%s", args.usage().c_str()), 0;
+  if (int rc = parse_flags(args, argc, argv, "run"); rc >= 0) return rc;
 
   if (o.model.empty()) o.model = positional_model;
   if (o.model.empty()) {

@@ -195,9 +195,7 @@ int serve_command(int argc, char** argv) {
   args.option("--fake-load-ms", &fake_load_ms, "MS", "(testing) fake loading time (default 0)");
   declare_refused(args);
 
-  Status st = args.parse(argc, argv);
-  if (!st.ok()) return std::fprintf(stderr, "muse serve: %s\n", st.message().c_str()), 2;
-  if (args.help_requested()) return std::printf("%s", args.usage().c_str()), 0;
+  if (int rc = parse_flags(args, argc, argv, "serve"); rc >= 0) return rc;
   if (o.engine.model.empty()) o.engine.model = positional_model;
   bool default_model = false;
   if (o.engine.model.empty() && !o.fake_model) {

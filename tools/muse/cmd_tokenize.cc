@@ -65,16 +65,8 @@ int tokenize_command(int argc, char** argv) {
             "apply the post-processor (e.g. prepend BOS), as encode(..., add_special_tokens=True)");
   args.flag("--show-tokens", &o.show_tokens, "print one token per line: id, then the token string (JSON-quoted)");
   args.flag("--verbose", &o.verbose, "describe the tokenizer on standard error");
-  auto fail = [](const std::string& m) {
-    std::fprintf(stderr, "muse tokenize: %s\n", m.c_str());
-    return 2;
-  };
-  Status st = args.parse(argc, argv);
-  if (!st.ok()) return fail(st.message());
-  if (args.help_requested()) {
-    std::printf("%s", args.usage().c_str());
-    return 0;
-  }
+  auto fail = [](const std::string& m) { return tool::fail("tokenize", m); };
+  if (int rc = parse_flags(args, argc, argv, "tokenize"); rc >= 0) return rc;
   if (args.given("--text") == args.given("--file")) return fail("give exactly one of --text TEXT or --file PATH");
   std::string text = o.text;
   if (args.given("--file")) {
@@ -149,16 +141,8 @@ int detokenize_command(int argc, char** argv) {
   args.option("--ids", &o.ids, "IDS", "ids separated by spaces or commas, or a JSON list ('-': standard input)");
   args.flag("--skip-special-tokens", &o.skip_special_tokens, "leave out special tokens");
   args.flag("--json", &o.json, "print {\"text\": \"...\"}");
-  auto fail = [](const std::string& m) {
-    std::fprintf(stderr, "muse detokenize: %s\n", m.c_str());
-    return 2;
-  };
-  Status st = args.parse(argc, argv);
-  if (!st.ok()) return fail(st.message());
-  if (args.help_requested()) {
-    std::printf("%s", args.usage().c_str());
-    return 0;
-  }
+  auto fail = [](const std::string& m) { return tool::fail("detokenize", m); };
+  if (int rc = parse_flags(args, argc, argv, "detokenize"); rc >= 0) return rc;
   if (!args.given("--ids")) return fail("--ids is required");
   std::string ids_text = o.ids;
   if (ids_text == "-") {

@@ -3,6 +3,10 @@
 // MUSE_COMMAND; main.cc dispatches on argv[1].
 #pragma once
 
+#include <string>
+
+#include "muse/core/cli.h"
+
 namespace muse::tool {
 
 // argv[0] is the subcommand name; flags follow.
@@ -11,6 +15,15 @@ using CommandFn = int (*)(int argc, char** argv);
 struct CommandRegistrar {
   CommandRegistrar(const char* name, const char* summary, CommandFn fn, int order = 100);
 };
+
+// Parses a command's flags: on a bad flag prints "muse COMMAND: message" on
+// stderr and returns 2; after --help prints the usage and returns 0;
+// otherwise returns -1 (go on).
+int parse_flags(ArgParser& args, int argc, char** argv, const char* command);
+
+// Prints "muse COMMAND: message" on stderr and returns 2 (the exit code for
+// bad input everywhere in the tool).
+int fail(const char* command, const std::string& message);
 
 }  // namespace muse::tool
 

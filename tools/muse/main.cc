@@ -43,6 +43,18 @@ CommandRegistrar::CommandRegistrar(const char* name, const char* summary, Comman
   registry().push_back({name, summary, fn, order});
 }
 
+int parse_flags(ArgParser& args, int argc, char** argv, const char* command) {
+  Status st = args.parse(argc, argv);
+  if (!st.ok()) return fail(command, st.message());
+  if (args.help_requested()) return std::printf("%s", args.usage().c_str()), 0;
+  return -1;
+}
+
+int fail(const char* command, const std::string& message) {
+  std::fprintf(stderr, "muse %s: %s\n", command, message.c_str());
+  return 2;
+}
+
 MUSE_COMMAND("version", "print the version", version_command, 1000);
 
 }  // namespace muse::tool

@@ -1,6 +1,7 @@
 #include "muse/loading/convert.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -12,16 +13,8 @@ namespace muse {
 
 namespace {
 
-inline float bits_to_f32(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-inline uint32_t f32_to_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
+inline float bits_to_f32(uint32_t u) { return std::bit_cast<float>(u); }
+inline uint32_t f32_to_bits(float f) { return std::bit_cast<uint32_t>(f); }
 
 float f8_e4m3fnuz_to_f32(uint8_t v) {
   if (v == 0x80) return std::numeric_limits<float>::quiet_NaN();
@@ -124,7 +117,7 @@ Status convert_to_f32(DType dtype, const uint8_t* src, int64_t first, int64_t n,
       for (int64_t i = 0; i < n; ++i) {
         uint16_t h;
         std::memcpy(&h, p + 2 * i, 2);
-        dst[i] = bits_to_f32(uint32_t(h) << 16);
+        dst[i] = bf16_to_f32(h);
       }
       break;
     case DType::F16:

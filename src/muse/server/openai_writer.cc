@@ -74,6 +74,19 @@ Json usage_json(const UsageInfo& u, bool details) {
   return j;
 }
 
+// The whole (non-streamed) response body of both endpoints.
+std::string whole_body(const WriterOptions& o, const char* object, Json choices, const UsageInfo& u) {
+  Json r = Json::object();
+  r.set("id", o.id);
+  r.set("object", object);
+  r.set("created", o.created);
+  r.set("model", o.model);
+  r.set("choices", std::move(choices));
+  r.set("usage", usage_json(u, true));
+  r.set("system_fingerprint", Json());
+  return r.dump();
+}
+
 // Shared chunk envelope and usage rules of both OpenAI streams.
 class OpenAIStream {
  protected:
@@ -229,15 +242,7 @@ class ChatWriter : public ResponseWriter, OpenAIStream {
       choice.set("stop_reason", c.finish.stop_reason);
       choices.push_back(std::move(choice));
     }
-    Json r = Json::object();
-    r.set("id", opt_.id);
-    r.set("object", "chat.completion");
-    r.set("created", opt_.created);
-    r.set("model", opt_.model);
-    r.set("choices", std::move(choices));
-    r.set("usage", usage_json(u, true));
-    r.set("system_fingerprint", Json());
-    return r.dump();
+    return whole_body(opt_, "chat.completion", std::move(choices), u);
   }
 
  private:
@@ -321,15 +326,7 @@ class CompletionWriter : public ResponseWriter, OpenAIStream {
       Json arr = one_choice(int(i), c.text, c.want_logprobs ? c.lp.json() : Json(), Json(c.finish.reason), c.finish.stop_reason);
       choices.push_back(std::move(arr.as_array()[0]));
     }
-    Json r = Json::object();
-    r.set("id", opt_.id);
-    r.set("object", "text_completion");
-    r.set("created", opt_.created);
-    r.set("model", opt_.model);
-    r.set("choices", std::move(choices));
-    r.set("usage", usage_json(u, true));
-    r.set("system_fingerprint", Json());
-    return r.dump();
+    return whole_body(opt_, "text_completion", std::move(choices), u);
   }
 
  private:

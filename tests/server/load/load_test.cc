@@ -30,39 +30,17 @@
 
 #include "muse/core/json.h"
 
-namespace {
+#include "../../support/loopback_client.h"
 
-int connect_to(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(uint16_t(port));
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-    close(fd);
-    return -1;
-  }
-  timeval tv{60, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  return fd;
-}
+namespace {
 
 std::string http(int port, const std::string& method, const std::string& path, const std::string& body,
                  size_t stop_after = 0) {
-  int fd = connect_to(port);
-  if (fd < 0) return "";
-  std::string req = method + " " + path + " HTTP/1.1\r\nHost: l\r\nConnection: close\r\nContent-Type: application/json\r\n" +
-                    "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
-  send(fd, req.data(), req.size(), MSG_NOSIGNAL);
   std::string out;
-  char buf[16384];
-  for (;;) {
-    ssize_t n = recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    out.append(buf, size_t(n));
-    if (stop_after && out.size() >= stop_after) break;  // hang up mid-stream
-  }
-  close(fd);
+  muse::test_support::http_exchange(port, 60, method, path, body, [&](std::string_view d) {
+    out.append(d);
+    return !(stop_after && out.size() >= stop_after);  // hang up mid-stream
+  });
   return out;
 }
 
