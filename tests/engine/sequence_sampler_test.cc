@@ -262,5 +262,70 @@ TEST(SequenceSampler, Validation) {
   EXPECT_FALSE(bad([](SamplingConfig& c) { c.top_k = -1; }));
 }
 
+// A constraint admitting the ids divisible by `mod` (and recording accepts).
+class EveryNth : public TokenConstraint {
+ public:
+  explicit EveryNth(int mod, std::vector<int32_t>* accepted) : mod_(mod), accepted_(accepted) {}
+  bool allows(int32_t id) const override { return id % mod_ == 0; }
+  void accept(int32_t id) override { accepted_->push_back(id); }
+
+ private:
+  int mod_;
+  std::vector<int32_t>* accepted_;
+};
+
+TEST(SequenceSampler, ConstraintMasksBeforeTheDraw) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> n(0.f, 3.f);
+  for (double temperature : {0.0, 0.7, 1.5}) {
+    SamplingConfig c;
+    c.temperature = temperature;
+    c.top_p = 0.9;
+    c.seed = 5;
+    std::vector<int32_t> accepted;
+    SequenceSampler s(c, 97);
+    s.set_constraint(std::make_unique<EveryNth>(3, &accepted));
+    for (int step = 0; step < 200; ++step) {
+      std::vector<float> logits(100);
+      for (float& x : logits) x = n(rng);
+      std::vector<float> copy = logits;
+      SampledToken t = s.sample(logits, 2);
+      EXPECT_EQ(t.id % 3, 0);
+      EXPECT_LT(t.id, 97);
+      if (temperature == 0.0) {  // the best admitted id
+        int32_t best = 0;
+        for (int32_t i = 0; i < 97; i += 3)
+          if (copy[size_t(i)] > copy[size_t(best)]) best = i;
+        EXPECT_EQ(t.id, best);
+      }
+      for (const auto& e : t.top)  // processed logprobs see the mask (-9999 entries fill up top k)
+        if (e.logprob > kMinLogprob) EXPECT_EQ(e.id % 3, 0);
+      s.accept(t.id);
+    }
+    EXPECT_EQ(accepted.size(), 200u);
+  }
+}
+
+TEST(SequenceSampler, ConstraintWinsOverMinTokens) {
+  // Only id 4 is admitted, but min_tokens blocks it: the constraint's choice
+  // is taken anyway (a grammar that must end cannot be kept open).
+  struct OnlyFour : TokenConstraint {
+    bool allows(int32_t id) const override { return id == 4; }
+    void accept(int32_t) override {}
+  };
+  for (double temperature : {0.0, 1.0}) {
+    SamplingConfig c;
+    c.temperature = temperature;
+    c.min_tokens = 5;
+    c.min_tokens_blocked = {4};
+    SequenceSampler s(c, 10);
+    s.set_constraint(std::make_unique<OnlyFour>());
+    std::vector<float> logits = {9, 1, 1, 1, 0.5f, 1, 1, 1, -3, 1};
+    SampledToken t = s.sample(logits, 1);
+    EXPECT_EQ(t.id, 4);
+    EXPECT_TRUE(t.has_logprobs);
+  }
+}
+
 }  // namespace
 }  // namespace muse

@@ -40,7 +40,7 @@ TEST(MuseAdapter, TinyUsesTheGlimmerProfileAndItsOwnIds) {
   EXPECT_EQ(a->tokenizer().id_limit(), 4096);
   EXPECT_TRUE(a->info().default_sampling.is_object());
   EXPECT_EQ(a->info().default_sampling.find("temperature"), nullptr) << "do_sample is not a sampling default";
-  EXPECT_FALSE(a->info().supports_forced_tool_choice);
+  EXPECT_TRUE(a->info().supports_forced_tool_choice);
   EXPECT_TRUE(a->info().supports_prompt_logprobs);
 }
 

@@ -171,6 +171,7 @@ void Scheduler::admit(std::unique_ptr<Request> req) {
     s->tokens.reserve(r->r.prompt.size() + size_t(r->r.max_tokens));
     s->prompt_len = int64_t(r->r.prompt.size());
     s->sampler.set_prompt(r->r.prompt);
+    if (r->r.make_constraint) s->sampler.set_constraint(r->r.make_constraint());
     s->want_prompt_logprobs = r->r.prompt_logprobs >= 0;
     waiting_.push_back(s.get());
     r->seqs.push_back(std::move(s));

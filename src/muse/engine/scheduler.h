@@ -25,6 +25,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -56,6 +57,9 @@ struct GenerateRequest {
   bool ignore_eos = false;
   int logprobs = -1;         // -1: none; k >= 0: the chosen token's + top k
   int prompt_logprobs = -1;  // -1: none; k >= 0: per prompt token, top k
+  // Builds each sequence's TokenConstraint (a forced tool call, a grammar);
+  // empty: unconstrained.
+  std::function<std::unique_ptr<TokenConstraint>()> make_constraint;
 };
 
 enum class SeqFinish { None, Stop, Length, Abort, Error };

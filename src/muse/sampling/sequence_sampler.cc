@@ -77,6 +77,7 @@ void SequenceSampler::set_prompt(std::span<const int32_t> prompt) {
 
 void SequenceSampler::accept(int32_t token) {
   ++generated_;
+  if (constraint_) constraint_->accept(token);
   if (penalties_) ++counts_[token];
 }
 
@@ -171,13 +172,36 @@ SampledToken compute_logprobs(std::span<const float> logits, int64_t limit, int3
   return out;
 }
 
+bool SequenceSampler::apply_constraint(std::span<float> logits, std::span<const float> raw, int32_t* out) const {
+  const int64_t n = limit(logits.size());
+  bool any = false;
+  int32_t fallback = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!constraint_->allows(int32_t(i))) {
+      logits[size_t(i)] = kNegInf;
+      continue;
+    }
+    if (logits[size_t(i)] != kNegInf) any = true;
+    if (fallback < 0 || raw[size_t(i)] > raw[size_t(fallback)]) fallback = int32_t(i);
+  }
+  if (any) return true;
+  // Nothing allowed survived the processors; with nothing allowed at all the
+  // constraint is finished or broken, and the unconstrained argmax goes on.
+  *out = fallback >= 0 ? fallback : argmax(raw, n);
+  return false;
+}
+
 SampledToken SequenceSampler::sample(std::span<float> logits, int top_logprobs, LogprobsMode mode) {
   SampledToken out;
   const int64_t n = limit(logits.size());
   const bool want = top_logprobs >= 0;
   std::vector<float> raw;
-  if (want && mode == LogprobsMode::Raw) raw.assign(logits.begin(), logits.begin() + n);
+  if ((want && mode == LogprobsMode::Raw) || constraint_) raw.assign(logits.begin(), logits.begin() + n);
   apply_processors(logits);
+  if (constraint_ && !apply_constraint(logits, raw, &out.id)) {
+    if (want) fill_logprobs(raw, n, out.id, top_logprobs, out);
+    return out;
+  }
   if (greedy()) {
     out.id = argmax(logits, n);
     if (want) fill_logprobs(mode == LogprobsMode::Raw ? std::span<const float>(raw) : logits, n, out.id, top_logprobs, out);

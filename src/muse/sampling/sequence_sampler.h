@@ -6,6 +6,7 @@
 //              ──► logit_bias
 //              ──► penalties: repetition (prompt + output), frequency and
 //                  presence (output only)
+//              ──► constraint (ids a TokenConstraint refuses masked)
 //              ──► greedy: argmax                            (temperature 0)
 //                  random: ÷ temperature → min_p → top_k → top_p → draw
 //
@@ -20,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <unordered_map>
 #include <utility>
@@ -27,6 +29,7 @@
 
 #include "muse/core/status.h"
 #include "muse/sampling/sampler.h"
+#include "muse/sampling/token_constraint.h"
 
 namespace muse {
 
@@ -74,6 +77,11 @@ class SequenceSampler {
 
   // Prompt tokens (the repetition penalty covers them).
   void set_prompt(std::span<const int32_t> prompt);
+  // Restricts every later draw to the ids `constraint` allows; accept() feeds
+  // it. When the processors leave no allowed id possible (say min_tokens
+  // masks the only allowed one), the allowed id with the highest raw logit is
+  // taken, so a constrained sequence never leaves its grammar.
+  void set_constraint(std::unique_ptr<TokenConstraint> constraint) { constraint_ = std::move(constraint); }
   // Picks the next token from `logits` (modified in place: it is the
   // workspace). top_logprobs < 0: no logprobs.
   SampledToken sample(std::span<float> logits, int top_logprobs = -1, LogprobsMode mode = LogprobsMode::Processed);
@@ -93,6 +101,9 @@ class SequenceSampler {
  private:
   int64_t limit(size_t n) const;
   void apply_processors(std::span<float> logits) const;
+  // Masks the ids the constraint refuses; false if no allowed id is left
+  // finite (then `out` is the fallback id).
+  bool apply_constraint(std::span<float> logits, std::span<const float> raw, int32_t* out) const;
   // Random path: fills cand_ (kept ids, draw order) and probs_ (unnormalised).
   void truncate(std::span<const float> scaled) const;
 
@@ -103,6 +114,7 @@ class SequenceSampler {
   std::vector<int32_t> prompt_ids_;                 // sorted, unique
   std::unordered_map<int32_t, int32_t> counts_;     // generated id -> count
   bool penalties_ = false;
+  std::unique_ptr<TokenConstraint> constraint_;
   // Scratch (mutable so distribution() can reuse the same code).
   mutable std::vector<int32_t> cand_;
   mutable std::vector<double> probs_;

@@ -149,9 +149,12 @@ class EngineService : public GenerationService {
   std::optional<SubmitError> submit(GenerationRequest req, std::shared_ptr<GenerationSink> sink) override {
     Scheduler* sched = scheduler();
     if (!sched) return SubmitError{SubmitError::Kind::Unavailable, "the model is not loaded"};
-    if (!req.constraint.is_null())
-      return SubmitError{SubmitError::Kind::Invalid, "constrained generation is not supported by this engine yet"};
     GenerateRequest g;
+    if (!req.constraint.is_null()) {
+      auto make = adapter_->constraint_factory(req.constraint);
+      if (!make.ok()) return SubmitError{SubmitError::Kind::Invalid, make.message()};
+      g.make_constraint = std::move(make).value();
+    }
     g.id = req.request_id;
     g.prompt = req.prompt_ids;
     g.n = req.n;

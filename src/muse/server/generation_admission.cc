@@ -87,6 +87,8 @@ GenerationRequest engine_request(const State& s, const ApiRequest& req, std::vec
     Json c = Json::object();
     c.set("type", "tool_call");
     c.set("name", req.tool_choice.kind == ToolChoice::Kind::Named ? Json(req.tool_choice.name) : Json());
+    c.set("tools", req.tools);
+    c.set("parallel_tool_calls", req.parallel_tool_calls);
     g.constraint = std::move(c);
   }
   return g;

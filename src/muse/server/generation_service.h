@@ -66,8 +66,9 @@ struct GenerationRequest {
   bool skip_special_tokens = true;
   // Structured output the engine must enforce (only sent when ModelInfo says
   // it is supported): null, or {"type":"json_object"} / {"type":"json_schema",
-  // "schema":{...}} for the answer body, or {"type":"tool_call","name":N|null}
-  // for tool_choice required (null) / named.
+  // "schema":{...}} for the answer body, or {"type":"tool_call","name":N|null,
+  // "tools":[...],"parallel_tool_calls":bool} for tool_choice required (null)
+  // / named.
   Json constraint;
 };
 

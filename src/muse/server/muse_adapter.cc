@@ -194,7 +194,7 @@ Result<std::shared_ptr<MuseModelAdapter>> MuseModelAdapter::create(const EngineS
     }
   }
   info.supports_structured_output = false;
-  info.supports_forced_tool_choice = false;
+  info.supports_forced_tool_choice = a->template_ && a->template_->profile().is_muse;
   info.supports_prompt_logprobs = true;
   return a;
 }
@@ -221,6 +221,30 @@ Result<RenderedPrompt> MuseModelAdapter::render_chat(const Json& request, ChatAp
   p.ids = files_.tokenizer.encode(text, /*add_special_tokens=*/false);  // the template writes BOS itself
   p.text = std::move(text);
   return p;
+}
+
+Result<std::function<std::unique_ptr<TokenConstraint>()>> MuseModelAdapter::constraint_factory(const Json& c) const {
+  if (!info_.supports_forced_tool_choice || c.get_string("type", "") != "tool_call")
+    return make_error("constrained generation of type '" + c.get_string("type", "") + "' is not supported for this model");
+  const Json* tools_json = c.find("tools");
+  MUSE_ASSIGN_OR_RETURN(chat::ToolSet tools, chat::ToolSet::from_json(tools_json ? *tools_json : Json()));
+  std::vector<std::string> names;
+  const Json* name = c.find("name");
+  if (name && name->is_string()) {
+    names.push_back(name->as_string());
+  } else {
+    for (const auto& t : tools.tools()) names.push_back(t.name);
+  }
+  const bool single = (name && name->is_string()) || !c.get_bool("parallel_tool_calls", true);
+  auto grammar = chat::ToolCallGrammar::make(framing_, tools, names, single);
+  if (!grammar.ok()) return make_error("tool_choice: " + grammar.message());
+  std::call_once(grammar_vocab_once_, [&] {
+    grammar_vocab_ = chat::GrammarVocabulary::build(files_.tokenizer, framing_, info_.vocab_size);
+  });
+  auto g = std::make_shared<const chat::ToolCallGrammar>(std::move(grammar).value());
+  auto vocab = grammar_vocab_;
+  return std::function<std::unique_ptr<TokenConstraint>()>(
+      [g, vocab]() -> std::unique_ptr<TokenConstraint> { return std::make_unique<chat::ToolCallConstraint>(g, vocab); });
 }
 
 std::unique_ptr<OutputParser> MuseModelAdapter::make_output_parser(const ParserOptions& options) const {

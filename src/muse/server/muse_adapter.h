@@ -3,10 +3,13 @@
 // Muse response parser.
 #pragma once
 
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "muse/chat/chat_template.h"
+#include "muse/chat/tool_call_constraint.h"
 #include "muse/model/config.h"
 #include "muse/server/generation_service.h"
 #include "muse/server/serve_options.h"
@@ -29,6 +32,9 @@ class MuseModelAdapter : public ModelAdapter {
   std::unique_ptr<OutputParser> make_output_parser(const ParserOptions& options) const override;
 
   const Tokenizer& tokenizer() const { return files_.tokenizer; }
+  // Per-sequence constraints for GenerationRequest::constraint (a forced
+  // tool call: chat/tool_call_grammar.h). Errors are the client's (400).
+  Result<std::function<std::unique_ptr<TokenConstraint>()>> constraint_factory(const Json& constraint) const;
   // The chat profile's name ("muse_glimmer", "muse_spark", "generic"), or
   // "none" without a chat template.
   std::string profile_name() const;
@@ -41,6 +47,10 @@ class MuseModelAdapter : public ModelAdapter {
   std::string template_error_;
   chat::FramingFormat framing_;  // the profile's, with this tokenizer's marker ids
   ModelInfo info_;
+  // The vocabulary as grammars see it, built on first use (~the vocabulary's
+  // decode time) and shared by all constrained sequences.
+  mutable std::once_flag grammar_vocab_once_;
+  mutable std::shared_ptr<const chat::GrammarVocabulary> grammar_vocab_;
 };
 
 // Sampling defaults from a generation_config.json object, as vLLM reads them

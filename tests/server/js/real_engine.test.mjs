@@ -134,14 +134,66 @@ test('tools, streamed: argument deltas reassemble to valid JSON, same as the who
   });
 });
 
-test('tools: parallel_tool_calls=false keeps one call; tool_choice none gives text; forced choice is refused', async () => {
+test('tools: parallel_tool_calls=false keeps one call; tool_choice none gives text', async () => {
   const one = await openai.chat.completions.create({ ...greedy, messages: user("What's the weather in Paris?"), tools: [weatherTool], parallel_tool_calls: false });
   assert.ok((one.choices[0].message.tool_calls ?? []).length <= 1);
   const none = await openai.chat.completions.create({ ...greedy, messages: user("What's the weather in Paris?"), tools: [weatherTool], tool_choice: 'none' });
   assert.equal(none.choices[0].message.tool_calls, undefined);
   assert.notEqual(none.choices[0].finish_reason, 'tool_calls');
-  await assert.rejects(openai.chat.completions.create({ ...greedy, messages: user('hi'), tools: [weatherTool], tool_choice: 'required' }),
-    (e) => e instanceof OpenAI.BadRequestError && e.code === 'unsupported_value');
+});
+
+// Forced choices are enforced by a grammar over the ATEM call syntax
+// (chat/tool_call_grammar.h): even a question the model would answer in
+// text yields a call, with the declared keys and required ones present.
+test('tools: tool_choice named and required force a call (whole, streamed, sampled, Anthropic)', async () => {
+  const sky = user('What color is the sky?');
+  const named = await openai.chat.completions.create({ ...greedy, messages: sky, tools: [weatherTool, calcTool],
+    tool_choice: { type: 'function', function: { name: 'calculator' } } });
+  const nm = named.choices[0].message;
+  assertToolCalls(nm);
+  assert.equal(nm.tool_calls.length, 1);
+  assert.equal(nm.tool_calls[0].function.name, 'calculator');
+  assert.equal(typeof JSON.parse(nm.tool_calls[0].function.arguments).expression, 'string');
+  assert.equal(nm.content, null);
+
+  for (const temperature of [0, 1]) {
+    const req = await openai.chat.completions.create({ ...greedy, temperature, seed: 7, messages: sky, tools: [weatherTool, calcTool], tool_choice: 'required' });
+    const rm = req.choices[0].message;
+    assertToolCalls(rm);
+    for (const c of rm.tool_calls) {
+      assert.ok(['get_weather', 'calculator'].includes(c.function.name), c.function.name);
+      const args = JSON.parse(c.function.arguments);
+      const key = c.function.name === 'get_weather' ? 'city' : 'expression';
+      assert.deepEqual(Object.keys(args), [key]);
+      assert.equal(typeof args[key], 'string');
+    }
+    assert.equal(req.choices[0].finish_reason, 'tool_calls');
+  }
+
+  const stream = await openai.chat.completions.create({ ...greedy, messages: sky, tools: [weatherTool, calcTool],
+    tool_choice: { type: 'function', function: { name: 'calculator' } }, stream: true });
+  const calls = {};
+  for await (const c of stream) {
+    for (const d of c.choices[0]?.delta?.tool_calls ?? []) {
+      calls[d.index] ??= { name: '', args: '' };
+      if (d.function?.name) calls[d.index].name += d.function.name;
+      if (d.function?.arguments) calls[d.index].args += d.function.arguments;
+    }
+  }
+  assert.equal(calls[0].name, 'calculator');
+  assert.deepEqual(JSON.parse(calls[0].args), JSON.parse(nm.tool_calls[0].function.arguments));
+
+  const a = await anthropic.messages.create({ model: MODEL, max_tokens: 200, temperature: 0, messages: sky,
+    tools: [{ name: 'get_weather', description: 'Get the current weather for a city.',
+      input_schema: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } }],
+    tool_choice: { type: 'tool', name: 'get_weather' } });
+  assert.equal(a.stop_reason, 'tool_use');
+  const use = a.content.find((b) => b.type === 'tool_use');
+  assert.equal(use.name, 'get_weather');
+  assert.equal(typeof use.input.city, 'string');
+
+  await assert.rejects(openai.chat.completions.create({ ...greedy, messages: sky, tools: [weatherTool], tool_choice: { type: 'function', function: { name: 'nope' } } }),
+    (e) => e instanceof OpenAI.BadRequestError);
 });
 
 test('a tool result continues the conversation', async () => {

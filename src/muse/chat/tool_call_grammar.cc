@@ -1,0 +1,366 @@
+#include "muse/chat/tool_call_grammar.h"
+
+#include <bit>
+
+namespace muse::chat {
+
+namespace {
+
+enum Phase : uint8_t {
+  kLiteral,       // matching a fixed string (State::literal)
+  kRecipient,     // header recipient, until <|message|>
+  kReasoning,     // reasoning body, until <|eom|>
+  kExpectStart,   // <|start|> of the next frame
+  kParamOrEnd,    // another parameter, or the end of the call
+  kParamName,     // a key, until '"'
+  kValueText,     // free text until the closing tag (pos: how much of it matched)
+  kValueNumber,   // number characters, then the closing tag
+  kValueOptions,  // one of the parameter's values, then the closing tag
+  kEndOfCall,     // <|eom|> (another call) or <|eot|>
+  kDone,
+};
+
+enum Literal : uint8_t { kTo, kAssistantTo, kCallOpen, kParamOpen, kGt, kParamClose, kCallsClose };
+
+constexpr size_t kMaxOptions = 64;  // candidate sets are 64-bit masks
+
+uint64_t all_bits(size_t n) { return n >= 64 ? ~uint64_t(0) : (uint64_t(1) << n) - 1; }
+
+// Candidates i whose option has character c at `pos`.
+uint64_t narrow(const std::vector<std::string>& options, uint64_t cand, size_t pos, char c) {
+  uint64_t out = 0;
+  for (uint64_t m = cand; m; m &= m - 1) {
+    const int i = std::countr_zero(m);
+    const std::string& o = options[size_t(i)];
+    if (pos < o.size() && o[pos] == c) out |= uint64_t(1) << i;
+  }
+  return out;
+}
+
+// The lowest candidate whose option is exactly `pos` long, or -1.
+int exact(const std::vector<std::string>& options, uint64_t cand, size_t pos) {
+  for (uint64_t m = cand; m; m &= m - 1) {
+    const int i = std::countr_zero(m);
+    if (options[size_t(i)].size() == pos) return i;
+  }
+  return -1;
+}
+
+bool is_digit(char c) { return c >= '0' && c <= '9'; }
+
+}  // namespace
+
+Result<ToolCallGrammar> ToolCallGrammar::make(const FramingFormat& f, const ToolSet& tools,
+                                              const std::vector<std::string>& names, bool single_call) {
+  ToolCallGrammar g;
+  g.f_ = f;
+  g.single_call_ = single_call;
+  if (names.empty()) return make_error("a forced tool call needs at least one tool");
+  if (f.param_close.empty() || f.param_close.find(f.param_close[0], 1) != std::string::npos)
+    return make_error("the parameter closing tag must not repeat its first character");
+  g.recipients_ = f.reasoning_recipients;
+  g.reasoning_count_ = g.recipients_.size();
+  if (g.reasoning_count_ + names.size() > kMaxOptions)
+    return make_error("a forced tool call can choose among at most " + std::to_string(kMaxOptions - g.reasoning_count_) +
+                      " tools; this request declares " + std::to_string(names.size()));
+  for (const std::string& name : names) {
+    if (!is_valid_tool_name(name)) return make_error("tool name '" + name + "' is not [A-Za-z0-9_.-]+");
+    const ToolInfo* info = tools.find(name);
+    if (!info) return make_error("no tool named '" + name + "' is declared");
+    Tool t;
+    t.name = name;
+    t.call_open = f.calls_open + "\n" + f.invoke_open + " name=\"" + name + "\">\n";
+    const Json* props = info->parameters.is_object() ? info->parameters.find("properties") : nullptr;
+    if (!props || !props->is_object() || props->as_object().empty() || props->as_object().size() > kMaxOptions) {
+      t.free_keys = true;
+    } else {
+      for (const auto& [key, schema] : props->as_object()) {
+        Param p;
+        p.name = key;
+        const std::string type = schema.is_object() ? schema.get_string("type", "") : "";
+        const Json* en = schema.is_object() ? schema.find("enum") : nullptr;
+        bool strings = en && en->is_array() && !en->as_array().empty() && en->as_array().size() <= kMaxOptions;
+        if (strings)
+          for (const Json& v : en->as_array()) strings = strings && v.is_string();
+        if (strings) {
+          p.kind = Param::Kind::Options;
+          for (const Json& v : en->as_array()) p.options.push_back(v.as_string());
+        } else if (type == "boolean") {
+          p.kind = Param::Kind::Options;
+          p.options = {"true", "false"};
+        } else if (type == "integer") {
+          p.kind = Param::Kind::Integer;
+        } else if (type == "number") {
+          p.kind = Param::Kind::Number;
+        }
+        // A key with a quote could never be written (the tag ends at '"').
+        if (key.empty() || key.find('"') != std::string::npos) return make_error("parameter name '" + key + "' cannot be written in ATEM");
+        t.params.push_back(std::move(p));
+      }
+      if (const Json* req = info->parameters.find("required"); req && req->is_array())
+        for (const Json& r : req->as_array())
+          for (size_t i = 0; i < t.params.size(); ++i)
+            if (r.is_string() && r.as_string() == t.params[i].name) t.required |= uint64_t(1) << i;
+    }
+    g.recipients_.push_back(name);
+    g.tools_.push_back(std::move(t));
+  }
+  g.to_ = " " + f.recipient_prefix;
+  g.assistant_to_ = f.assistant_role + " " + f.recipient_prefix;
+  g.param_open_ = f.param_open + " name=\"";
+  g.param_close_ = f.param_close + "\n";
+  g.calls_close_ = f.invoke_close + "\n" + f.calls_close;
+  return g;
+}
+
+ToolCallGrammar::State ToolCallGrammar::initial() const {
+  State s;
+  s.phase = kLiteral;
+  s.literal = kTo;
+  return s;
+}
+
+uint64_t ToolCallGrammar::recipient_candidates(const State& s) const {
+  uint64_t names = all_bits(recipients_.size()) & ~all_bits(reasoning_count_);
+  if (!s.reasoning_done && s.calls == 0) names |= all_bits(reasoning_count_);
+  return names;
+}
+
+std::string_view ToolCallGrammar::literal(const State& s) const {
+  switch (s.literal) {
+    case kTo: return to_;
+    case kAssistantTo: return assistant_to_;
+    case kCallOpen: return tools_[size_t(s.tool)].call_open;
+    case kParamOpen: return param_open_;
+    case kGt: return ">";
+    case kParamClose: return param_close_;
+    case kCallsClose: return calls_close_;
+  }
+  return {};
+}
+
+void ToolCallGrammar::after_literal(State& s) const {
+  s.pos = 0;
+  switch (s.literal) {
+    case kTo:
+    case kAssistantTo:
+      s.phase = kRecipient;
+      s.candidates = recipient_candidates(s);
+      return;
+    case kCallOpen:
+    case kParamClose:
+      s.phase = kParamOrEnd;
+      return;
+    case kParamOpen: {
+      const Tool& t = tools_[size_t(s.tool)];
+      s.phase = kParamName;
+      s.candidates = t.free_keys ? 0 : all_bits(t.params.size()) & ~s.seen;
+      return;
+    }
+    case kGt: start_value(s); return;
+    case kCallsClose: s.phase = kEndOfCall; return;
+  }
+}
+
+void ToolCallGrammar::start_value(State& s) const {
+  s.pos = 0;
+  if (s.param < 0) {
+    s.phase = kValueText;
+    return;
+  }
+  const Param& p = tools_[size_t(s.tool)].params[size_t(s.param)];
+  switch (p.kind) {
+    case Param::Kind::Text: s.phase = kValueText; return;
+    case Param::Kind::Integer:
+    case Param::Kind::Number:
+      s.phase = kValueNumber;
+      s.next = 0;
+      return;
+    case Param::Kind::Options:
+      s.phase = kValueOptions;
+      s.candidates = all_bits(p.options.size());
+      return;
+  }
+}
+
+bool ToolCallGrammar::feed_char(State& s, char c) const {
+  switch (s.phase) {
+    case kLiteral: {
+      std::string_view lit = literal(s);
+      if (s.pos >= lit.size() || lit[s.pos] != c) return false;
+      if (++s.pos == lit.size()) after_literal(s);
+      return true;
+    }
+    case kRecipient: {
+      s.candidates = narrow(recipients_, s.candidates, s.pos, c);
+      ++s.pos;
+      return s.candidates != 0;
+    }
+    case kReasoning: return true;
+    case kParamOrEnd: {
+      const Tool& t = tools_[size_t(s.tool)];
+      const bool more = t.free_keys || (all_bits(t.params.size()) & ~s.seen) != 0;
+      const bool closeable = (s.seen & t.required) == t.required;
+      const bool a = more && s.pos < param_open_.size() && param_open_[s.pos] == c;
+      const bool b = closeable && s.pos < calls_close_.size() && calls_close_[s.pos] == c;
+      if (!a && !b) return false;
+      ++s.pos;
+      if (a && b) return true;  // the shared "<"
+      s.phase = kLiteral;
+      s.literal = a ? kParamOpen : kCallsClose;
+      if (s.pos == literal(s).size()) after_literal(s);
+      return true;
+    }
+    case kParamName: {
+      const Tool& t = tools_[size_t(s.tool)];
+      if (c == '"') {
+        if (t.free_keys) {
+          if (s.pos == 0) return false;
+          s.param = -1;
+        } else {
+          int i = -1;
+          for (uint64_t m = s.candidates; m && i < 0; m &= m - 1)
+            if (t.params[size_t(std::countr_zero(m))].name.size() == s.pos) i = std::countr_zero(m);
+          if (i < 0) return false;
+          s.param = int16_t(i);
+          s.seen |= uint64_t(1) << i;
+        }
+        s.phase = kLiteral;
+        s.literal = kGt;
+        s.pos = 0;
+        return true;
+      }
+      if (t.free_keys) {
+        if (c == '<' || c == '>' || c == '\n') return false;
+        ++s.pos;
+        return true;
+      }
+      uint64_t out = 0;
+      for (uint64_t m = s.candidates; m; m &= m - 1) {
+        const int i = std::countr_zero(m);
+        const std::string& name = t.params[size_t(i)].name;
+        if (s.pos < name.size() && name[s.pos] == c) out |= uint64_t(1) << i;
+      }
+      s.candidates = out;
+      ++s.pos;
+      return out != 0;
+    }
+    case kValueText: {
+      const std::string& close = f_.param_close;
+      if (close[s.pos] == c) {
+        if (++s.pos == close.size()) {  // the closing tag; its newline follows
+          s.phase = kLiteral;
+          s.literal = kParamClose;
+        }
+        return true;
+      }
+      s.pos = c == close[0] ? 1 : 0;
+      return true;
+    }
+    case kValueNumber: {
+      // JSON's number grammar (RFC 8259), integers without fraction or
+      // exponent; `next` holds where in it we are. Sizes are capped so the
+      // value parses back as a number (an int64 integer; a double with at
+      // most 64 characters and a two-digit exponent) instead of overflowing
+      // into a string.
+      const bool integer = tools_[size_t(s.tool)].params[size_t(s.param)].kind == Param::Kind::Integer;
+      enum : uint8_t { kStart, kMinus, kZero, kInt, kDot, kFrac, kE, kESign, kExp, kExp2 };
+      uint8_t& n = s.next;
+      if (c == f_.param_close[0]) {
+        if (n != kZero && n != kInt && n != kFrac && n != kExp && n != kExp2) return false;
+        s.phase = kLiteral;
+        s.literal = kParamClose;
+        s.pos = 1;
+        return true;
+      }
+      const bool d = is_digit(c);
+      switch (n) {
+        case kStart: n = c == '-' ? kMinus : c == '0' ? kZero : d ? kInt : 255; break;
+        case kMinus: n = c == '0' ? kZero : d ? kInt : 255; break;
+        case kZero: n = c == '.' ? kDot : (c == 'e' || c == 'E') ? kE : 255; break;
+        case kInt: n = d ? kInt : c == '.' ? kDot : (c == 'e' || c == 'E') ? kE : 255; break;
+        case kDot: n = d ? kFrac : 255; break;
+        case kFrac: n = d ? kFrac : (c == 'e' || c == 'E') ? kE : 255; break;
+        case kE: n = d ? kExp : (c == '+' || c == '-') ? kESign : 255; break;
+        case kESign: n = d ? kExp : 255; break;
+        case kExp: n = d ? kExp2 : 255; break;
+        default: n = 255;
+      }
+      if (integer && (n == kDot || n == kE)) return false;
+      if (++s.pos > (integer ? 18 : 64)) return false;
+      return n != 255;
+    }
+    case kValueOptions: {
+      const Param& p = tools_[size_t(s.tool)].params[size_t(s.param)];
+      if (c == f_.param_close[0] && exact(p.options, s.candidates, s.pos) >= 0) {  // a whole value, then the tag
+        s.phase = kLiteral;
+        s.literal = kParamClose;
+        s.pos = 1;
+        return true;
+      }
+      s.candidates = narrow(p.options, s.candidates, s.pos, c);
+      ++s.pos;
+      return s.candidates != 0;
+    }
+    default: return false;  // markers only
+  }
+}
+
+bool ToolCallGrammar::feed_text(State& s, std::string_view bytes) const {
+  for (char c : bytes)
+    if (!feed_char(s, c)) return false;
+  return true;
+}
+
+bool ToolCallGrammar::feed_marker(State& s, GrammarMarker m) const {
+  switch (s.phase) {
+    case kRecipient: {
+      if (m != GrammarMarker::Message) return false;
+      const int i = exact(recipients_, s.candidates, s.pos);
+      if (i < 0) return false;
+      s.pos = 0;
+      if (size_t(i) < reasoning_count_) {
+        s.phase = kReasoning;
+        return true;
+      }
+      s.tool = int16_t(size_t(i) - reasoning_count_);
+      s.seen = 0;
+      s.param = -1;
+      s.phase = kLiteral;
+      s.literal = kCallOpen;
+      return true;
+    }
+    case kReasoning:
+      if (m != GrammarMarker::EndMessage) return false;
+      s.reasoning_done = true;
+      s.phase = kExpectStart;
+      return true;
+    case kExpectStart:
+      if (m != GrammarMarker::Start) return false;
+      s.phase = kLiteral;
+      s.literal = kAssistantTo;
+      s.pos = 0;
+      return true;
+    case kEndOfCall:
+      if (m == GrammarMarker::EndTurn) {
+        ++s.calls;
+        s.phase = kDone;
+        return true;
+      }
+      if (m == GrammarMarker::EndMessage && !single_call_) {
+        ++s.calls;
+        s.phase = kExpectStart;
+        return true;
+      }
+      return false;
+    default: return false;
+  }
+}
+
+bool ToolCallGrammar::admits_plain_text(const State& s) const {
+  return s.phase == kReasoning || (s.phase == kValueText && s.pos == 0);
+}
+
+bool ToolCallGrammar::finished(const State& s) const { return s.phase == kDone; }
+
+}  // namespace muse::chat
