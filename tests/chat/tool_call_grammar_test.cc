@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "muse/chat/response_parser.h"
-#include "muse/chat/tool_call_constraint.h"
+#include "muse/chat/grammar_constraint.h"
 
 namespace muse::chat {
 namespace {
@@ -153,12 +153,12 @@ struct ToyVocab {
   ToyVocab() {
     v->kind.assign(1006, GrammarVocabulary::kRefused);
     v->bytes.resize(1006);
-    v->has_angle.assign(1006, 0);
+    v->classes.assign(1006, 0);
     int id = 0;
     auto add = [&](const std::string& s) {
       v->kind[size_t(id)] = GrammarVocabulary::kText;
       v->bytes[size_t(id)] = s;
-      v->has_angle[size_t(id)] = s.find('<') != std::string::npos;
+      v->classes[size_t(id)] = GrammarVocabulary::classify(s);
       ++id;
     };
     for (char c = 32; c < 127; ++c) add(std::string(1, c));

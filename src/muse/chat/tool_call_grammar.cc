@@ -2,6 +2,8 @@
 
 #include <bit>
 
+#include "muse/chat/json_schema_grammar.h"
+
 namespace muse::chat {
 
 namespace {
@@ -46,7 +48,6 @@ int exact(const std::vector<std::string>& options, uint64_t cand, size_t pos) {
   return -1;
 }
 
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
 }  // namespace
 
@@ -258,37 +259,17 @@ bool ToolCallGrammar::feed_char(State& s, char c) const {
       return true;
     }
     case kValueNumber: {
-      // JSON's number grammar (RFC 8259), integers without fraction or
-      // exponent; `next` holds where in it we are. Sizes are capped so the
-      // value parses back as a number (an int64 integer; a double with at
-      // most 64 characters and a two-digit exponent) instead of overflowing
-      // into a string.
+      // JSON's number grammar, sized to parse back as a number (`next` is
+      // the automaton's state).
       const bool integer = tools_[size_t(s.tool)].params[size_t(s.param)].kind == Param::Kind::Integer;
-      enum : uint8_t { kStart, kMinus, kZero, kInt, kDot, kFrac, kE, kESign, kExp, kExp2 };
-      uint8_t& n = s.next;
       if (c == f_.param_close[0]) {
-        if (n != kZero && n != kInt && n != kFrac && n != kExp && n != kExp2) return false;
+        if (!detail::json_number_complete(s.next)) return false;
         s.phase = kLiteral;
         s.literal = kParamClose;
         s.pos = 1;
         return true;
       }
-      const bool d = is_digit(c);
-      switch (n) {
-        case kStart: n = c == '-' ? kMinus : c == '0' ? kZero : d ? kInt : 255; break;
-        case kMinus: n = c == '0' ? kZero : d ? kInt : 255; break;
-        case kZero: n = c == '.' ? kDot : (c == 'e' || c == 'E') ? kE : 255; break;
-        case kInt: n = d ? kInt : c == '.' ? kDot : (c == 'e' || c == 'E') ? kE : 255; break;
-        case kDot: n = d ? kFrac : 255; break;
-        case kFrac: n = d ? kFrac : (c == 'e' || c == 'E') ? kE : 255; break;
-        case kE: n = d ? kExp : (c == '+' || c == '-') ? kESign : 255; break;
-        case kESign: n = d ? kExp : 255; break;
-        case kExp: n = d ? kExp2 : 255; break;
-        default: n = 255;
-      }
-      if (integer && (n == kDot || n == kE)) return false;
-      if (++s.pos > (integer ? 18 : 64)) return false;
-      return n != 255;
+      return detail::json_number_step(s.next, s.pos, c, integer);
     }
     case kValueOptions: {
       const Param& p = tools_[size_t(s.tool)].params[size_t(s.param)];
@@ -357,8 +338,10 @@ bool ToolCallGrammar::feed_marker(State& s, GrammarMarker m) const {
   }
 }
 
-bool ToolCallGrammar::admits_plain_text(const State& s) const {
-  return s.phase == kReasoning || (s.phase == kValueText && s.pos == 0);
+uint8_t ToolCallGrammar::fast_path_blockers(const State& s) const {
+  if (s.phase == kReasoning) return 0;
+  if (s.phase == kValueText && s.pos == 0) return kTextHasAngle;
+  return kNoFastPath;
 }
 
 bool ToolCallGrammar::finished(const State& s) const { return s.phase == kDone; }

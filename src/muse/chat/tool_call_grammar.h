@@ -38,6 +38,13 @@ namespace muse::chat {
 
 enum class GrammarMarker : uint8_t { Start, Message, EndMessage, EndTurn, EndOfText };
 
+// What a token's text contains, for the constraints' fast path: a grammar
+// state names the classes that force simulating a token. Every text token
+// has kTextAny, so kNoFastPath (all bits) simulates them all.
+enum : uint8_t {
+  kTextHasAngle = 1, kTextHasQuote = 2, kTextHasBackslash = 4, kTextHasControl = 8, kTextAny = 0x80, kNoFastPath = 0xFF
+};
+
 class ToolCallGrammar {
  public:
   // `names`: the functions a call may name (one: tool_choice names it, or
@@ -65,9 +72,9 @@ class ToolCallGrammar {
   bool feed_marker(State& s, GrammarMarker m) const;
   // False as soon as a byte leaves the grammar (s is then unspecified).
   bool feed_text(State& s, std::string_view bytes) const;
-  // Any ordinary text without '<' is admitted here (reasoning, free values):
-  // lets the constraint skip simulating most tokens.
-  bool admits_plain_text(const State& s) const;
+  // Text without '<' is admitted in reasoning and free values: lets the
+  // constraint skip simulating most tokens.
+  uint8_t fast_path_blockers(const State& s) const;
   bool finished(const State& s) const;
 
  private:

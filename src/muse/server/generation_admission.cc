@@ -82,6 +82,7 @@ GenerationRequest engine_request(const State& s, const ApiRequest& req, std::vec
     std::string type = req.response_format.get_string("type", "");
     c.set("type", type);
     if (type == "json_schema") c.set("schema", *req.response_format.find("json_schema")->find("schema"));
+    c.set("chat", req.endpoint != Endpoint::Completions);  // completions: the whole text is the JSON
     g.constraint = std::move(c);
   } else if (req.tool_choice.kind == ToolChoice::Kind::Required || req.tool_choice.kind == ToolChoice::Kind::Named) {
     Json c = Json::object();

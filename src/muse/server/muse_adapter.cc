@@ -193,8 +193,8 @@ Result<std::shared_ptr<MuseModelAdapter>> MuseModelAdapter::create(const EngineS
       return make_error("--generation-config: no generation_config.json in '" + dir + "'");
     }
   }
-  info.supports_structured_output = false;
-  info.supports_forced_tool_choice = a->template_ && a->template_->profile().is_muse;
+  info.supports_structured_output = a->template_ && a->template_->profile().is_muse;
+  info.supports_forced_tool_choice = info.supports_structured_output;
   info.supports_prompt_logprobs = true;
   return a;
 }
@@ -224,27 +224,38 @@ Result<RenderedPrompt> MuseModelAdapter::render_chat(const Json& request, ChatAp
 }
 
 Result<std::function<std::unique_ptr<TokenConstraint>()>> MuseModelAdapter::constraint_factory(const Json& c) const {
-  if (!info_.supports_forced_tool_choice || c.get_string("type", "") != "tool_call")
-    return make_error("constrained generation of type '" + c.get_string("type", "") + "' is not supported for this model");
-  const Json* tools_json = c.find("tools");
-  MUSE_ASSIGN_OR_RETURN(chat::ToolSet tools, chat::ToolSet::from_json(tools_json ? *tools_json : Json()));
-  std::vector<std::string> names;
-  const Json* name = c.find("name");
-  if (name && name->is_string()) {
-    names.push_back(name->as_string());
-  } else {
-    for (const auto& t : tools.tools()) names.push_back(t.name);
-  }
-  const bool single = (name && name->is_string()) || !c.get_bool("parallel_tool_calls", true);
-  auto grammar = chat::ToolCallGrammar::make(framing_, tools, names, single);
-  if (!grammar.ok()) return make_error("tool_choice: " + grammar.message());
+  using Factory = std::function<std::unique_ptr<TokenConstraint>()>;
+  const std::string type = c.get_string("type", "");
+  if (!template_ || !template_->profile().is_muse)
+    return make_error("constrained generation ('" + type + "') needs a Muse chat template");
   std::call_once(grammar_vocab_once_, [&] {
     grammar_vocab_ = chat::GrammarVocabulary::build(files_.tokenizer, framing_, info_.vocab_size);
   });
-  auto g = std::make_shared<const chat::ToolCallGrammar>(std::move(grammar).value());
   auto vocab = grammar_vocab_;
-  return std::function<std::unique_ptr<TokenConstraint>()>(
-      [g, vocab]() -> std::unique_ptr<TokenConstraint> { return std::make_unique<chat::ToolCallConstraint>(g, vocab); });
+  if (type == "tool_call") {
+    const Json* tools_json = c.find("tools");
+    MUSE_ASSIGN_OR_RETURN(chat::ToolSet tools, chat::ToolSet::from_json(tools_json ? *tools_json : Json()));
+    std::vector<std::string> names;
+    const Json* name = c.find("name");
+    if (name && name->is_string()) {
+      names.push_back(name->as_string());
+    } else {
+      for (const auto& t : tools.tools()) names.push_back(t.name);
+    }
+    const bool single = (name && name->is_string()) || !c.get_bool("parallel_tool_calls", true);
+    auto grammar = chat::ToolCallGrammar::make(framing_, tools, names, single);
+    if (!grammar.ok()) return make_error("tool_choice: " + grammar.message());
+    auto g = std::make_shared<const chat::ToolCallGrammar>(std::move(grammar).value());
+    return Factory([g, vocab] { return std::make_unique<chat::ToolCallConstraint>(g, vocab); });
+  }
+  if (type == "json_object" || type == "json_schema") {
+    auto grammar = chat::StructuredAnswerGrammar::make(framing_, type == "json_schema" ? c.find("schema") : nullptr,
+                                                       /*framed=*/c.get_bool("chat", true));
+    if (!grammar.ok()) return make_error("response_format: " + grammar.message());
+    auto g = std::make_shared<const chat::StructuredAnswerGrammar>(std::move(grammar).value());
+    return Factory([g, vocab] { return std::make_unique<chat::StructuredAnswerConstraint>(g, vocab); });
+  }
+  return make_error("constrained generation of type '" + type + "' is not supported");
 }
 
 std::unique_ptr<OutputParser> MuseModelAdapter::make_output_parser(const ParserOptions& options) const {

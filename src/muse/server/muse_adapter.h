@@ -9,7 +9,7 @@
 #include <string>
 
 #include "muse/chat/chat_template.h"
-#include "muse/chat/tool_call_constraint.h"
+#include "muse/chat/grammar_constraint.h"
 #include "muse/model/config.h"
 #include "muse/server/generation_service.h"
 #include "muse/server/serve_options.h"
@@ -32,8 +32,9 @@ class MuseModelAdapter : public ModelAdapter {
   std::unique_ptr<OutputParser> make_output_parser(const ParserOptions& options) const override;
 
   const Tokenizer& tokenizer() const { return files_.tokenizer; }
-  // Per-sequence constraints for GenerationRequest::constraint (a forced
-  // tool call: chat/tool_call_grammar.h). Errors are the client's (400).
+  // Per-sequence constraints for GenerationRequest::constraint: a forced
+  // tool call (chat/tool_call_grammar.h) or structured output
+  // (chat/json_schema_grammar.h). Errors are the client's (400).
   Result<std::function<std::unique_ptr<TokenConstraint>()>> constraint_factory(const Json& constraint) const;
   // The chat profile's name ("muse_glimmer", "muse_spark", "generic"), or
   // "none" without a chat template.

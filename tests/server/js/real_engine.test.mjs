@@ -196,6 +196,48 @@ test('tools: tool_choice named and required force a call (whole, streamed, sampl
     (e) => e instanceof OpenAI.BadRequestError);
 });
 
+// Structured output: a grammar for compact JSON directed by the schema,
+// applied to the answer body only (chat/json_schema_grammar.h).
+test('response_format: json_object and json_schema answers parse and validate (whole, streamed, completions)', async () => {
+  const sky = user('What color is the sky?');
+  // (muse-tiny never saw JSON: with no schema it may ramble inside a string
+  // until max_tokens; what it wrote is still an object's beginning.)
+  const obj = await openai.chat.completions.create({ ...greedy, max_tokens: 200, messages: sky, response_format: { type: 'json_object' } });
+  const text = obj.choices[0].message.content;
+  assert.ok(text.startsWith('{'), text);
+  if (obj.choices[0].finish_reason === 'stop') {
+    const parsed = JSON.parse(text);
+    assert.ok(parsed !== null && typeof parsed === 'object' && !Array.isArray(parsed));
+  } else {
+    assert.equal(obj.choices[0].finish_reason, 'length');
+  }
+
+  const schema = { type: 'object', properties: { color: { type: 'string', enum: ['blue', 'red', 'green'] }, sure: { type: 'boolean' }, count: { type: 'integer' } },
+    required: ['color', 'sure', 'count'], additionalProperties: false };
+  const body = { ...greedy, max_tokens: 200, messages: sky, response_format: { type: 'json_schema', json_schema: { name: 'answer', schema } } };
+  const r = await openai.chat.completions.create(body);
+  assert.equal(r.choices[0].finish_reason, 'stop');
+  const v = JSON.parse(r.choices[0].message.content);
+  assert.deepEqual(Object.keys(v).sort(), ['color', 'count', 'sure']);
+  assert.ok(['blue', 'red', 'green'].includes(v.color));
+  assert.equal(typeof v.sure, 'boolean');
+  assert.ok(Number.isInteger(v.count));
+
+  let streamed = '';
+  for await (const c of await openai.chat.completions.create({ ...body, stream: true })) streamed += c.choices[0]?.delta?.content ?? '';
+  assert.equal(streamed, r.choices[0].message.content);
+
+  const sampled = await openai.chat.completions.create({ ...body, temperature: 1, seed: 3 });
+  JSON.parse(sampled.choices[0].message.content);
+
+  const comp = await openai.completions.create({ model: MODEL, prompt: 'The answer as JSON:', max_tokens: 60, temperature: 0, response_format: { type: 'json_object' } });
+  if (comp.choices[0].finish_reason === 'stop') JSON.parse(comp.choices[0].text);
+  else assert.equal(comp.choices[0].text[0], '{');
+
+  await assert.rejects(openai.chat.completions.create({ ...body, response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { anyOf: [{ type: 'string' }] } } } }),
+    (e) => e instanceof OpenAI.BadRequestError && /anyOf/.test(e.message));
+});
+
 test('a tool result continues the conversation', async () => {
   const first = await openai.chat.completions.create({ ...greedy, messages: user("What's the weather in Paris?"), tools: [weatherTool] });
   const m = first.choices[0].message;
