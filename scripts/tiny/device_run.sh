@@ -14,6 +14,12 @@
 # drafter_log.json, gates.json, acceptance.json, data_stats.json). Extra train.py flags (e.g.
 # --profile) come from $TRAIN_FLAGS, extra train_drafter.py flags from $DRAFTER_FLAGS (local smoke
 # tests: TRAIN_FLAGS=--tiny DRAFTER_FLAGS=--tiny HELDOUT=300).
+# Continuing a checkpoint over several calls on one warm machine (the third checkpoint):
+# TRAIN_FLAGS="--init-from DIR ..."; DATA_SEED=<seed> names the training conversations
+# ($W/train-<seed>.npz, generated unless a previous call left it there); NEXT_DATA_SEED=<seed>
+# generates the next call's conversations on the idle CPU cores while the target trains;
+# TRAIN_ONLY=1 spends the whole budget on the target (no drafter, gates or acceptance: for all
+# but the last call); AUTO_BATCH= skips the batch-size trial.
 set -euo pipefail
 T0=$(date +%s)
 TOTAL=${1:-435}
@@ -41,22 +47,41 @@ for f in tokenizer.json tokenizer_config.json special_tokens_map.json chat_templ
   cp models/muse-tiny/$f $MODEL/
 done
 
-phase "data: $N train conversations, generated and tokenized on $CPUS cores"
-python3 $S/gen_data.py --count "$N" --out $W/train.npz --tokenizer $MODEL/tokenizer.json --workers "$CPUS" | tee $OUT/data_stats.json
-python3 $S/gen_data.py --count "${HELDOUT:-3000}" --seed muse-tiny-heldout --out $W/heldout.npz --tokenizer $MODEL/tokenizer.json \
-  --workers "$CPUS" | tee -a $OUT/data_stats.json
+SEED=${DATA_SEED:-muse-tiny-train}
+TRAIN=$W/train-$SEED.npz
+if [ -f "$TRAIN" ]; then
+  phase "data: $TRAIN from an earlier call"
+else
+  phase "data: $N train conversations, generated and tokenized on $CPUS cores"
+  python3 $S/gen_data.py --count "$N" --seed "$SEED" --out $TRAIN.tmp.npz --tokenizer $MODEL/tokenizer.json --workers "$CPUS" | tee $OUT/data_stats.json
+  mv $TRAIN.tmp.npz $TRAIN
+fi
+if [ ! -f $W/heldout.npz ]; then
+  python3 $S/gen_data.py --count "${HELDOUT:-3000}" --seed muse-tiny-heldout --out $W/heldout.tmp.npz --tokenizer $MODEL/tokenizer.json \
+    --workers "$CPUS" | tee -a $OUT/data_stats.json
+  mv $W/heldout.tmp.npz $W/heldout.npz
+fi
+if [ -n "${NEXT_DATA_SEED:-}" ] && [ ! -f "$W/train-$NEXT_DATA_SEED.npz" ]; then
+  ( python3 $S/gen_data.py --count "$N" --seed "$NEXT_DATA_SEED" --out $W/next.tmp.npz --tokenizer $MODEL/tokenizer.json \
+      --workers $(( CPUS > 4 ? CPUS - 4 : 1 )) > $OUT/next_data_stats.json 2>&1 \
+    && mv $W/next.tmp.npz "$W/train-$NEXT_DATA_SEED.npz" ) &
+  NEXT_PID=$!
+fi
 
 TAIL=$(( T_GATES > T_DRAFTER + 20 ? T_GATES : T_DRAFTER + 20 ))
+if [ -n "${TRAIN_ONLY:-}" ]; then TAIL=0; fi
 T_TARGET=$(( TOTAL - $(elapsed) - TAIL - 25 ))  # 25: train.py start-up, final evaluation, saving
 if [ "$T_TARGET" -lt 30 ]; then T_TARGET=30; fi
 phase "target: ${T_TARGET}s"
-python3 $S/train.py --train $W/train.npz --heldout $W/heldout.npz --out $MODEL --log $OUT/train_log.json \
-  --seconds "$T_TARGET" --evals 3 --tokens-per-batch 65536 --auto-batch ${TRAIN_FLAGS:-}
+python3 $S/train.py --train $TRAIN --heldout $W/heldout.npz --out $MODEL --log $OUT/train_log.json \
+  --seconds "$T_TARGET" --evals 3 --tokens-per-batch 65536 ${AUTO_BATCH---auto-batch} ${TRAIN_FLAGS:-}
 # Keep the trained target even if a later phase dies.
 tar cf - -C $W muse-tiny | split -b 15m - $FINAL_OUT/muse-tiny.tar.part-
+if [ -n "${NEXT_PID:-}" ]; then wait "$NEXT_PID" || echo "next data failed"; fi
+if [ -n "${TRAIN_ONLY:-}" ]; then cp $OUT/train_log.json $W/; phase "done (TRAIN_ONLY)"; exit 0; fi
 
 phase "drafter (${T_DRAFTER}s, GPU) and gates (CPU, at most ${T_GATES}s) side by side"
-python3 $S/train_drafter.py --target $MODEL --train $W/train.npz --heldout $W/heldout.npz --out $MODEL/drafter \
+python3 $S/train_drafter.py --target $MODEL --train $TRAIN --heldout $W/heldout.npz --out $MODEL/drafter \
   --log $OUT/drafter_log.json --seconds "$T_DRAFTER" ${DRAFTER_FLAGS:-} > $OUT/drafter_stdout.txt 2>&1 &
 DRAFTER_PID=$!
 timeout $(( T_GATES + 30 )) python3 $S/eval_gates.py --model $MODEL --n "$GATES" --workers $(( CPUS > 2 ? CPUS - 1 : 1 )) \

@@ -84,3 +84,44 @@ def enable_fast_attention(device, tol=2e-2):
         return "reference masks (%s)" % e
     ref.attention_core = fast_attention_core
     return "is_causal for full layers (max rel. diff %.1e)" % err
+
+
+# ---- a training forward that torch.compile can take whole ------------------------------------
+
+def layer_forward(layer, s, positions):
+    """SparkDecoderLayer.forward without a cache, returning the chosen experts as a tensor
+    (the reference returns them in a SimpleNamespace, around which torch.compile would break
+    the graph). Same modules, same order of operations as the reference's layer and MoE."""
+    a = layer.self_attn(layer.input_layernorm(s), positions, None)
+    s = layer.post_attention_residual_gate(s, layer.r(ref.rms_norm(a, layer.cfg.post_norm_eps)))
+    h = layer.pre_feedforward_layernorm(s)
+    moe = layer.mlp
+    flat = h.reshape(-1, h.shape[-1])
+    idx, w, _ = moe.gate(flat)
+    u = moe.pre_expert_norm(moe.r(moe.pre_expert_proj(flat)))
+    f = moe.r(moe.post_expert_proj(moe.r(moe.experts(u, idx, w)))).view(h.shape)
+    s = layer.post_feedforward_residual_gate(s, layer.r(layer.post_feedforward_layernorm(f)))
+    return s, idx
+
+
+def text_forward(model, ids, layer_fn=layer_forward):
+    """MuseSparkTextModel.forward without a cache through `layer_fn`: (final hidden [B, T, H],
+    chosen experts per layer [B*T, k])."""
+    lm = model.model.language_model
+    positions = torch.arange(ids.shape[1], device=ids.device)
+    s = lm.r(ref.rms_norm(lm.embed_tokens(ids), lm.cfg.rms_norm_eps))
+    experts = []
+    for layer in lm.layers:
+        s, idx = layer_fn(layer, s, positions)
+        experts.append(idx)
+    return lm.norm(lm.r(s)), experts
+
+
+@torch.no_grad()
+def check_text_forward(model, ids):
+    """Max relative difference of text_forward against the reference's text model, and
+    whether every expert choice agrees."""
+    a, routing = model.model.language_model(ids)
+    b, experts = text_forward(model, ids)
+    same = all(bool((r.experts.reshape(-1, r.experts.shape[-1]) == e).all()) for r, e in zip(routing, experts))
+    return float((a - b).abs().max() / a.abs().max()), same

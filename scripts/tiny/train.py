@@ -18,7 +18,15 @@ imported unchanged; this script adds only the training loop:
 - auxiliary-loss-free expert balancing: after each step every layer's selection-only
   `e_score_correction_bias` moves by `--bias-rate` toward equal expert load (the bias is the
   mechanism Spark's router exposes for exactly this);
-- held-out loss on conversations generated with another seed.
+- held-out loss on conversations generated with another seed;
+- --init-from DIR: warm start from a saved checkpoint (every tensor, the router's selection bias
+  included; a fresh optimizer, so use a short warmup), so that a run continues the shipped
+  model instead of starting over;
+- --compile on|auto: the decoder layer (fast_reference.layer_forward: the reference's modules,
+  returning the chosen experts as a tensor) through torch.compile with dynamic shapes. The
+  step is bound by elementwise kernels over the dense experts' [tokens, 16, 320] tensors,
+  which inductor fuses. Checked against the eager forward on a real batch first; `auto` also
+  times eager and compiled steps on the training stream and keeps the faster.
 Saves BF16 safetensors under the published names (router FP32) with config.json and
 generation_config.json, and a JSON training log.
 """
@@ -75,13 +83,14 @@ def lr_at(frac, peak, warmup=0.03, hold=0.4, floor=0.05):
 
 
 @torch.no_grad()
-def balance_experts(model, routing, valid, rate):
-    """Move each layer's selection bias toward uniform load; returns the worst max/mean load."""
+def balance_experts(model, experts, valid, rate):
+    """Move each layer's selection bias toward uniform load; returns the worst max/mean load.
+    `experts`: per layer, the chosen experts [B*T, k]."""
     worst = []
     E = model.config.num_local_experts
-    for layer, r in zip(model.model.language_model.layers, routing):
-        chosen = r.experts.reshape(-1)  # padding counts zero: a boolean gather would sync
-        count = valid.reshape(-1, 1).expand(-1, r.experts.shape[-1]).reshape(-1).float()
+    for layer, idx in zip(model.model.language_model.layers, experts):
+        chosen = idx.reshape(-1)  # padding counts zero: a boolean gather would sync
+        count = valid.reshape(-1, 1).expand(-1, idx.shape[-1]).reshape(-1).float()
         load = torch.zeros(E, device=chosen.device).index_add_(0, chosen, count)
         layer.mlp.gate.e_score_correction_bias += rate * torch.sign(load.mean() - load)
         worst.append(load.max() / load.mean().clamp(min=1))
@@ -135,6 +144,11 @@ def main():
                     help="also try 2x the batch and keep it only if it gives >= 1.6x tokens/s")
     ap.add_argument("--max-len", type=int, default=2048)
     ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--warmup", type=float, default=0.03, help="warmup, as a fraction of the budget")
+    ap.add_argument("--hold", type=float, default=0.4, help="end of the constant phase, fraction of the budget")
+    ap.add_argument("--init-from", default=None, help="warm start from this saved checkpoint directory")
+    ap.add_argument("--compile", choices=("off", "on", "auto"), default="off",
+                    help="torch.compile the decoder layer (auto: keep it only if faster than eager)")
     ap.add_argument("--embed-lr-mult", type=float, default=20.0)
     ap.add_argument("--context-loss-weight", type=float, default=0.25,
                     help="loss weight of non-assistant tokens (assistant tokens weigh 1)")
@@ -161,7 +175,16 @@ def main():
     print("dense experts match the reference (max rel. diff %.1e)" % err, flush=True)
     if device == "cuda":
         print("attention: %s" % fast_reference.enable_fast_attention(device), flush=True)
-    model = ref.MuseSparkForConditionalGeneration(cfg).to(device)
+    if args.init_from:
+        model = ref.load_pretrained(args.init_from)
+        ours, theirs = cfg.to_hf_dict()["text_config"], model.config.to_hf_dict()["text_config"]
+        differ = sorted(k for k in ours if k not in ("max_position_embeddings", "eos_token_id") and ours[k] != theirs.get(k))
+        assert not differ, "--init-from checkpoint differs from the config in %s" % differ
+        cfg = model.config
+        model = model.to(device)
+        print("warm start from %s" % args.init_from, flush=True)
+    else:
+        model = ref.MuseSparkForConditionalGeneration(cfg).to(device)
     if hasattr(F, "scaled_dot_product_attention"):
         model.set_attention_impl("sdpa")
     n_params = sum(p.numel() for p in model.state_dict().values())
@@ -196,6 +219,46 @@ def main():
     log = {"params": n_params, "config": cfg.to_hf_dict()["text_config"], "args": vars(args), "curve": [],
            "heldout": [], "batch_trials": []}
     w_ctx = args.context_loss_weight
+    # The training forward: the reference's modules through fast_reference.text_forward (same
+    # maths, checked here on real data), its layer optionally compiled.
+    ids0 = train.make(train.batches[0])[0]
+    err, same = fast_reference.check_text_forward(model, ids0[:2, :512])
+    assert err < 1e-5 and same, "text_forward differs from the reference (%g, experts %s)" % (err, same)
+    start = time.time()  # the budget includes the compile check and the warm-start evaluation
+    if args.init_from:
+        h0 = heldout_loss(model, held, autocast, max_tokens=400000)
+        log["heldout"].append({"step": 0, "tokens": 0, "loss": round(h0, 4)})
+        print("held-out loss %.4f at the warm start" % h0, flush=True)
+    compiled_layer = None
+    if args.compile != "off":
+        try:
+            import torch._dynamo as dynamo
+            dynamo.config.cache_size_limit = 32  # sliding and full layers, dynamic shapes
+            compiled_layer = torch.compile(fast_reference.layer_forward, dynamic=True)
+            t_c = time.time()
+            with torch.no_grad(), autocast():
+                a, ea = fast_reference.text_forward(model, ids0)
+                b, eb = fast_reference.text_forward(model, ids0, compiled_layer)
+            cerr = float((a.float() - b.float()).abs().max() / a.float().abs().max())
+            agree = float(sum((x == y).float().mean() for x, y in zip(ea, eb)) / len(ea))
+            rec = {"forward_rel_diff_bf16": cerr, "expert_choice_agreement": round(agree, 5),
+                   "compile_seconds": round(time.time() - t_c, 1)}
+            log["compile_check"] = rec
+            print(json.dumps({"compile_check": rec}), flush=True)
+            if not (cerr < 0.05 and agree > 0.99):  # bf16 rounding points move; a bug moves more
+                print("compiled forward differs from eager: not used", flush=True)
+                compiled_layer = None
+        except Exception as e:  # noqa: BLE001 -- any compile failure: train eagerly
+            print("torch.compile failed, training eagerly: %s" % str(e).splitlines()[0][:300], flush=True)
+            log["compile_check"] = {"error": str(e)[:1000]}
+            compiled_layer = None
+    use_compiled = compiled_layer is not None and args.compile == "on"
+    # --compile auto: eager steps [2, 10) timed, then compiled [13, 21) (its backward compiles
+    # at step 10); the faster is kept.
+    ctrial = {"marks": {2: "eager_start", 10: "eager_end", 13: "compiled_start", 21: "compiled_end"}, "t": {}} \
+        if compiled_layer is not None and args.compile == "auto" else None
+    if ctrial:
+        args.auto_batch = False  # one trial at a time
     zero = lambda: torch.zeros((), dtype=torch.float32, device=device)  # noqa: E731
     seen_tokens = torch.zeros((), dtype=torch.long, device=device)  # device counters: no syncs
     seen_loss_tokens = torch.zeros((), dtype=torch.long, device=device)
@@ -208,7 +271,6 @@ def main():
     trials = [args.tokens_per_batch * m for m in (1, 2)] if args.auto_batch else []
     trial = {"i": 0, "begin": 6, "end": 6 + 14, "rates": []}
     stream = train.stream()
-    start = time.time()
     step, next_eval = 0, 1
     while True:
         frac = (time.time() - start) / args.seconds
@@ -231,13 +293,28 @@ def main():
                     print(prof.key_averages().table(sort_by=key, row_limit=30), flush=True)
             except Exception as e:  # noqa: BLE001
                 print("profiler failed: %s" % e, flush=True)
-        lr = lr_at(frac, args.lr)
+        lr = lr_at(frac, args.lr, warmup=args.warmup, hold=args.hold)
         for g in opt.param_groups:
             g["lr"] = lr * g["lr_mult"]
+        if ctrial and step in ctrial["marks"]:
+            sync()
+            ctrial["t"][ctrial["marks"][step]] = (time.time(), int(seen_tokens))
+            if step == 10:
+                use_compiled = True
+            elif step == 21:
+                rates = {}
+                for kind in ("eager", "compiled"):
+                    (t0, n0), (t1, n1) = ctrial["t"][kind + "_start"], ctrial["t"][kind + "_end"]
+                    rates[kind] = int((n1 - n0) / (t1 - t0))
+                use_compiled = rates["compiled"] > 1.05 * rates["eager"]
+                log["compile_trial"] = dict(rates, kept="compiled" if use_compiled else "eager")
+                print(json.dumps({"compile_trial": log["compile_trial"]}), flush=True)
+                ctrial = None
         ids, labels, valid = next(stream)
         batch_tokens = train.last_tokens
         with autocast():
-            hidden, routing = model.model.language_model(ids)
+            hidden, routing = fast_reference.text_forward(
+                model, ids, compiled_layer if use_compiled else fast_reference.layer_forward)
             ce, assistant, context = token_losses(model, hidden, ids, labels, valid)
         a_sum, c_sum = (ce * assistant).sum(), (ce * context).sum()
         a_n, c_n = assistant.sum(), context.sum()
@@ -296,7 +373,7 @@ def main():
             for k in ("loss", "a_sum", "a_n", "c_sum", "c_n"):
                 win[k] = zero()
             win.update(steps=0, tokens=0, start=time.time())
-        if not trials and frac >= next_eval / (args.evals + 1):  # not while timing batch sizes
+        if not trials and not ctrial and frac >= next_eval / (args.evals + 1):  # not while timing batch sizes
             next_eval += 1
             h = heldout_loss(model, held, autocast, max_tokens=400000)
             log["heldout"].append({"step": step, "tokens": int(seen_tokens), "loss": round(h, 4)})
@@ -306,7 +383,7 @@ def main():
     log["heldout"].append({"step": step, "tokens": seen_tokens, "loss": round(final, 4)})
     log.update(steps=step, train_tokens=seen_tokens, train_loss_tokens=seen_loss_tokens,
                epochs=round(seen_tokens / max(train.tokens, 1), 2), seconds=round(time.time() - start, 1),
-               final_heldout_loss=round(final, 4))
+               final_heldout_loss=round(final, 4), compiled=bool(use_compiled))
     print("final held-out loss %.4f after %d steps, %d tokens (%.2f epochs), %.0f s" % (
         final, step, seen_tokens, log["epochs"], time.time() - start), flush=True)
     model = model.float()
