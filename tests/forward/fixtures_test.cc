@@ -1,6 +1,7 @@
 // The CPU forward pass against every reference fixture under
 // tests/data/fixtures (tiny Glimmer models from transformers 5.17, tiny Spark
-// models from the project's PyTorch reference): prefill rows and 32 decode
+// models from the project's PyTorch reference, and the shipped muse-tiny on a
+// rendered chat prompt, scripts/tiny/record_reference.py): prefill rows and 32 decode
 // rows within tolerance_rel × max|logit| (2e-3), the 33 greedy ids
 // identical; chunked prefill and thread count change nothing, bit for bit;
 // and `muse run --dump-logits` reproduces the same rows from the command line.
@@ -25,7 +26,10 @@ namespace {
 namespace fs = std::filesystem;
 
 struct Fixture {
-  std::string name, dir;
+  // dir holds reference.json and logits.f32; model_dir the checkpoint (dir itself, unless
+  // reference.json names one: the muse-tiny fixture points at models/muse-tiny instead of
+  // copying its weights).
+  std::string name, dir, model_dir;
   std::vector<int32_t> prompt, generated;
   int64_t num_rows = 0, vocab = 0;
   double tolerance_rel = 2e-3;
@@ -63,6 +67,8 @@ Fixture load_fixture(const std::string& name) {
   f.num_rows = j->get_int("num_rows", 0);
   f.vocab = j->get_int("vocab_size", 0);
   f.tolerance_rel = j->get_double("tolerance_rel", 2e-3);
+  const std::string model_dir = j->get_string("model_dir", "");
+  f.model_dir = model_dir.empty() ? f.dir : std::string(MUSE_SOURCE_DIR) + "/" + model_dir;
   auto bin = read_file(f.dir + "/" + j->get_string("logits_file", "logits.f32"));
   EXPECT_TRUE(bin.ok()) << name;
   f.logits.resize(bin->size() / 4);
@@ -86,7 +92,7 @@ RunResult run_greedy(const Fixture& f, int threads, int64_t chunk) {
   o.max_batch_tokens = chunk;
   o.max_model_len = int64_t(f.prompt.size() + f.generated.size());
   o.kv_block_size = 4;  // small blocks: many block-table crossings
-  auto engine = Engine::open(f.dir, o);
+  auto engine = Engine::open(f.model_dir, o);
   EXPECT_TRUE(engine.ok()) << f.name << ": " << (engine.ok() ? "" : engine.message());
   RunResult r;
   if (!engine.ok()) return r;
@@ -162,7 +168,7 @@ TEST_P(FixtureForward, MuseRunDumpLogits) {
   std::string ids;
   for (size_t i = 0; i < f.prompt.size(); ++i) ids += (i ? "," : "") + std::to_string(f.prompt[i]);
   const std::string dump = (fs::temp_directory_path() / ("muse_forward_" + f.name + ".f32")).string();
-  const std::string cmd = std::string(MUSE_BINARY) + " run " + f.dir + " --prompt-ids " + ids +
+  const std::string cmd = std::string(MUSE_BINARY) + " run " + f.model_dir + " --prompt-ids " + ids +
                           " --max-tokens 33 --temperature 0 --json --language-model-only --threads 2 --dump-logits " +
                           dump;
   FILE* p = popen(cmd.c_str(), "r");
