@@ -1,5 +1,5 @@
-// Request validation for /v1/chat/completions, /v1/completions and
-// /v1/messages, then the response writers and the fake model's streaming
+// Request validation for /v1/chat/completions, /v1/completions,
+// /v1/messages and /v1/responses, then the response writers and the fake model's streaming
 // parser on text taken from the input. Bad input must become an ApiError with
 // a 4xx status and a parameter name, never a crash.
 #include <cstdint>
@@ -27,9 +27,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     ValidationLimits limits;
     limits.vocab_size = 512;
     ApiRequest req;
-    std::optional<ApiError> err = selector % 3 == 0 ? parse_chat_request(body, limits, &req)
-                                  : selector % 3 == 1 ? parse_completion_request(body, limits, &req)
-                                                      : parse_messages_request(body, limits, &req);
+    std::optional<ApiError> err = selector % 4 == 0 ? parse_chat_request(body, limits, &req)
+                                  : selector % 4 == 1 ? parse_completion_request(body, limits, &req)
+                                  : selector % 4 == 2 ? parse_messages_request(body, limits, &req)
+                                                      : parse_responses_request(body, limits, &req);
     if (err) {
       if (err->status < 400 || err->status >= 500 || err->message.empty()) std::abort();
       (void)openai_error_body(*err);
@@ -55,7 +56,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   parser->finish(FinishReason::Stop, b);
   WriterOptions wo;
   wo.id = "x";
-  for (auto make : {make_chat_writer, make_messages_writer, make_completion_writer}) {
+  for (auto make : {make_chat_writer, make_messages_writer, make_completion_writer, make_responses_writer}) {
     auto w = make(wo);
     for (const ParsedDelta* d : {&a, &b}) {
       ChoiceDelta cd;

@@ -178,6 +178,60 @@ TEST(ServerRequest, AnthropicMessages) {
   }
 }
 
+TEST(ServerRequest, ResponsesBecomeTheEquivalentChatRequest) {
+  ValidationLimits limits;
+  ApiRequest r;
+  auto e = parse_responses_request(parse(R"({"model":"m","instructions":"Be brief.","max_output_tokens":50,
+    "reasoning":{"effort":"low"},"text":{"format":{"type":"json_schema","name":"x","schema":{"type":"object"}}},
+    "tools":[{"type":"function","name":"f","description":"d","parameters":{"type":"object"}}],"tool_choice":{"type":"function","name":"f"},
+    "include":["reasoning.encrypted_content"],"store":false,
+    "input":[{"role":"user","content":[{"type":"input_text","text":"hi"},{"type":"input_image","image_url":"data:image/png;base64,AA=="}]},
+             {"type":"reasoning","summary":[],"content":[{"type":"reasoning_text","text":"think"}]},
+             {"type":"function_call","call_id":"c1","name":"f","arguments":"{\"a\":1}"},
+             {"type":"function_call","call_id":"c2","name":"f","arguments":"{}"},
+             {"type":"function_call_output","call_id":"c1","output":"one"},
+             {"type":"function_call_output","call_id":"c2","output":[{"type":"input_text","text":"two"}]},
+             {"type":"message","role":"assistant","content":[{"type":"output_text","text":"done"}]}]})"),
+                                   limits, &r);
+  ASSERT_FALSE(e) << e->message;
+  EXPECT_EQ(r.endpoint, Endpoint::Responses);
+  EXPECT_EQ(r.max_tokens, 50);
+  EXPECT_EQ(r.tool_choice.kind, ToolChoice::Kind::Named);
+  EXPECT_EQ(r.response_format.get_string("type", ""), "json_schema");
+  const Json& m = *r.body.find("messages");
+  ASSERT_EQ(m.size(), 6u);
+  EXPECT_EQ(m.as_array()[0].dump(), R"({"role":"system","content":"Be brief."})");
+  EXPECT_EQ(m.as_array()[1].find("content")->as_array()[1].get_string("type", ""), "image_url");
+  const Json& calls = m.as_array()[2];
+  EXPECT_EQ(calls.get_string("reasoning_content", ""), "think");
+  ASSERT_EQ(calls.find("tool_calls")->size(), 2u) << "consecutive calls are one assistant turn";
+  EXPECT_EQ(m.as_array()[3].dump(), R"({"role":"tool","tool_call_id":"c1","content":"one"})");
+  EXPECT_EQ(m.as_array()[4].get_string("content", ""), "two");
+  EXPECT_EQ(r.body.get_string("reasoning_effort", ""), "low");
+
+  struct Case {
+    const char* body;
+    const char* param;
+  } bad[] = {{R"({"input":"hi","previous_response_id":"resp_1"})", "previous_response_id"},
+             {R"({"input":"hi","background":true})", "background"},
+             {R"({"input":"hi","truncation":"auto"})", "truncation"},
+             {R"({"input":"hi","include":["file_search_call.results"]})", "include"},
+             {R"({})", "input"},
+             {R"({"input":[]})", "input"},
+             {R"({"input":[{"type":"web_search_call"}]})", "input.0.type"},
+             {R"({"input":[{"role":"tool","content":"x"}]})", "input.0.role"},
+             {R"({"input":"hi","tools":[{"type":"web_search"}]})", "tools.0.type"},
+             {R"({"input":"hi","max_output_tokens":0})", "max_output_tokens"},
+             {R"({"input":[{"type":"function_call","name":"f","arguments":{}}]})", "input.0.arguments"}};
+  for (const auto& c : bad) {
+    ApiRequest out;
+    auto err = parse_responses_request(parse(c.body), limits, &out);
+    ASSERT_TRUE(err) << c.body;
+    EXPECT_EQ(err->status, 400);
+    EXPECT_EQ(err->param, c.param) << c.body << ": " << err->message;
+  }
+}
+
 TEST(ServerStop, MatchesAcrossChunksAndNeverLeaks) {
   StopStringMatcher m({"STOP", "xy"}, false);
   std::string out;

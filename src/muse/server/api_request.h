@@ -16,7 +16,7 @@
 
 namespace muse::server {
 
-enum class Endpoint { ChatCompletions, Completions, Messages };
+enum class Endpoint { ChatCompletions, Completions, Messages, Responses };
 
 struct ToolChoice {
   enum class Kind { Auto, None, Required, Named } kind = Kind::Auto;
@@ -63,6 +63,9 @@ struct ValidationLimits {
 std::optional<ApiError> parse_chat_request(const Json& body, const ValidationLimits& limits, ApiRequest* out);
 std::optional<ApiError> parse_completion_request(const Json& body, const ValidationLimits& limits, ApiRequest* out);
 std::optional<ApiError> parse_messages_request(const Json& body, const ValidationLimits& limits, ApiRequest* out);
+// /v1/responses: converted to the equivalent chat request (`out->body` is
+// that chat body), endpoint Responses.
+std::optional<ApiError> parse_responses_request(const Json& body, const ValidationLimits& limits, ApiRequest* out);
 
 // Parses the body bytes: 400 for malformed JSON or invalid UTF-8, or a body
 // that is not a JSON object.

@@ -216,8 +216,10 @@ void route(const std::shared_ptr<State>& sp, std::shared_ptr<HttpExchange> raw) 
   // Metric label: the route, never the raw path (unknown paths would make
   // unbounded label sets).
   static const char* kRoutes[] = {"/health", "/metrics", "/version", "/v1/models", "/v1/chat/completions", "/v1/completions",
-                                  "/v1/messages", "/v1/messages/count_tokens", "/tokenize", "/detokenize"};
-  std::string handler = path.starts_with("/v1/models/") ? "/v1/models/{model}" : "other";
+                                  "/v1/messages", "/v1/messages/count_tokens", "/v1/responses", "/tokenize", "/detokenize"};
+  std::string handler = path.starts_with("/v1/models/")      ? "/v1/models/{model}"
+                        : path.starts_with("/v1/responses/") ? "/v1/responses/{id}"
+                                                             : "other";
   for (const char* r : kRoutes)
     if (path == r) handler = r;
   auto ex = std::make_shared<TrackedExchange>(std::move(raw), extra, s.metrics.get(), handler);
@@ -273,6 +275,12 @@ void route(const std::shared_ptr<State>& sp, std::shared_ptr<HttpExchange> raw) 
     r.body = s.metrics->render(stats, s.http->open_connections());
     return ex->respond(std::move(r));
   }
+  if (path.starts_with("/v1/responses/")) {  // retrieve / cancel / input_items
+    return s.respond_error(*ex, ApiError{404, "invalid_request_error",
+                                         "Responses are not stored by this server (store is not supported), so '" + path +
+                                             "' cannot be found; send the conversation as input items instead.",
+                                         "response_id", "not_found"});
+  }
   if (path == "/v1/models" || path.starts_with("/v1/models/")) {
     if (!expect_method("GET")) return;
     if (path == "/v1/models") {
@@ -294,6 +302,7 @@ void route(const std::shared_ptr<State>& sp, std::shared_ptr<HttpExchange> raw) 
       {"/v1/completions", Endpoint::Completions},
       {"/v1/messages", Endpoint::Messages},
       {"/v1/messages/count_tokens", Endpoint::Messages},
+      {"/v1/responses", Endpoint::Responses},
   };
   bool is_tokenize = path == "/tokenize" || path == "/detokenize";
   const std::pair<const char*, Endpoint>* gen = nullptr;

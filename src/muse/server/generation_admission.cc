@@ -103,17 +103,21 @@ void handle_generation(const std::shared_ptr<State>& sp, std::shared_ptr<HttpExc
   ValidationLimits limits = s.limits();
   std::optional<ApiError> err = endpoint == Endpoint::ChatCompletions ? parse_chat_request(body, limits, &req)
                                 : endpoint == Endpoint::Completions   ? parse_completion_request(body, limits, &req)
+                                : endpoint == Endpoint::Responses     ? parse_responses_request(body, limits, &req)
                                                                       : parse_messages_request(body, limits, &req);
   if (!err) err = check_model(s, req);
   if (!err) err = check_capabilities(s, req);
   if (err) return s.respond_error(*ex, *err);
 
   const ModelInfo& info = s.backend.adapter->info();
-  const char* id_prefix = endpoint == Endpoint::ChatCompletions ? "chatcmpl-" : endpoint == Endpoint::Completions ? "cmpl-" : "msg_";
+  const char* id_prefix = endpoint == Endpoint::ChatCompletions ? "chatcmpl-"
+                          : endpoint == Endpoint::Completions   ? "cmpl-"
+                          : endpoint == Endpoint::Responses     ? "resp_"
+                                                                : "msg_";
   std::string id = random_id(id_prefix, 24);
   std::vector<GenerationJob::Part> parts;
   int prompt_tokens = 0;
-  const char* prompt_param = endpoint == Endpoint::Completions ? "prompt" : "messages";
+  const char* prompt_param = endpoint == Endpoint::Completions ? "prompt" : endpoint == Endpoint::Responses ? "input" : "messages";
 
   auto add_part = [&](std::vector<int32_t> ids, std::string echo_text) -> std::optional<ApiError> {
     int p = int(ids.size());
@@ -152,7 +156,7 @@ void handle_generation(const std::shared_ptr<State>& sp, std::shared_ptr<HttpExc
   } else {
     auto rendered = s.backend.adapter->render_chat(req.body, endpoint == Endpoint::Messages ? ChatApi::Anthropic : ChatApi::OpenAI);
     // Template and conversion errors are the request's fault: 400, never 500.
-    if (!rendered.ok()) return s.respond_error(*ex, invalid_param("messages", rendered.message()));
+    if (!rendered.ok()) return s.respond_error(*ex, invalid_param(prompt_param, rendered.message()));
     if (auto e = add_part(std::move(rendered->ids), "")) return s.respond_error(*ex, *e);
   }
 

@@ -92,6 +92,7 @@ bool GenerationJob::start(std::vector<Part> parts, const std::shared_ptr<IoPoste
   wopt.prompt_tokens = prompt_tokens_;
   writer_ = req_.endpoint == Endpoint::ChatCompletions ? make_chat_writer(wopt)
             : req_.endpoint == Endpoint::Completions   ? make_completion_writer(wopt)
+            : req_.endpoint == Endpoint::Responses     ? make_responses_writer(wopt)
                                                        : make_messages_writer(wopt);
 
   auto self = shared_from_this();

@@ -1,5 +1,5 @@
-// Wire formats of responses: OpenAI chat completions, OpenAI completions and
-// Anthropic messages, streaming (SSE frames) and whole. The request pipeline
+// Wire formats of responses: OpenAI chat completions, OpenAI completions,
+// OpenAI responses and Anthropic messages, streaming (SSE frames) and whole. The request pipeline
 // (generation_handler.cc) feeds per-choice deltas in order; a writer turns
 // them into bytes and keeps what a whole response needs.
 #pragma once
@@ -82,6 +82,7 @@ class ResponseWriter {
 std::unique_ptr<ResponseWriter> make_chat_writer(const WriterOptions& options);
 std::unique_ptr<ResponseWriter> make_completion_writer(const WriterOptions& options);
 std::unique_ptr<ResponseWriter> make_messages_writer(const WriterOptions& options);
+std::unique_ptr<ResponseWriter> make_responses_writer(const WriterOptions& options);
 
 // "data: <json>\n\n" (and "event: <name>\n" before it when given).
 std::string sse_frame(std::string_view json, std::string_view event = {});

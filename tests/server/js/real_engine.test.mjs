@@ -238,6 +238,62 @@ test('response_format: json_object and json_schema answers parse and validate (w
     (e) => e instanceof OpenAI.BadRequestError && /anyOf/.test(e.message));
 });
 
+// The Responses API (/v1/responses), stateless: converted to the chat path,
+// answered as reasoning / message / function_call items and typed events.
+test('responses: whole and streamed (SDK stream helper), tools and a tool result, forced call, json_schema, errors', async () => {
+  const base = { model: MODEL, temperature: 0, max_output_tokens: 160 };
+  const r = await openai.responses.create({ ...base, input: 'What color is the sky?', instructions: 'Answer briefly.' });
+  assert.equal(r.object, 'response');
+  assert.ok(r.id.startsWith('resp_'));
+  assert.equal(r.status, 'completed');
+  assert.ok(r.output_text.length > 0, 'output_text');
+  assert.deepEqual(r.output.map((i) => i.type).filter((t) => t !== 'reasoning'), ['message']);
+  assert.ok(r.usage.input_tokens > 0 && r.usage.output_tokens > 0);
+  assert.equal(r.usage.total_tokens, r.usage.input_tokens + r.usage.output_tokens);
+
+  const stream = openai.responses.stream({ ...base, input: 'What color is the sky?', instructions: 'Answer briefly.' });
+  const seen = [];
+  let text = '';
+  stream.on('event', (e) => seen.push(e.type));
+  stream.on('response.output_text.delta', (e) => { text += e.delta; });
+  const final = await stream.finalResponse();
+  const textOf = (resp) => resp.output.filter((i) => i.type === 'message').flatMap((i) => i.content).map((c) => c.text).join('');
+  assert.equal(textOf(final), r.output_text);
+  assert.deepEqual(final.output.map((i) => i.type), r.output.map((i) => i.type));
+  assert.deepEqual(final.output.map((i) => i.status), r.output.map(() => 'completed'));
+  const reasoningOf = (resp) => resp.output.filter((i) => i.type === 'reasoning').flatMap((i) => i.content).map((c) => c.text).join('');
+  assert.equal(reasoningOf(final), reasoningOf(r));
+  assert.equal(text, r.output_text);
+  assert.equal(seen[0], 'response.created');
+  assert.equal(seen.at(-1), 'response.completed');
+
+  const tools = [{ type: 'function', name: 'get_weather', description: 'Get the current weather for a city.',
+    parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } }];
+  const call = await openai.responses.create({ ...base, input: "What's the weather in Paris?", tools });
+  const fc = call.output.find((i) => i.type === 'function_call');
+  assert.ok(fc, 'a function_call item');
+  assert.equal(fc.name, 'get_weather');
+  assert.ok(fc.call_id.startsWith('call_'));
+  assert.equal(typeof JSON.parse(fc.arguments).city, 'string');
+  const next = await openai.responses.create({ ...base, tools, input: [
+    { role: 'user', content: "What's the weather in Paris?" },
+    ...call.output.filter((i) => i.type !== 'message'),
+    { type: 'function_call_output', call_id: fc.call_id, output: '18 C and sunny' }] });
+  assert.ok(['completed', 'incomplete'].includes(next.status));
+
+  const forced = await openai.responses.create({ ...base, input: 'What color is the sky?', tools, tool_choice: { type: 'function', name: 'get_weather' } });
+  assert.equal(forced.output.filter((i) => i.type === 'function_call').length, 1);
+
+  const schema = { type: 'object', properties: { color: { type: 'string' } }, required: ['color'], additionalProperties: false };
+  const js = await openai.responses.create({ ...base, input: 'What color is the sky?', text: { format: { type: 'json_schema', name: 'c', schema } } });
+  assert.equal(typeof JSON.parse(js.output_text).color, 'string');
+
+  await assert.rejects(openai.responses.create({ ...base, input: 'hi', previous_response_id: r.id }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'previous_response_id');
+  await assert.rejects(openai.responses.retrieve(r.id), (e) => e instanceof OpenAI.NotFoundError);
+  await assert.rejects(openai.responses.create({ ...base, input: [{ type: 'web_search_call' }] }), (e) => e instanceof OpenAI.BadRequestError);
+});
+
 test('a tool result continues the conversation', async () => {
   const first = await openai.chat.completions.create({ ...greedy, messages: user("What's the weather in Paris?"), tools: [weatherTool] });
   const m = first.choices[0].message;
