@@ -149,6 +149,7 @@ std::shared_ptr<GrammarVocabulary> toy_vocab() {
                         "true", "false", "null", "12", "-3", "0.5", "e+7", "[\"", "\"]", "\\n", "\\u00e9", "\n", "\x01"})
     add(s);
   for (int m = 0; m < 5; ++m) v->kind[size_t(1000 + m)] = int8_t(m);
+  v->index();
   return v;
 }
 
@@ -169,10 +170,14 @@ TEST(StructuredAnswerConstraint, RandomWalksAlwaysGiveValidJson) {
       StructuredAnswerConstraint con(g, vocab);
       ResponseParser parser(f);
       std::vector<int32_t> allowed;
+      std::vector<uint8_t> mask(1006);
       for (int step = 0; step < 4000 && !con.finished(); ++step) {
         allowed.clear();
-        for (int32_t id = 0; id < 1006; ++id)
+        con.fill_mask(mask);
+        for (int32_t id = 0; id < 1006; ++id) {
           if (con.allows(id)) allowed.push_back(id);
+          ASSERT_EQ(mask[size_t(id)], con.allows(id)) << "fill_mask and allows disagree on id " << id;
+        }
         ASSERT_FALSE(allowed.empty()) << "a live state with no way on (seed " << seed << ")";
         int32_t id = allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)];
         // Prefer closing brackets and markers now and then, so walks end.

@@ -176,6 +176,7 @@ struct ToyVocab {
     v->kind[1003] = int8_t(GrammarMarker::EndTurn);
     v->kind[1004] = int8_t(GrammarMarker::EndOfText);
     // 1005: some other special token: stays refused.
+    v->index();
   }
 };
 
@@ -199,10 +200,14 @@ TEST(ToolCallConstraint, RandomWalksAlwaysParseAsValidCalls) {
       ResponseParser parser(f, po);
       std::vector<int32_t> allowed;
       bool done = false;
+      std::vector<uint8_t> mask(1006);
       for (int step = 0; step < 6000 && !done; ++step) {
         allowed.clear();
-        for (int32_t id = 0; id < 1006; ++id)
+        con.fill_mask(mask);
+        for (int32_t id = 0; id < 1006; ++id) {
           if (con.allows(id)) allowed.push_back(id);
+          ASSERT_EQ(mask[size_t(id)], con.allows(id)) << "fill_mask and allows disagree on id " << id;
+        }
         ASSERT_FALSE(allowed.empty()) << "a live grammar state with no way on (seed " << seed << ")";
         // Markers are rare in a real vocabulary's mass; here they get a fair
         // chance so walks end.

@@ -15,6 +15,15 @@ uint8_t GrammarVocabulary::classify(std::string_view b) {
   return c;
 }
 
+void GrammarVocabulary::index() {
+  for (auto& g : by_first_byte) g.clear();
+  markers.clear();
+  for (size_t i = 0; i < kind.size(); ++i) {
+    if (kind[i] == kText && !bytes[i].empty()) by_first_byte[uint8_t(bytes[i][0])].push_back(int32_t(i));
+    else if (kind[i] >= 0) markers.push_back(int32_t(i));
+  }
+}
+
 std::shared_ptr<const GrammarVocabulary> GrammarVocabulary::build(const Tokenizer& tok, const FramingFormat& f,
                                                                   int64_t vocab_size) {
   auto v = std::make_shared<GrammarVocabulary>();
@@ -43,6 +52,7 @@ std::shared_ptr<const GrammarVocabulary> GrammarVocabulary::build(const Tokenize
   mark(f.end_message_id, GrammarMarker::EndMessage);
   mark(f.end_turn_id, GrammarMarker::EndTurn);
   mark(f.end_of_text_id, GrammarMarker::EndOfText);
+  v->index();
   return v;
 }
 

@@ -4,6 +4,7 @@
 // special tokens are refused, every other id is its raw bytes.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -23,8 +24,13 @@ struct GrammarVocabulary {
   std::vector<int8_t> kind;        // kText, kRefused, or a GrammarMarker
   std::vector<std::string> bytes;  // kText ids: the raw bytes
   std::vector<uint8_t> classes;    // kText ids: kTextHas* bits of the bytes
+  std::vector<int32_t> by_first_byte[256];  // kText ids, grouped by their first byte
+  std::vector<int32_t> markers;             // ids of the framing markers
 
   static uint8_t classify(std::string_view bytes);
+  // Fills by_first_byte and markers from kind/bytes (build() calls it;
+  // hand-made vocabularies call it themselves).
+  void index();
   // `vocab_size`: the model's rows (ids past the tokenizer are refused).
   static std::shared_ptr<const GrammarVocabulary> build(const Tokenizer& tok, const FramingFormat& framing,
                                                         int64_t vocab_size);
@@ -57,6 +63,36 @@ class GrammarConstraint : public TokenConstraint {
     typename Grammar::State s = state_;
     if (feed(s, id)) state_ = s;
     else broken_ = true;
+  }
+
+  // A whole mask at once: a group of ids sharing a first byte the state
+  // refuses is skipped without simulating any of them (in structural states
+  // only a few first bytes are admitted, so most of a 200k vocabulary goes).
+  void fill_mask(std::span<uint8_t> allowed) const override {
+    if (broken_) {
+      std::fill(allowed.begin(), allowed.end(), uint8_t(1));
+      return;
+    }
+    std::fill(allowed.begin(), allowed.end(), uint8_t(0));
+    const uint8_t blockers = grammar_->fast_path_blockers(state_);
+    for (int b = 0; b < 256; ++b) {
+      const auto& group = vocab_->by_first_byte[b];
+      if (group.empty()) continue;
+      typename Grammar::State after_first = state_;
+      const char c = char(b);
+      if (!grammar_->feed_text(after_first, std::string_view(&c, 1))) continue;
+      for (int32_t id : group) {
+        if (size_t(id) >= allowed.size()) continue;
+        if ((vocab_->classes[size_t(id)] & blockers) == 0) {
+          allowed[size_t(id)] = 1;
+          continue;
+        }
+        typename Grammar::State s = after_first;
+        allowed[size_t(id)] = grammar_->feed_text(s, std::string_view(vocab_->bytes[size_t(id)]).substr(1));
+      }
+    }
+    for (int32_t id : vocab_->markers)
+      if (size_t(id) < allowed.size()) allowed[size_t(id)] = allows(id);
   }
 
   bool finished() const { return grammar_->finished(state_); }

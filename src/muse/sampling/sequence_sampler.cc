@@ -176,8 +176,10 @@ bool SequenceSampler::apply_constraint(std::span<float> logits, std::span<const 
   const int64_t n = limit(logits.size());
   bool any = false;
   int32_t fallback = -1;
+  mask_.resize(size_t(n));
+  constraint_->fill_mask(mask_);
   for (int64_t i = 0; i < n; ++i) {
-    if (!constraint_->allows(int32_t(i))) {
+    if (!mask_[size_t(i)]) {
       logits[size_t(i)] = kNegInf;
       continue;
     }

@@ -115,6 +115,7 @@ class SequenceSampler {
   std::unordered_map<int32_t, int32_t> counts_;     // generated id -> count
   bool penalties_ = false;
   std::unique_ptr<TokenConstraint> constraint_;
+  mutable std::vector<uint8_t> mask_;  // scratch: the constraint's allowed ids
   // Scratch (mutable so distribution() can reuse the same code).
   mutable std::vector<int32_t> cand_;
   mutable std::vector<double> probs_;

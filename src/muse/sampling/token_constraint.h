@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 namespace muse {
 
@@ -14,6 +15,11 @@ class TokenConstraint {
   virtual ~TokenConstraint() = default;
   // May `id` come next? Must not change the state (it is asked for many ids).
   virtual bool allows(int32_t id) const = 0;
+  // allowed[id] = allows(id) for every id < allowed.size(); grammars override
+  // it to skip whole groups of ids at once.
+  virtual void fill_mask(std::span<uint8_t> allowed) const {
+    for (size_t i = 0; i < allowed.size(); ++i) allowed[i] = allows(int32_t(i));
+  }
   // `id` was generated (allowed or not: a fallback may pick a refused id when
   // nothing allowed is possible, and the constraint must then stay sane).
   virtual void accept(int32_t id) = 0;
