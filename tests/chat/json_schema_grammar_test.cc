@@ -35,6 +35,12 @@ TEST(JsonSchemaGrammar, JsonObjectIsAnyCompactObject) {
   for (const char* bad : {R"([1])", R"("x")", R"(1)", R"({"a" :1})", R"({"a":1,})", R"({"a":01})", R"({"a":tru})",
                           R"({"a":"x\q"})", "{\"a\":\"\x01\"}", R"({"a":1}})", R"({a:1})", R"({"a":[1,]})"})
     EXPECT_FALSE(admits(g, bad)) << bad;
+  // Strings and keys are valid UTF-8 (byte-level tokens may split a
+  // character; the whole must still be valid).
+  EXPECT_TRUE(admits(g, "{\"\xc3\xa9\":\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"}"));
+  for (const char* bad : {"{\"a\":\"\xff\"}", "{\"a\":\"\xc3\"}", "{\"a\":\"\xc0\xaf\"}", "{\"a\":\"\xed\xa0\x80\"}",
+                          "{\"a\":\"\xf4\x90\x80\x80\"}", "{\"\x80\":1}"})
+    EXPECT_FALSE(admits(g, bad)) << bad;
   auto s = g.initial();
   EXPECT_TRUE(g.feed_text(s, R"({"a":[1,{"b")"));
   EXPECT_FALSE(g.can_end(s)) << "an open object cannot end";

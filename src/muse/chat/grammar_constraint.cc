@@ -1,5 +1,6 @@
 #include "muse/chat/grammar_constraint.h"
 
+#include "muse/core/json.h"
 #include "muse/tokenizer/tokenizer_impl.h"
 
 namespace muse::chat {
@@ -12,6 +13,7 @@ uint8_t GrammarVocabulary::classify(std::string_view b) {
     else if (ch == '\\') c |= kTextHasBackslash;
     else if (uint8_t(ch) < 0x20) c |= kTextHasControl;
   }
+  if (!is_valid_utf8(b)) c |= kTextNotUtf8;
   return c;
 }
 

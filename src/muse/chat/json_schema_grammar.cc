@@ -59,6 +59,30 @@ uint64_t narrow(const std::vector<std::string>& options, uint64_t cand, size_t p
   return out;
 }
 
+// UTF-8 inside strings and keys (RFC 3629: no overlongs, surrogates or code
+// points past U+10FFFF), one byte at a time. `state`: 0 between characters,
+// else (continuation bytes left << 3) | the range of the next byte.
+enum : uint8_t { kCont, kE0, kED, kF0, kF4 };  // 80-BF, A0-BF, 80-9F, 90-BF, 80-8F
+bool utf8_step(uint8_t& state, uint8_t b) {
+  if (state == 0) {
+    if (b < 0x80) return true;
+    if (b >= 0xC2 && b <= 0xDF) state = (1 << 3) | kCont;
+    else if (b == 0xE0) state = (2 << 3) | kE0;
+    else if (b == 0xED) state = (2 << 3) | kED;
+    else if (b >= 0xE1 && b <= 0xEF) state = (2 << 3) | kCont;
+    else if (b == 0xF0) state = (3 << 3) | kF0;
+    else if (b >= 0xF1 && b <= 0xF3) state = (3 << 3) | kCont;
+    else if (b == 0xF4) state = (3 << 3) | kF4;
+    else return false;
+    return true;
+  }
+  static constexpr uint8_t lo[] = {0x80, 0xA0, 0x80, 0x90, 0x80}, hi[] = {0xBF, 0xBF, 0x9F, 0xBF, 0x8F};
+  const uint8_t range = state & 7, left = state >> 3;
+  if (b < lo[range] || b > hi[range]) return false;
+  state = left == 1 ? 0 : uint8_t(((left - 1) << 3) | kCont);
+  return true;
+}
+
 bool has_exact(const std::vector<std::string>& options, uint64_t cand, size_t pos) {
   for (uint64_t m = cand; m; m &= m - 1)
     if (options[size_t(std::countr_zero(m))].size() == pos) return true;
@@ -222,9 +246,11 @@ JsonSchemaGrammar::Step JsonSchemaGrammar::step(const State& s, Frame& f, char c
   (void)s;
   switch (f.phase) {
     case kInString:
+      if (f.aux != 0) return utf8_step(f.aux, uint8_t(c)) ? Step::Consumed : Step::Refused;
       if (c == '"') return Step::Done;
       if (c == '\\') f.phase = kEscape;
       else if (uint8_t(c) < 0x20) return Step::Refused;
+      else if (!utf8_step(f.aux, uint8_t(c))) return Step::Refused;
       return Step::Consumed;
     case kEscape:
       if (c == 'u') {
@@ -311,6 +337,7 @@ bool JsonSchemaGrammar::feed_char(State& s, char c) const {
           f.candidates = all_bits(n.props.size()) & ~f.seen;
           f.free_key = n.additional >= 0;
           f.pos = 0;
+          f.aux = 0;  // UTF-8 state of the key
           return true;
         }
         if (c == '}' && f.phase == kObjOpen && closeable()) {
@@ -319,7 +346,7 @@ bool JsonSchemaGrammar::feed_char(State& s, char c) const {
         }
         return false;
       case kObjKey: {
-        if (c == '"') {
+        if (f.aux == 0 && c == '"') {
           f.prop = -1;
           for (uint64_t m = f.candidates; m; m &= m - 1)
             if (n.props[size_t(std::countr_zero(m))].first.size() == f.pos) f.prop = int16_t(std::countr_zero(m));
@@ -328,7 +355,7 @@ bool JsonSchemaGrammar::feed_char(State& s, char c) const {
           f.phase = kObjColon;
           return true;
         }
-        if (c == '\\' || uint8_t(c) < 0x20) return false;  // keys without escapes
+        if (c == '\\' || uint8_t(c) < 0x20 || !utf8_step(f.aux, uint8_t(c))) return false;  // keys without escapes
         uint64_t next = 0;
         for (uint64_t m = f.candidates; m; m &= m - 1) {
           const int i = std::countr_zero(m);
@@ -399,7 +426,7 @@ bool JsonSchemaGrammar::can_end(const State& s) const {
 }
 
 bool JsonSchemaGrammar::in_plain_string(const State& s) const {
-  return s.depth > 0 && s.stack[s.depth - 1].phase == kInString;
+  return s.depth > 0 && s.stack[s.depth - 1].phase == kInString && s.stack[s.depth - 1].aux == 0;
 }
 
 // ---------------------------------------------------------------------------
@@ -452,7 +479,9 @@ bool StructuredAnswerGrammar::feed_text(State& s, std::string_view bytes) const 
       case kAJson:
         if (json_.in_plain_string(s.json)) {  // the common case: a run of string text
           size_t j = i;
-          while (j < bytes.size() && bytes[j] != '"' && bytes[j] != '\\' && uint8_t(bytes[j]) >= 0x20) ++j;
+          while (j < bytes.size() && bytes[j] != '"' && bytes[j] != '\\' && uint8_t(bytes[j]) >= 0x20 &&
+                 uint8_t(bytes[j]) < 0x80)
+            ++j;
           if (j > i) {
             i = j - 1;
             break;
@@ -498,7 +527,8 @@ bool StructuredAnswerGrammar::feed_marker(State& s, GrammarMarker m) const {
 
 uint8_t StructuredAnswerGrammar::fast_path_blockers(const State& s) const {
   if (s.phase == kAReasoning) return 0;
-  if (s.phase == kAJson && json_.in_plain_string(s.json)) return kTextHasQuote | kTextHasBackslash | kTextHasControl;
+  if (s.phase == kAJson && json_.in_plain_string(s.json))
+    return kTextHasQuote | kTextHasBackslash | kTextHasControl | kTextNotUtf8;
   return kNoFastPath;
 }
 

@@ -42,7 +42,9 @@ enum class GrammarMarker : uint8_t { Start, Message, EndMessage, EndTurn, EndOfT
 // state names the classes that force simulating a token. Every text token
 // has kTextAny, so kNoFastPath (all bits) simulates them all.
 enum : uint8_t {
-  kTextHasAngle = 1, kTextHasQuote = 2, kTextHasBackslash = 4, kTextHasControl = 8, kTextAny = 0x80, kNoFastPath = 0xFF
+  kTextHasAngle = 1, kTextHasQuote = 2, kTextHasBackslash = 4, kTextHasControl = 8,
+  kTextNotUtf8 = 16,  // not whole, valid UTF-8 characters (a byte-level token may hold part of one)
+  kTextAny = 0x80, kNoFastPath = 0xFF
 };
 
 class ToolCallGrammar {
