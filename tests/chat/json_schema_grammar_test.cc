@@ -10,6 +10,7 @@
 
 #include "muse/chat/grammar_constraint.h"
 #include "muse/chat/response_parser.h"
+#include "toy_vocabulary.h"
 
 namespace muse::chat {
 namespace {
@@ -139,24 +140,9 @@ TEST(StructuredAnswerGrammar, TheSchemaAppliesToTheAnswerBody) {
 
 // Toy vocabulary: printable ASCII, JSON pieces, markers (ids 1000-1004).
 std::shared_ptr<GrammarVocabulary> toy_vocab() {
-  auto v = std::make_shared<GrammarVocabulary>();
-  v->kind.assign(1006, GrammarVocabulary::kRefused);
-  v->bytes.resize(1006);
-  v->classes.assign(1006, 0);
-  int id = 0;
-  auto add = [&](const std::string& s) {
-    v->kind[size_t(id)] = GrammarVocabulary::kText;
-    v->bytes[size_t(id)] = s;
-    v->classes[size_t(id)] = GrammarVocabulary::classify(s);
-    ++id;
-  };
-  for (char c = 32; c < 127; ++c) add(std::string(1, c));
-  for (const char* s : {" to=", "self", "user", "assistant", "{\"", "\":", ",\"", "\"}", "name", "age", "tags", "kind",
-                        "true", "false", "null", "12", "-3", "0.5", "e+7", "[\"", "\"]", "\\n", "\\u00e9", "\n", "\x01"})
-    add(s);
-  for (int m = 0; m < 5; ++m) v->kind[size_t(1000 + m)] = int8_t(m);
-  v->index();
-  return v;
+  return make_toy_vocabulary({" to=", "self", "user", "assistant", "{\"", "\":", ",\"", "\"}", "name", "age", "tags",
+                              "kind", "true", "false", "null", "12", "-3", "0.5", "e+7", "[\"", "\"]", "\\n", "\\u00e9",
+                              "\n", "\x01"});
 }
 
 TEST(StructuredAnswerConstraint, RandomWalksAlwaysGiveValidJson) {

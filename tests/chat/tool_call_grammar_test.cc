@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "muse/chat/response_parser.h"
+#include "toy_vocabulary.h"
 #include "muse/chat/grammar_constraint.h"
 
 namespace muse::chat {
@@ -149,35 +150,12 @@ TEST(ToolCallGrammar, BadRequestsAreClearErrors) {
 // syntax, names, keys and values (so walks make progress), some multi-byte
 // UTF-8, and the five markers; plus one non-framing special (refused).
 struct ToyVocab {
-  std::shared_ptr<GrammarVocabulary> v = std::make_shared<GrammarVocabulary>();
-  ToyVocab() {
-    v->kind.assign(1006, GrammarVocabulary::kRefused);
-    v->bytes.resize(1006);
-    v->classes.assign(1006, 0);
-    int id = 0;
-    auto add = [&](const std::string& s) {
-      v->kind[size_t(id)] = GrammarVocabulary::kText;
-      v->bytes[size_t(id)] = s;
-      v->classes[size_t(id)] = GrammarVocabulary::classify(s);
-      ++id;
-    };
-    for (char c = 32; c < 127; ++c) add(std::string(1, c));
-    add("\n");
-    for (const char* s : {" to=", "self", "assistant", " to", "=", "get_weather", "calc", "ping", "get", "_weather",
-                          "<atem:function_calls>\n", "<atem:invoke name=\"", "\">\n", "\">", "<atem:parameter name=\"",
-                          "</atem:parameter>\n", "</atem:parameter>", "</atem:invoke>\n</atem:function_calls>",
-                          "</atem:invoke>", "\n</atem:function_calls>", "city", "unit", "days", "hourly", "x", "y",
-                          "celsius", "fahrenheit", "true", "false", "12", "-3", "0.5", "e+7", "Paris", " the", "\xc3\xa9",
-                          "\xe2\x82\xac", "</", "<atem", ":parameter", " name=\""})
-      add(s);
-    v->kind[1000] = int8_t(GrammarMarker::Start);
-    v->kind[1001] = int8_t(GrammarMarker::Message);
-    v->kind[1002] = int8_t(GrammarMarker::EndMessage);
-    v->kind[1003] = int8_t(GrammarMarker::EndTurn);
-    v->kind[1004] = int8_t(GrammarMarker::EndOfText);
-    // 1005: some other special token: stays refused.
-    v->index();
-  }
+  std::shared_ptr<GrammarVocabulary> v = make_toy_vocabulary(
+      {"\n", " to=", "self", "assistant", " to", "=", "get_weather", "calc", "ping", "get", "_weather",
+       "<atem:function_calls>\n", "<atem:invoke name=\"", "\">\n", "\">", "<atem:parameter name=\"",
+       "</atem:parameter>\n", "</atem:parameter>", "</atem:invoke>\n</atem:function_calls>", "</atem:invoke>",
+       "\n</atem:function_calls>", "city", "unit", "days", "hourly", "x", "y", "celsius", "fahrenheit", "true", "false",
+       "12", "-3", "0.5", "e+7", "Paris", " the", "\xc3\xa9", "\xe2\x82\xac", "</", "<atem", ":parameter", " name=\""});
 };
 
 TEST(ToolCallConstraint, RandomWalksAlwaysParseAsValidCalls) {
