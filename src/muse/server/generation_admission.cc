@@ -45,6 +45,10 @@ std::optional<ApiError> check_capabilities(const State& s, const ApiRequest& req
                                                 "\" is not supported by this server yet (no structured-output engine).",
                          "unsupported_value");
   bool forced = req.tool_choice.kind == ToolChoice::Kind::Required || req.tool_choice.kind == ToolChoice::Kind::Named;
+  if (forced && !req.response_format.is_null())  // one grammar per output: neither may be dropped silently
+    return invalid_param("tool_choice", "tool_choice \"required\" or a named tool cannot be combined with response_format "
+                                        "(a forced call has no answer body for the schema).",
+                         "unsupported_value");
   if (forced && !info.supports_forced_tool_choice)
     return invalid_param("tool_choice", "tool_choice \"required\" or a named tool is not supported by this server yet.", "unsupported_value");
   if (!req.tools.is_null() && req.tool_choice.kind == ToolChoice::Kind::Auto && !s.opt.enable_auto_tool_choice)

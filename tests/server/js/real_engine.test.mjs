@@ -236,6 +236,8 @@ test('response_format: json_object and json_schema answers parse and validate (w
 
   await assert.rejects(openai.chat.completions.create({ ...body, response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { anyOf: [{ type: 'string' }] } } } }),
     (e) => e instanceof OpenAI.BadRequestError && /anyOf/.test(e.message));
+  await assert.rejects(openai.chat.completions.create({ ...body, tools: [weatherTool], tool_choice: 'required' }),
+    (e) => e instanceof OpenAI.BadRequestError && e.param === 'tool_choice');
 });
 
 // The Responses API (/v1/responses), stateless: converted to the chat path,
