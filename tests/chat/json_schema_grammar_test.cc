@@ -104,16 +104,6 @@ TEST(JsonSchemaGrammar, UnsupportedSchemasAreClearErrors) {
   }
 }
 
-FramingFormat toy_framing() {
-  FramingFormat f = muse_glimmer_profile().framing;
-  f.start_id = 1000;
-  f.message_id = 1001;
-  f.end_message_id = 1002;
-  f.end_turn_id = 1003;
-  f.end_of_text_id = 1004;
-  return f;
-}
-
 TEST(StructuredAnswerGrammar, TheSchemaAppliesToTheAnswerBody) {
   auto j = Json::parse(R"({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]})");
   auto g = *StructuredAnswerGrammar::make(toy_framing(), &*j);

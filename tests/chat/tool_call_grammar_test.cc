@@ -17,17 +17,6 @@
 namespace muse::chat {
 namespace {
 
-// Framing ids of the toy vocabulary below (the Glimmer spellings).
-FramingFormat toy_framing() {
-  FramingFormat f = muse_glimmer_profile().framing;
-  f.start_id = 1000;
-  f.message_id = 1001;
-  f.end_message_id = 1002;
-  f.end_turn_id = 1003;
-  f.end_of_text_id = 1004;
-  return f;
-}
-
 ToolSet tools() {
   auto j = Json::parse(R"([
     {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",

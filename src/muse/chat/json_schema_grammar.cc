@@ -2,6 +2,8 @@
 
 #include <bit>
 
+#include "muse/chat/grammar_support.h"
+
 namespace muse::chat {
 
 namespace detail {
@@ -33,6 +35,8 @@ bool json_number_complete(uint8_t n) { return n == kZero || n == kInt || n == kF
 
 }  // namespace detail
 
+using namespace detail;
+
 namespace {
 
 enum TypeBits : uint8_t {
@@ -46,19 +50,6 @@ enum Phase : uint8_t {
 };
 
 constexpr const char* kKeywords[] = {"true", "false", "null"};
-constexpr size_t kMaxOptions = 64;
-
-uint64_t all_bits(size_t n) { return n >= 64 ? ~uint64_t(0) : (uint64_t(1) << n) - 1; }
-
-uint64_t narrow(const std::vector<std::string>& options, uint64_t cand, size_t pos, char c) {
-  uint64_t out = 0;
-  for (uint64_t m = cand; m; m &= m - 1) {
-    const int i = std::countr_zero(m);
-    if (pos < options[size_t(i)].size() && options[size_t(i)][pos] == c) out |= uint64_t(1) << i;
-  }
-  return out;
-}
-
 // UTF-8 inside strings and keys (RFC 3629: no overlongs, surrogates or code
 // points past U+10FFFF), one byte at a time. `state`: 0 between characters,
 // else (continuation bytes left << 3) | the range of the next byte.
@@ -83,12 +74,6 @@ bool utf8_step(uint8_t& state, uint8_t b) {
   return true;
 }
 
-bool has_exact(const std::vector<std::string>& options, uint64_t cand, size_t pos) {
-  for (uint64_t m = cand; m; m &= m - 1)
-    if (options[size_t(std::countr_zero(m))].size() == pos) return true;
-  return false;
-}
-
 bool is_annotation(std::string_view k) {
   for (const char* a : {"title", "description", "default", "examples", "$schema", "$id", "$comment", "format"})
     if (k == a) return true;
@@ -104,7 +89,6 @@ uint16_t JsonSchemaGrammar::any_node() {
     n.types = kAllTypes;
     n.additional = any_;
     n.items = uint16_t(any_);
-    n.has_items = true;
     nodes_.push_back(std::move(n));
   }
   return uint16_t(any_);
@@ -159,15 +143,16 @@ Result<uint16_t> JsonSchemaGrammar::compile(const Json& schema, int depth) {
     if (props->as_object().size() > kMaxOptions) return make_error("at most 64 properties per object are supported");
     for (const auto& [name, sub] : props->as_object()) {
       MUSE_ASSIGN_OR_RETURN(uint16_t idx, compile(sub, depth + 1));
-      n.props.emplace_back(name, idx);
+      n.prop_names.push_back(name);
+      n.prop_nodes.push_back(idx);
     }
   }
   if (required) {
     if (!required->is_array()) return make_error("'required' must be an array of property names");
     for (const Json& r : required->as_array()) {
       bool found = false;
-      for (size_t i = 0; i < n.props.size(); ++i)
-        if (r.is_string() && n.props[i].first == r.as_string()) n.required |= uint64_t(1) << i, found = true;
+      for (size_t i = 0; i < n.prop_names.size(); ++i)
+        if (r.is_string() && n.prop_names[i] == r.as_string()) n.required |= uint64_t(1) << i, found = true;
       if (!found) return make_error("required property " + r.dump() + " is not declared in 'properties'");
     }
   }
@@ -185,7 +170,6 @@ Result<uint16_t> JsonSchemaGrammar::compile(const Json& schema, int depth) {
   } else {
     n.items = any_node();
   }
-  n.has_items = true;
   nodes_.push_back(std::move(n));
   if (nodes_.size() > 60000) return make_error("the schema is too large");
   return uint16_t(nodes_.size() - 1);
@@ -199,7 +183,6 @@ Result<JsonSchemaGrammar> JsonSchemaGrammar::make(const Json* schema) {
     root.types = kObject;
     root.additional = g.any_node();
     root.items = uint16_t(root.additional);
-    root.has_items = true;
   } else {
     MUSE_ASSIGN_OR_RETURN(uint16_t idx, g.compile(*schema, 0));
     root = g.nodes_[idx];
@@ -242,8 +225,7 @@ bool JsonSchemaGrammar::start_value(State& s, uint16_t node, char c) const {
   return true;
 }
 
-JsonSchemaGrammar::Step JsonSchemaGrammar::step(const State& s, Frame& f, char c) const {
-  (void)s;
+JsonSchemaGrammar::Step JsonSchemaGrammar::step(Frame& f, char c) const {
   switch (f.phase) {
     case kInString:
       if (f.aux != 0) return utf8_step(f.aux, uint8_t(c)) ? Step::Consumed : Step::Refused;
@@ -290,7 +272,7 @@ bool JsonSchemaGrammar::feed_char(State& s, char c) const {
     if (s.depth == 0) return false;
     Frame& f = s.stack[s.depth - 1];
     const Node& n = nodes_[f.node];
-    auto keys_left = [&] { return n.additional >= 0 || (all_bits(n.props.size()) & ~f.seen) != 0; };
+    auto keys_left = [&] { return n.additional >= 0 || (all_bits(n.prop_names.size()) & ~f.seen) != 0; };
     auto closeable = [&] { return (f.seen & n.required) == n.required; };
     auto pop = [&] {
       --s.depth;
@@ -301,7 +283,7 @@ bool JsonSchemaGrammar::feed_char(State& s, char c) const {
       case kEscape:
       case kHex:
       case kInKeyword: {
-        Step r = step(s, f, c);
+        Step r = step(f, c);
         if (r == Step::Done) pop();
         return r != Step::Refused;
       }
@@ -325,7 +307,7 @@ bool JsonSchemaGrammar::feed_char(State& s, char c) const {
           ++f.pos;
           return true;
         }
-        if (!has_exact(n.options, f.candidates, f.pos)) return false;
+        if (exact(n.options, f.candidates, f.pos) < 0) return false;
         pop();
         if (s.done) return false;
         continue;
@@ -334,7 +316,7 @@ bool JsonSchemaGrammar::feed_char(State& s, char c) const {
       case kObjKeyStart:
         if (c == '"' && keys_left()) {
           f.phase = kObjKey;
-          f.candidates = all_bits(n.props.size()) & ~f.seen;
+          f.candidates = all_bits(n.prop_names.size()) & ~f.seen;
           f.free_key = n.additional >= 0;
           f.pos = 0;
           f.aux = 0;  // UTF-8 state of the key
@@ -347,21 +329,14 @@ bool JsonSchemaGrammar::feed_char(State& s, char c) const {
         return false;
       case kObjKey: {
         if (f.aux == 0 && c == '"') {
-          f.prop = -1;
-          for (uint64_t m = f.candidates; m; m &= m - 1)
-            if (n.props[size_t(std::countr_zero(m))].first.size() == f.pos) f.prop = int16_t(std::countr_zero(m));
+          f.prop = int16_t(exact(n.prop_names, f.candidates, f.pos));
           if (f.prop < 0 && !f.free_key) return false;
           if (f.prop >= 0) f.seen |= uint64_t(1) << f.prop;
           f.phase = kObjColon;
           return true;
         }
         if (c == '\\' || uint8_t(c) < 0x20 || !utf8_step(f.aux, uint8_t(c))) return false;  // keys without escapes
-        uint64_t next = 0;
-        for (uint64_t m = f.candidates; m; m &= m - 1) {
-          const int i = std::countr_zero(m);
-          const std::string& name = n.props[size_t(i)].first;
-          if (f.pos < name.size() && name[f.pos] == c) next |= uint64_t(1) << i;
-        }
+        const uint64_t next = narrow(n.prop_names, f.candidates, f.pos, c);
         if (!next && !f.free_key) return false;
         f.candidates = next;
         ++f.pos;
@@ -372,7 +347,7 @@ bool JsonSchemaGrammar::feed_char(State& s, char c) const {
         f.phase = kObjValue;
         return true;
       case kObjValue: {
-        const uint16_t child = f.prop >= 0 ? n.props[size_t(f.prop)].second : uint16_t(n.additional);
+        const uint16_t child = f.prop >= 0 ? n.prop_nodes[size_t(f.prop)] : uint16_t(n.additional);
         f.phase = kObjAfter;
         return start_value(s, child, c);
       }
@@ -421,7 +396,7 @@ bool JsonSchemaGrammar::can_end(const State& s) const {
   if (s.depth != 1) return false;
   const Frame& f = s.stack[0];
   if (f.phase == kInNumber) return detail::json_number_complete(f.aux);
-  if (f.phase == kInOptions) return has_exact(nodes_[f.node].options, f.candidates, f.pos);
+  if (f.phase == kInOptions) return 0 <= exact(nodes_[f.node].options, f.candidates, f.pos);
   return false;
 }
 
@@ -437,7 +412,6 @@ enum AnswerPhase : uint8_t { kALiteral, kARecipient, kAReasoning, kAExpectStart,
 
 Result<StructuredAnswerGrammar> StructuredAnswerGrammar::make(const FramingFormat& f, const Json* schema, bool framed) {
   StructuredAnswerGrammar g;
-  g.f_ = f;
   g.framed_ = framed;
   MUSE_ASSIGN_OR_RETURN(g.json_, JsonSchemaGrammar::make(schema));
   g.recipients_ = f.reasoning_recipients;
@@ -498,10 +472,8 @@ bool StructuredAnswerGrammar::feed_text(State& s, std::string_view bytes) const 
 bool StructuredAnswerGrammar::feed_marker(State& s, GrammarMarker m) const {
   switch (s.phase) {
     case kARecipient: {
-      if (m != GrammarMarker::Message || !has_exact(recipients_, s.candidates, s.pos)) return false;
-      int i = -1;
-      for (uint64_t b = s.candidates; b && i < 0; b &= b - 1)
-        if (recipients_[size_t(std::countr_zero(b))].size() == s.pos) i = std::countr_zero(b);
+      const int i = exact(recipients_, s.candidates, s.pos);
+      if (m != GrammarMarker::Message || i < 0) return false;
       s.pos = 0;
       s.phase = size_t(i) < reasoning_count_ ? kAReasoning : kAJson;
       return true;

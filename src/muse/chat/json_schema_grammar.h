@@ -27,14 +27,6 @@
 
 namespace muse::chat {
 
-namespace detail {
-// One step of RFC 8259's number grammar; `state` starts at 0 and `length`
-// counts characters (capped so the value parses back as a number: 18 for an
-// int64 integer, 64 and a two-digit exponent otherwise). False: refused.
-bool json_number_step(uint8_t& state, uint16_t& length, char c, bool integer);
-bool json_number_complete(uint8_t state);
-}  // namespace detail
-
 class JsonSchemaGrammar {
  public:
   static constexpr int kMaxDepth = 24;
@@ -71,11 +63,11 @@ class JsonSchemaGrammar {
  private:
   struct Node {
     uint8_t types = 0;                 // TypeBits; 0 with options: enum/const only
-    std::vector<std::pair<std::string, uint16_t>> props;
+    std::vector<std::string> prop_names;  // declared properties, in order
+    std::vector<uint16_t> prop_nodes;     // their schemas
     uint64_t required = 0;
     int32_t additional = -1;           // node index for undeclared keys, -1: none
     uint16_t items = 0;
-    bool has_items = false;
     std::vector<std::string> options;  // enum / const: compact JSON spellings
   };
   enum class Step { Consumed, Refused, Done };
@@ -84,7 +76,7 @@ class JsonSchemaGrammar {
   uint16_t any_node();
   bool feed_char(State& s, char c) const;
   bool start_value(State& s, uint16_t node, char c) const;
-  Step step(const State& s, Frame& f, char c) const;
+  Step step(Frame& f, char c) const;
 
   std::vector<Node> nodes_;
   int32_t any_ = -1;
@@ -113,7 +105,6 @@ class StructuredAnswerGrammar {
   bool finished(const State& s) const;
 
  private:
-  FramingFormat f_;
   JsonSchemaGrammar json_;
   std::vector<std::string> recipients_;  // reasoning recipients, then content ones
   size_t reasoning_count_ = 0;

@@ -2,9 +2,11 @@
 
 #include <bit>
 
-#include "muse/chat/json_schema_grammar.h"
+#include "muse/chat/grammar_support.h"
 
 namespace muse::chat {
+
+using namespace detail;
 
 namespace {
 
@@ -23,31 +25,6 @@ enum Phase : uint8_t {
 };
 
 enum Literal : uint8_t { kTo, kAssistantTo, kCallOpen, kParamOpen, kGt, kParamClose, kCallsClose };
-
-constexpr size_t kMaxOptions = 64;  // candidate sets are 64-bit masks
-
-uint64_t all_bits(size_t n) { return n >= 64 ? ~uint64_t(0) : (uint64_t(1) << n) - 1; }
-
-// Candidates i whose option has character c at `pos`.
-uint64_t narrow(const std::vector<std::string>& options, uint64_t cand, size_t pos, char c) {
-  uint64_t out = 0;
-  for (uint64_t m = cand; m; m &= m - 1) {
-    const int i = std::countr_zero(m);
-    const std::string& o = options[size_t(i)];
-    if (pos < o.size() && o[pos] == c) out |= uint64_t(1) << i;
-  }
-  return out;
-}
-
-// The lowest candidate whose option is exactly `pos` long, or -1.
-int exact(const std::vector<std::string>& options, uint64_t cand, size_t pos) {
-  for (uint64_t m = cand; m; m &= m - 1) {
-    const int i = std::countr_zero(m);
-    if (options[size_t(i)].size() == pos) return i;
-  }
-  return -1;
-}
-
 
 }  // namespace
 
@@ -96,6 +73,7 @@ Result<ToolCallGrammar> ToolCallGrammar::make(const FramingFormat& f, const Tool
         }
         // A key with a quote could never be written (the tag ends at '"').
         if (key.empty() || key.find('"') != std::string::npos) return make_error("parameter name '" + key + "' cannot be written in ATEM");
+        t.param_names.push_back(p.name);
         t.params.push_back(std::move(p));
       }
       if (const Json* req = info->parameters.find("required"); req && req->is_array())
@@ -219,9 +197,7 @@ bool ToolCallGrammar::feed_char(State& s, char c) const {
           if (s.pos == 0) return false;
           s.param = -1;
         } else {
-          int i = -1;
-          for (uint64_t m = s.candidates; m && i < 0; m &= m - 1)
-            if (t.params[size_t(std::countr_zero(m))].name.size() == s.pos) i = std::countr_zero(m);
+          const int i = exact(t.param_names, s.candidates, s.pos);
           if (i < 0) return false;
           s.param = int16_t(i);
           s.seen |= uint64_t(1) << i;
@@ -236,15 +212,9 @@ bool ToolCallGrammar::feed_char(State& s, char c) const {
         ++s.pos;
         return true;
       }
-      uint64_t out = 0;
-      for (uint64_t m = s.candidates; m; m &= m - 1) {
-        const int i = std::countr_zero(m);
-        const std::string& name = t.params[size_t(i)].name;
-        if (s.pos < name.size() && name[s.pos] == c) out |= uint64_t(1) << i;
-      }
-      s.candidates = out;
+      s.candidates = narrow(t.param_names, s.candidates, s.pos, c);
       ++s.pos;
-      return out != 0;
+      return s.candidates != 0;
     }
     case kValueText: {
       const std::string& close = f_.param_close;

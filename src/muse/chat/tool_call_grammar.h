@@ -89,6 +89,7 @@ class ToolCallGrammar {
     std::string name;
     std::string call_open;  // "<atem:function_calls>\n<atem:invoke name=\"NAME\">\n"
     std::vector<Param> params;
+    std::vector<std::string> param_names;  // params' names, for candidate matching
     bool free_keys = false;  // no declared properties: any key
     uint64_t required = 0;   // bits of params
   };
