@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "../tests/support/loopback_client.h"
+#include "../tests/support/spawn_server.h"
 
 namespace {
 
@@ -193,32 +194,23 @@ int main(int argc, char** argv) {
     size_t colon = url.rfind(':');
     port = colon == std::string::npos ? -1 : std::atoi(url.c_str() + colon + 1);
   } else {
-    int pipefd[2];
-    if (pipe(pipefd) != 0) return 1;
-    std::vector<std::string> args = {muse, "serve", "--host", "127.0.0.1", "--port", "0", "--disable-log-requests"};
-    args.insert(args.end(), server_flags.begin(), server_flags.end());
-    std::vector<char*> cargs;
-    for (auto& a : args) cargs.push_back(a.data());
-    cargs.push_back(nullptr);
-    pid = fork();
-    if (pid == 0) {
-      dup2(pipefd[1], 2);
-      close(pipefd[0]);
-      execv(muse.c_str(), cargs.data());
-      _exit(127);
-    }
-    close(pipefd[1]);
+    std::vector<std::string> flags = {"--disable-log-requests"};
+    flags.insert(flags.end(), server_flags.begin(), server_flags.end());
+    const auto server = muse::test_support::spawn_muse_serve(muse, flags);
+    if (server.stderr_fd < 0) return 1;
+    pid = server.pid;
+    const int log_fd = server.stderr_fd;
     std::string log;
     char buf[4096];
     while (port < 0) {
-      ssize_t n = read(pipefd[0], buf, sizeof buf);
+      ssize_t n = read(log_fd, buf, sizeof buf);
       if (n <= 0) break;
       log.append(buf, size_t(n));
       size_t at = log.find("ready: http://127.0.0.1:");
       if (at != std::string::npos) port = std::atoi(log.c_str() + at + 24);
     }
     if (port < 0) return std::fprintf(stderr, "server did not start:\n%s\n", log.c_str()), 1;
-    std::thread([fd = pipefd[0]] {
+    std::thread([fd = log_fd] {
       char b[4096];
       while (read(fd, b, sizeof b) > 0) {}
     }).detach();

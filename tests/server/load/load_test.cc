@@ -31,6 +31,7 @@
 #include "muse/core/json.h"
 
 #include "../../support/loopback_client.h"
+#include "../../support/spawn_server.h"
 
 namespace {
 
@@ -127,26 +128,16 @@ int main(int argc, char** argv) {
   }
 
   // Start the server on a free port; read the port from its log.
-  int pipefd[2];
-  if (pipe(pipefd) != 0) return 1;
-  std::vector<std::string> args = {muse, "serve", "--host", "127.0.0.1", "--port", "0", "--disable-log-requests",
-                                    "--shutdown-timeout", "10"};
+  std::vector<std::string> flags = {"--disable-log-requests", "--shutdown-timeout", "10"};
   if (!real) {  // the fake: every client streams at once
-    for (const char* a : {"--fake-model", "--fake-step-ms", "1", "--max-num-seqs"}) args.push_back(a);
-    args.push_back(std::to_string(clients));
+    for (const char* a : {"--fake-model", "--fake-step-ms", "1", "--max-num-seqs"}) flags.push_back(a);
+    flags.push_back(std::to_string(clients));
   }
-  args.insert(args.end(), server_flags.begin(), server_flags.end());
-  std::vector<char*> argv_c;
-  for (auto& a : args) argv_c.push_back(a.data());
-  argv_c.push_back(nullptr);
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(pipefd[1], 2);
-    close(pipefd[0]);
-    execv(muse.c_str(), argv_c.data());
-    _exit(127);
-  }
-  close(pipefd[1]);
+  flags.insert(flags.end(), server_flags.begin(), server_flags.end());
+  const auto server = muse::test_support::spawn_muse_serve(muse, flags);
+  if (server.stderr_fd < 0) return 1;
+  const pid_t pid = server.pid;
+  const int log_fd = server.stderr_fd;
   int port = -1;
   std::string model_name;
   {
@@ -156,10 +147,10 @@ int main(int argc, char** argv) {
     fd_set set;
     while (port < 0 && std::chrono::steady_clock::now() < deadline) {
       FD_ZERO(&set);
-      FD_SET(pipefd[0], &set);
+      FD_SET(log_fd, &set);
       timeval tv{0, 200000};
-      if (select(pipefd[0] + 1, &set, nullptr, nullptr, &tv) > 0) {
-        ssize_t n = read(pipefd[0], buf, sizeof buf);
+      if (select(log_fd + 1, &set, nullptr, nullptr, &tv) > 0) {
+        ssize_t n = read(log_fd, buf, sizeof buf);
         if (n <= 0) break;
         log.append(buf, size_t(n));
         size_t at = log.find("listening on 127.0.0.1:");
@@ -179,7 +170,7 @@ int main(int argc, char** argv) {
   // Keep draining the server's stderr so it never blocks on a full pipe.
   // (the tail is kept for the report when something fails: sanitizer output).
   std::string server_log_tail;
-  std::thread drain([fd = pipefd[0], &server_log_tail] {
+  std::thread drain([fd = log_fd, &server_log_tail] {
     char buf[4096];
     ssize_t n;
     while ((n = read(fd, buf, sizeof buf)) > 0) {
