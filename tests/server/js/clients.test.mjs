@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import OpenAI from 'openai';
 import Anthropic from '@anthropic-ai/sdk';
+import { postRaw } from './serve.mjs';
 
 const KEY = 'test-key';
 let server, base, openai, anthropic;
@@ -262,13 +263,7 @@ test('SDK error classes: 404 unknown model, 401 bad key, 400 context length', as
 });
 
 // Raw HTTP: every bad input of server-api.md §3.3, status and envelope.
-async function post(path, body, headers = {}) {
-  const res = await fetch(base + path, { method: 'POST', body, headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json', ...headers } });
-  const text = await res.text();
-  let json = null;
-  try { json = JSON.parse(text); } catch { /* not JSON */ }
-  return { status: res.status, json, text };
-}
+const post = (path, body, headers = {}) => postRaw(base, KEY, path, body, headers);
 
 test('raw HTTP: every bad input gets its status and the OpenAI envelope', async () => {
   const msgs = '"messages":[{"role":"user","content":"hi"}]';

@@ -8,7 +8,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import OpenAI from 'openai';
 import Anthropic from '@anthropic-ai/sdk';
-import { startServer } from './serve.mjs';
+import { startServer, postRaw } from './serve.mjs';
 
 const KEY = 'test-key';
 const MODEL = 'muse-tiny';
@@ -454,13 +454,7 @@ test('SDK error classes: 404 unknown model, 401 bad key, 400 context length', as
   await assert.rejects(anthropic.messages.create({ model: 'nope', max_tokens: 5, messages: user('hi') }), (e) => e instanceof Anthropic.NotFoundError);
 });
 
-async function post(path, body, headers = {}) {
-  const res = await fetch(base + path, { method: 'POST', body, headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json', ...headers } });
-  const text = await res.text();
-  let json = null;
-  try { json = JSON.parse(text); } catch { /* not JSON */ }
-  return { status: res.status, json, text };
-}
+const post = (path, body, headers = {}) => postRaw(base, KEY, path, body, headers);
 
 test('raw HTTP: every bad input gets its status and the OpenAI envelope', async () => {
   const msgs = '"messages":[{"role":"user","content":"hi"}]';

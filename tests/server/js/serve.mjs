@@ -27,3 +27,13 @@ export async function startServer(args, { timeoutMs = 60000 } = {}) {
     },
   };
 }
+
+// A raw POST (the body exactly as given, for the bad-input tables): status,
+// the parsed JSON body or null, and the text.
+export async function postRaw(base, key, path, body, headers = {}) {
+  const res = await fetch(base + path, { method: 'POST', body, headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', ...headers } });
+  const text = await res.text();
+  let json = null;
+  try { json = JSON.parse(text); } catch { /* not JSON */ }
+  return { status: res.status, json, text };
+}
