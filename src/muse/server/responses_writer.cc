@@ -59,19 +59,24 @@ class ResponsesWriter : public ResponseWriter {
   std::string stream_error(const ApiError& e) override {
     std::string out = close_item();
     Json j = Json::object();
-    j.set("type", "error");
     j.set("code", e.code.empty() ? Json() : Json(e.code));
     j.set("message", e.message);
     j.set("param", e.param.empty() ? Json() : Json(e.param));
-    j.set("sequence_number", seq_++);
-    return out + sse_frame(j.dump(), "error");
+    return out + event("error", std::move(j));
   }
 
   std::string keepalive() override { return ": keep-alive\n\n"; }
 
-  // The whole response goes through the same item bookkeeping, silently.
-  void add(int choice, const ChoiceDelta& d) override { (void)stream_delta(choice, d, {}); }
-  void finish(int choice, const FinishInfo& f) override { (void)stream_finish(choice, f); }
+  // The whole response goes through the same item bookkeeping, with the
+  // events not built (emit_ off).
+  void add(int choice, const ChoiceDelta& d) override {
+    emit_ = false;
+    (void)stream_delta(choice, d, {});
+  }
+  void finish(int choice, const FinishInfo& f) override {
+    emit_ = false;
+    (void)stream_finish(choice, f);
+  }
   std::string body(const UsageInfo& u) override { return response_json(status(), &u).dump(); }
 
  private:
@@ -181,27 +186,44 @@ class ResponsesWriter : public ResponseWriter {
     return r;
   }
 
-  std::string event(const char* type, const char* key, Json value) {
+  // One SSE event: type and sequence_number, then `fields`.
+  std::string event(const char* type, Json fields) {
+    if (!emit_) return {};
     Json j = Json::object();
     j.set("type", type);
     j.set("sequence_number", seq_++);
-    if (key) j.set(key, std::move(value));
+    for (const auto& [k, v] : fields.as_object()) j.set(k, v);
     return sse_frame(j.dump(), type);
   }
 
+  std::string event(const char* type, const char* key, Json value) {
+    Json fields = Json::object();
+    fields.set(key, std::move(value));
+    return event(type, std::move(fields));
+  }
+
+  // An event about one item's content: output_index, item_id (and
+  // content_index for text), then `extra`.
   std::string item_event(const char* type, const Item& it, Json extra) {
     Json j = Json::object();
-    j.set("type", type);
-    j.set("sequence_number", seq_++);
     j.set("output_index", output_index(&it));
     j.set("item_id", it.id);
     if (it.kind != Kind::FunctionCall) j.set("content_index", 0);
-    if (extra.is_object())
-      for (const auto& [k, v] : extra.as_object()) j.set(k, v);
-    return sse_frame(j.dump(), type);
+    for (const auto& [k, v] : extra.as_object()) j.set(k, v);
+    return event(type, std::move(j));
+  }
+
+  // output_item.added / .done: output_index and the item as it stands.
+  std::string item_state_event(const char* type, const Item& it) {
+    if (!emit_) return {};
+    Json j = Json::object();
+    j.set("output_index", output_index(&it));
+    j.set("item", item_json(it));
+    return event(type, std::move(j));
   }
 
   std::string text_delta(const char* type, const std::string& delta) {
+    if (!emit_) return {};
     Json extra = Json::object();
     extra.set("delta", delta);
     if (open()->kind == Kind::Message) extra.set("logprobs", Json::array());
@@ -214,12 +236,8 @@ class ResponsesWriter : public ResponseWriter {
     items_.push_back(Item{kind, prefix + opt_.id.substr(opt_.id.find('_') + 1) + "_" + std::to_string(items_.size()),
                           call_id, name, "", index, false});
     open_ = int(items_.size()) - 1;
-    Json added = Json::object();
-    added.set("type", "response.output_item.added");
-    added.set("sequence_number", seq_++);
-    added.set("output_index", open_);
-    added.set("item", item_json(*open()));
-    out += sse_frame(added.dump(), "response.output_item.added");
+    if (!emit_) return out;
+    out += item_state_event("response.output_item.added", *open());
     if (kind != Kind::FunctionCall) {
       Json extra = Json::object();
       extra.set("part", part_json(*open()));
@@ -233,6 +251,7 @@ class ResponsesWriter : public ResponseWriter {
     Item& it = *open();
     open_ = -1;
     it.done = true;
+    if (!emit_) return {};
     std::string out;
     Json extra = Json::object();
     if (it.kind == Kind::FunctionCall) {
@@ -247,12 +266,7 @@ class ResponsesWriter : public ResponseWriter {
       part.set("part", part_json(it));
       out += item_event("response.content_part.done", it, std::move(part));
     }
-    Json done = Json::object();
-    done.set("type", "response.output_item.done");
-    done.set("sequence_number", seq_++);
-    done.set("output_index", output_index(&it));
-    done.set("item", item_json(it));
-    return out + sse_frame(done.dump(), "response.output_item.done");
+    return out + item_state_event("response.output_item.done", it);
   }
 
   Item* open() { return open_ >= 0 ? &items_[size_t(open_)] : nullptr; }
@@ -260,6 +274,7 @@ class ResponsesWriter : public ResponseWriter {
   WriterOptions opt_;
   std::vector<Item> items_;
   int open_ = -1;  // the item receiving deltas
+  bool emit_ = true;  // false for a whole (non-streamed) response
   int64_t seq_ = 0;
   FinishInfo finish_{"stop", Json()};
 };
