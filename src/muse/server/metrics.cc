@@ -90,28 +90,22 @@ void ServerMetrics::request_finished(const FinishedRequest& r) {
 std::string ServerMetrics::render(const EngineStats& e, size_t open_connections) const {
   std::string out;
   const std::string& L = model_label_;
-  header(out, "muse:num_requests_running", "gauge", "Number of requests in model execution batches.");
-  out += "muse:num_requests_running{" + L + "} " + std::to_string(e.num_requests_running) + "\n";
-  header(out, "muse:num_requests_waiting", "gauge", "Number of requests waiting to be processed.");
-  out += "muse:num_requests_waiting{" + L + "} " + std::to_string(e.num_requests_waiting) + "\n";
-  header(out, "muse:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.");
-  out += "muse:kv_cache_usage_perc{" + L + "} " + num(e.kv_cache_usage) + "\n";
-  header(out, "muse:prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.");
-  out += "muse:prefix_cache_queries_total{" + L + "} " + std::to_string(e.prefix_cache_queries) + "\n";
-  header(out, "muse:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.");
-  out += "muse:prefix_cache_hits_total{" + L + "} " + std::to_string(e.prefix_cache_hits) + "\n";
-  header(out, "muse:num_preemptions_total", "counter", "Cumulative number of preemptions from the engine.");
-  out += "muse:num_preemptions_total{" + L + "} " + std::to_string(e.num_preemptions) + "\n";
-  header(out, "muse:engine_steps_total", "counter", "Model steps run by the engine loop.");
-  out += "muse:engine_steps_total{" + L + "} " + std::to_string(e.engine_steps) + "\n";
-  header(out, "muse:engine_busy_seconds_total", "counter", "Time the engine loop spent on steps (scheduling, model, sampling, output).");
-  out += "muse:engine_busy_seconds_total{" + L + "} " + num(e.engine_busy_seconds) + "\n";
-  header(out, "muse:engine_model_seconds_total", "counter", "Of the busy time, the time inside the model's forward step.");
-  out += "muse:engine_model_seconds_total{" + L + "} " + num(e.engine_model_seconds) + "\n";
-  header(out, "muse:prompt_tokens_total", "counter", "Number of prefill tokens processed.");
-  out += "muse:prompt_tokens_total{" + L + "} " + std::to_string(prompt_tokens_) + "\n";
-  header(out, "muse:generation_tokens_total", "counter", "Number of generation tokens processed.");
-  out += "muse:generation_tokens_total{" + L + "} " + std::to_string(generation_tokens_) + "\n";
+  // A metric with one sample under the model label; `value` is already text.
+  auto one = [&](const char* name, const char* type, const char* help, const std::string& value) {
+    header(out, name, type, help);
+    out += std::string(name) + "{" + L + "} " + value + "\n";
+  };
+  one("muse:num_requests_running", "gauge", "Number of requests in model execution batches.", std::to_string(e.num_requests_running));
+  one("muse:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", std::to_string(e.num_requests_waiting));
+  one("muse:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", num(e.kv_cache_usage));
+  one("muse:prefix_cache_queries_total", "counter", "Prefix cache queries, in terms of number of queried tokens.", std::to_string(e.prefix_cache_queries));
+  one("muse:prefix_cache_hits_total", "counter", "Prefix cache hits, in terms of number of cached tokens.", std::to_string(e.prefix_cache_hits));
+  one("muse:num_preemptions_total", "counter", "Cumulative number of preemptions from the engine.", std::to_string(e.num_preemptions));
+  one("muse:engine_steps_total", "counter", "Model steps run by the engine loop.", std::to_string(e.engine_steps));
+  one("muse:engine_busy_seconds_total", "counter", "Time the engine loop spent on steps (scheduling, model, sampling, output).", num(e.engine_busy_seconds));
+  one("muse:engine_model_seconds_total", "counter", "Of the busy time, the time inside the model's forward step.", num(e.engine_model_seconds));
+  one("muse:prompt_tokens_total", "counter", "Number of prefill tokens processed.", std::to_string(prompt_tokens_));
+  one("muse:generation_tokens_total", "counter", "Number of generation tokens processed.", std::to_string(generation_tokens_));
   header(out, "muse:request_success_total", "counter", "Count of finished requests by finished reason.");
   for (const char* reason : {"stop", "length", "abort", "error"}) {
     auto it = success_.find(reason);
@@ -130,10 +124,9 @@ std::string ServerMetrics::render(const EngineStats& e, size_t open_connections)
     header(out, h.name, "histogram", h.help);
     h.h->render(out, h.name, L);
   }
-  header(out, "muse:http_requests_client_disconnected_total", "counter", "Requests whose client disconnected before the response was complete.");
-  out += "muse:http_requests_client_disconnected_total{" + L + "} " + std::to_string(disconnected_) + "\n";
-  header(out, "muse:http_open_connections", "gauge", "Open HTTP connections.");
-  out += "muse:http_open_connections{" + L + "} " + std::to_string(open_connections) + "\n";
+  one("muse:http_requests_client_disconnected_total", "counter",
+      "Requests whose client disconnected before the response was complete.", std::to_string(disconnected_));
+  one("muse:http_open_connections", "gauge", "Open HTTP connections.", std::to_string(open_connections));
   header(out, "http_requests_total", "counter", "Total number of requests by handler, method and status.");
   for (const auto& [labels, count] : http_requests_) out += "http_requests_total{" + labels + "} " + std::to_string(count) + "\n";
   return out;
