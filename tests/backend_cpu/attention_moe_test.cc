@@ -47,30 +47,30 @@ void run_attention_case(Backend& b, KvLayout layout, int64_t window, const std::
     cache.v = zeros(b, DType::F32, {10, bs, kvd});
   }
   std::vector<int64_t> done(2, 0);
+  const StepPlanCapacity cap{16, 2, 16, 16};
+  StepPlanBuilder plan(cap);
+  const StepPlanView view =
+      StepPlanView::over(zeros(b, DType::I32, {StepPlanLayout::for_capacity(cap).total}), cap, window, bs);
   for (size_t step = 0; step < seqs[0].chunks.size(); ++step) {
-    auto batch = std::make_shared<AttentionBatch>();
-    batch->window = window;
-    batch->block_size = bs;
+    plan.reset();
     std::vector<float> q, k, v;
     int64_t rows = 0;
     for (size_t s = 0; s < 2; ++s) {
-      SequenceSlice sl;
-      sl.row_begin = rows;
-      sl.num_rows = seqs[s].chunks[step];
-      sl.pos_begin = done[s];
-      sl.ring_slot = seqs[s].ring_slot;
-      sl.blocks = seqs[s].blocks;
-      batch->seqs.push_back(sl);
+      const int64_t n = seqs[s].chunks[step];
+      const std::vector<int32_t> ids(size_t(n), 1);
+      ASSERT_TRUE(plan.fits(n, 0, int64_t(seqs[s].blocks.size())));
+      plan.add(ids, done[s], seqs[s].ring_slot, seqs[s].blocks, false, false);
       auto take = [&](std::vector<float>& dst, const std::vector<float>& src, int64_t w) {
-        dst.insert(dst.end(), src.begin() + done[s] * w, src.begin() + (done[s] + sl.num_rows) * w);
+        dst.insert(dst.end(), src.begin() + done[s] * w, src.begin() + (done[s] + n) * w);
       };
       take(q, seqs[s].q, qd), take(k, seqs[s].k, kvd), take(v, seqs[s].v, kvd);
-      rows += sl.num_rows;
+      rows += n;
     }
     Tensor tq = upload(b, DType::F32, {rows, qd}, q), tk = upload(b, DType::F32, {rows, kvd}, k);
     Tensor tv = upload(b, DType::F32, {rows, kvd}, v), out = zeros(b, DType::F32, {rows, qd});
-    b.attention(out, tq, tk, tv, cache, batch, d, window, scale);
-    b.kv_store(cache, tk, tv, batch);
+    b.set_input(view.buffer, plan.data(), plan.upload_bytes());
+    b.attention(out, tq, tk, tv, cache, view, d, window, scale);
+    b.kv_store(cache, tk, tv, view);
     run(b);
     auto got = fetch(b, out);
     std::vector<double> want;
@@ -110,18 +110,19 @@ TEST_P(AttentionMoe, FullPagedCache) { run_attention_case(b(), KvLayout::Paged, 
 
 TEST_P(AttentionMoe, BadBatchIsAnError) {
   KvLayerStorage cache{KvLayout::Paged, zeros(b(), DType::F32, {2, 4, 8}), zeros(b(), DType::F32, {2, 4, 8})};
-  auto batch = std::make_shared<AttentionBatch>();
-  SequenceSlice s;
-  s.num_rows = 1;
-  s.pos_begin = 9;  // needs 3 blocks
-  s.blocks = {0, 1};
-  batch->seqs.push_back(s);
-  batch->block_size = 4;
+  const StepPlanCapacity cap{4, 2, 4, 4};
+  StepPlanBuilder plan(cap);
+  plan.reset();
+  const std::vector<int32_t> ids = {1}, blocks = {0, 1};
+  plan.add(ids, 9, -1, blocks, false, false);  // position 9 needs 3 blocks
+  const StepPlanView view =
+      StepPlanView::over(zeros(b(), DType::I32, {StepPlanLayout::for_capacity(cap).total}), cap, 0, 4);
   Tensor q = zeros(b(), DType::F32, {1, 8}), k = zeros(b(), DType::F32, {1, 8}), out = zeros(b(), DType::F32, {1, 8});
-  b().attention(out, q, k, k, cache, batch, 8, 0, 1.0f);
+  b().set_input(view.buffer, plan.data(), plan.upload_bytes());
+  b().attention(out, q, k, k, cache, view, 8, 0, 1.0f);
   Status st = b().execute();
   EXPECT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("block table"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("step plan"), std::string::npos) << st.message();
 }
 
 // ---------------------------------------------------------------------------

@@ -92,10 +92,10 @@ TEST_P(BothFamilies, BatchCompositionChangesNothing) {
   ASSERT_TRUE((*a)->feed(pa).ok());
   ASSERT_TRUE((*b)->feed(pb).ok());
   StepItem items[] = {{a->get(), more, LogitsWanted::All}, {b->get(), std::span<const int32_t>(more.data(), 1)}};
-  std::vector<std::vector<float>> logits;
-  ASSERT_TRUE(e->step(items, &logits).ok());
-  EXPECT_TRUE(bits_equal(logits[0], alone_a));
-  EXPECT_TRUE(bits_equal(logits[1], alone_b));
+  ASSERT_TRUE(e->step(items).ok());
+  auto la = e->logits(0), lb = e->logits(1);
+  EXPECT_TRUE(bits_equal(std::vector<float>(la.begin(), la.end()), alone_a));
+  EXPECT_TRUE(bits_equal(std::vector<float>(lb.begin(), lb.end()), alone_b));
   EXPECT_EQ((*a)->length(), 16);
   EXPECT_EQ((*b)->length(), 7);
 }
@@ -125,10 +125,10 @@ TEST(EngineErrors, BadInputIsAClearError) {
   // A session twice in one step; more than max_batch_tokens.
   auto t = some_tokens(3);
   StepItem twice[] = {{s->get(), t}, {s->get(), t}};
-  EXPECT_FALSE(e->step(twice, nullptr).ok());
+  EXPECT_FALSE(e->step(twice).ok());
   auto nine = some_tokens(9);
   StepItem big[] = {{s->get(), nine}};
-  Status st = e->step(big, nullptr);
+  Status st = e->step(big);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("max_batch_tokens"), std::string::npos) << st.message();
 }
@@ -158,7 +158,7 @@ TEST(EngineKv, BlocksAreReturnedAndFullPoolIsAnError) {
   ASSERT_TRUE((*a)->feed(some_tokens(15)).ok());  // 4 blocks, 1 free
   auto one = some_tokens(2), five = some_tokens(5);
   StepItem items[] = {{a->get(), one}, {b->get(), five}};  // a needs 1 more, b 2
-  Status st = e->step(items, nullptr);
+  Status st = e->step(items);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("KV cache full"), std::string::npos) << st.message();
   EXPECT_EQ(kv.free_blocks(), 1);

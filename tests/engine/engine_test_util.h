@@ -43,7 +43,7 @@ inline std::unique_ptr<Engine> tiny_engine(bool spark, int threads = 2, EngineOp
   RandomWeightOptions ro;
   ro.seed = seed;
   ro.dtype = dtype;
-  o.cpu.threads = threads;
+  o.backend.cpu.threads = threads;
   if (o.max_model_len == 0) o.max_model_len = 256;
   if (o.kv_block_size == 64) o.kv_block_size = 4;
   auto e = Engine::create(c, std::make_unique<RandomWeightSource>(c, ro), o);

@@ -87,7 +87,7 @@ struct RunResult {
 // tokens as the reference generated.
 RunResult run_greedy(const Fixture& f, int threads, int64_t chunk) {
   EngineOptions o;
-  o.cpu.threads = threads;
+  o.backend.cpu.threads = threads;
   o.load.language_model_only = true;
   o.max_batch_tokens = chunk;
   o.max_model_len = int64_t(f.prompt.size() + f.generated.size());

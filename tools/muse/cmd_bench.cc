@@ -125,8 +125,8 @@ int bench_command(int argc, char** argv) {
   auto source = std::make_unique<RandomWeightSource>(*config, ro);
   const double gen_s = now_s() - t0;
   EngineOptions eo;
-  eo.cpu.threads = threads;
-  eo.cpu.profile = o.profile;
+  eo.backend.cpu.threads = threads;
+  eo.backend.cpu.profile = o.profile;
   eo.max_batch_tokens = std::max<int64_t>(o.prompt, 1);
   eo.max_model_len = o.prompt + o.tokens + 1;
   auto engine = Engine::create(*config, std::move(source), eo);

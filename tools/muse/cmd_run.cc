@@ -141,7 +141,7 @@ int run_command(int argc, char** argv) {
   if (Status s = validate(sp); !s.ok()) return fail(s.message());
 
   EngineOptions eo;
-  eo.cpu.threads = o.threads;
+  eo.backend.cpu.threads = o.threads;
   eo.load.language_model_only = o.language_model_only;
   eo.max_batch_tokens = o.max_num_batched_tokens;
   eo.max_sequences = 1;

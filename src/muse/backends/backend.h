@@ -11,14 +11,17 @@
 //    they are valid on every backend.
 //  - Steps. Operations are *enqueued*; nothing runs until `execute()`, which
 //    runs the whole step in order (CPU: one thread pool dispatch per op; CUDA:
-//    one stream, later one graph). Host data an op needs (token ids,
-//    positions, the attention batch) is captured at enqueue time.
+//    one stream, later one graph). What a step is (token ids, positions,
+//    which sequence each row is, KV places, block tables, logit rows) lives
+//    in the step plan (step_plan.h): one I32 buffer in backend memory that
+//    the engine uploads with one set_input per step and ops read when they
+//    run. Ops capture no host data, so a recorded step can be replayed.
 //  - Batches. The unit of work is a batch of sequences, each a contiguous run
 //    of rows in the step's activation tensors: a prefill chunk (many
-//    positions) or one decode token. `AttentionBatch` says where each
-//    sequence's rows, positions and KV cache live.
-//  - Numerics. Activations are fp32; weights are fp32 or bf16, always upcast
-//    and accumulated in fp32. Every output element is produced by one fixed
+//    positions) or one decode token.
+//  - Numerics. Activations are fp32 (CPU) or stored in activation_dtype();
+//    weights are fp32 or bf16; everything is upcast and accumulated in fp32.
+//    Every output element is produced by one fixed
 //    sequence of operations, independent of thread count and of which other
 //    sequences share the batch, so greedy decoding is reproducible.
 #pragma once
@@ -32,57 +35,12 @@
 #include <string>
 #include <vector>
 
+#include "muse/backends/step_plan.h"
+#include "muse/backends/tensor.h"
 #include "muse/core/dtype.h"
 #include "muse/core/status.h"
 
 namespace muse {
-
-// A handle to backend memory: row-major, outermost dimension first.
-struct Tensor {
-  void* data = nullptr;  // backend address; never dereferenced outside the backend
-  DType dtype = DType::F32;
-  int rank = 0;
-  std::array<int64_t, 4> shape{};
-
-  bool empty() const { return data == nullptr; }
-  int64_t dim(int i) const { return shape[size_t(i)]; }
-  int64_t numel() const {
-    int64_t n = rank ? 1 : 0;
-    for (int i = 0; i < rank; ++i) n *= shape[size_t(i)];
-    return n;
-  }
-  int64_t cols() const { return rank ? shape[size_t(rank - 1)] : 0; }  // innermost extent
-  int64_t rows() const { return cols() ? numel() / cols() : 0; }      // everything else
-  size_t element_bytes() const { return size_t(dtype_bits(dtype) / 8); }
-  size_t bytes() const { return size_t(numel()) * element_bytes(); }
-
-  // Rows [begin, begin+count) of the outermost dimension, as a tensor of the
-  // same rank. Valid on every backend: it is pointer arithmetic only.
-  Tensor rows(int64_t begin, int64_t count) const {
-    Tensor t = *this;
-    int64_t inner = numel() / shape[0];
-    t.data = static_cast<char*>(data) + size_t(begin * inner) * element_bytes();
-    t.shape[0] = count;
-    return t;
-  }
-  // The same memory seen with another shape (same element count).
-  Tensor reshaped(std::initializer_list<int64_t> dims) const {
-    Tensor t = *this;
-    t.rank = int(dims.size());
-    t.shape = {};
-    int i = 0;
-    for (int64_t d : dims) t.shape[size_t(i++)] = d;
-    return t;
-  }
-};
-
-// "BF16[64, 128]", for error messages.
-inline std::string describe(const Tensor& t) {
-  std::string s(dtype_name(t.dtype));
-  s += '[';
-  for (int i = 0; i < t.rank; ++i) s += (i ? ", " : "") + std::to_string(t.shape[size_t(i)]);
-  return s + ']';
-}
 
 // How a norm applies its gain `c` (already in effective form: the model
 // folds offset gains `1 + w` at load, so backends see one convention).
@@ -107,23 +65,6 @@ struct KvLayerStorage {
   Tensor k, v;
 };
 
-// One sequence's part of a step.
-struct SequenceSlice {
-  int64_t row_begin = 0;   // first row in the step's activation tensors
-  int64_t num_rows = 0;    // positions in this step (1 for a decode token)
-  int64_t pos_begin = 0;   // absolute position of the first row; rows are consecutive
-  int32_t ring_slot = -1;  // sliding layers: which ring
-  std::vector<int32_t> blocks;  // full layers: block ids covering [0, pos_begin + num_rows)
-};
-
-struct AttentionBatch {
-  std::vector<SequenceSlice> seqs;
-  int64_t window = 0;      // sliding window (keys visible to a query, itself included)
-  int64_t block_size = 0;  // positions per paged block
-  int64_t total_rows() const { return seqs.empty() ? 0 : seqs.back().row_begin + seqs.back().num_rows; }
-};
-using AttentionBatchRef = std::shared_ptr<const AttentionBatch>;
-
 // One weight applied to a shared input: out[T, N] = x[T, K] · weight[N, K]ᵀ.
 struct Projection {
   Tensor weight;
@@ -138,6 +79,23 @@ class Backend {
   // profiling on; empty otherwise.
   virtual std::string profile_report() const { return {}; }
   virtual void profile_reset() {}
+
+  // Storage dtype of activations that the model does not define as fp32
+  // (normed inputs, q/k/v/gate, attention and MLP outputs, the latent): F32
+  // on the CPU reference, BF16 on the GPU (stored rounded, accumulated in
+  // fp32). Buffers the model defines as fp32 (Spark's residual stream,
+  // router logits and weights, logits) are allocated F32 on every backend.
+  virtual DType activation_dtype() const { return DType::F32; }
+  // Storage dtype of the KV cache.
+  virtual DType kv_dtype() const { return DType::F32; }
+  // Device memory, for sizing the KV cache (both 0 on host backends).
+  struct Memory {
+    uint64_t total = 0, free = 0;
+  };
+  virtual Memory memory() const { return {}; }
+  // Buffers created by alloc/import_weight since the backend was made: a
+  // step after warm-up creates none (tests check it).
+  uint64_t buffers_created() const { return buffers_created_; }
 
   // ---- memory ------------------------------------------------------------
   // A new zero-filled buffer.
@@ -193,17 +151,17 @@ class Backend {
   virtual void qk_norm_rope(const Tensor& q, const Tensor& k, const Tensor& cos, const Tensor& sin, int64_t head_dim,
                             float eps, float q_scale) = 0;
 
-  // Causal GQA attention for a batch: each row attends to the keys of its
-  // own sequence at positions ≤ its own (the last `window` only, when
+  // Causal GQA attention over the step plan's sequences: each row attends
+  // to the keys of its own sequence at positions ≤ its own (the last `window` only, when
   // window > 0). Keys before the sequence's pos_begin come from the cache,
   // keys in this step from k_new/v_new. softmax in fp32, scores × `scale`.
   // q/out [T, Hq·d]; k_new/v_new [T, Hk·d].
   virtual void attention(const Tensor& out, const Tensor& q, const Tensor& k_new, const Tensor& v_new,
-                         const KvLayerStorage& cache, const AttentionBatchRef& batch, int64_t head_dim,
+                         const KvLayerStorage& cache, const StepPlanView& plan, int64_t head_dim,
                          int64_t window, float scale) = 0;
   // Writes this step's k/v rows into the cache (rings keep the last window).
   virtual void kv_store(const KvLayerStorage& cache, const Tensor& k_new, const Tensor& v_new,
-                        const AttentionBatchRef& batch) = 0;
+                        const StepPlanView& plan) = 0;
 
   // Attention output gate, in place on o [T, H·d]: o ← o ⊙ σ(g) (Glimmer) or,
   // with `head_norm`, o ← rms_eps(o_h) ⊙ σ(g_h) per head (Spark).
@@ -230,6 +188,9 @@ class Backend {
 
   // x ← cap · tanh(x · multiplier / cap) (cap 0: x ← x · multiplier).
   virtual void softcap(const Tensor& x, float multiplier, float cap) = 0;
+
+ protected:
+  uint64_t buffers_created_ = 0;  // backends count in alloc / import_weight
 };
 
 }  // namespace muse

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <unordered_set>
 
+#include "muse/backends/factory/backend_factory.h"
+
 #include "muse/engine/checkpoint_source.h"
 
 namespace muse {
@@ -92,17 +94,33 @@ Status Engine::init(const ModelConfig& config, const EngineOptions& options, con
     return make_error("max_model_len " + std::to_string(max_model_len_) + " exceeds the model's " +
                       "max_position_embeddings (" + std::to_string(model_max) + ")");
   }
-  MUSE_ASSIGN_OR_RETURN(backend_, create_cpu_backend(options.cpu));
-  ModelOptions mo;
-  mo.max_rows = options.max_batch_tokens;
-  MUSE_ASSIGN_OR_RETURN(model_, MuseModel::create(*backend_, config_, reader ? *reader : *source_, mo));
+  if (options.max_logit_rows < 0) return make_error("max_logit_rows must not be negative");
+  MUSE_ASSIGN_OR_RETURN(backend_, create_backend(options.backend));
   KvCacheOptions ko;
   ko.max_sequences = options.max_sequences;
   ko.block_size = options.kv_block_size;
-  ko.num_blocks = options.kv_blocks > 0
-                      ? options.kv_blocks
-                      : options.max_sequences * ((max_model_len_ + ko.block_size - 1) / ko.block_size);
+  const int64_t blocks_per_seq = (max_model_len_ + ko.block_size - 1) / ko.block_size;
+  ko.num_blocks = options.kv_blocks > 0 ? options.kv_blocks : options.max_sequences * blocks_per_seq;
+  ko.max_blocks_per_sequence = blocks_per_seq;
+
+  // The step's capacity: every buffer of a step is sized from it, once.
+  StepPlanCapacity cap;
+  cap.max_rows = options.max_batch_tokens;
+  cap.max_seqs = std::min(options.max_sequences, options.max_batch_tokens);
+  cap.max_logit_rows = options.max_logit_rows > 0
+                           ? std::min(options.max_logit_rows, options.max_batch_tokens)
+                           : std::min(options.max_batch_tokens, options.max_sequences + 256);
+  // A step's block tables together: each sequence's, at most the pool (no
+  // block is in two tables yet).
+  cap.max_blocks = std::max<int64_t>(1, std::min(cap.max_seqs * blocks_per_seq, ko.num_blocks));
+  ModelOptions mo;
+  mo.plan = cap;
+  mo.kv_block_size = ko.block_size;
+  MUSE_ASSIGN_OR_RETURN(model_, MuseModel::create(*backend_, config_, reader ? *reader : *source_, mo));
   MUSE_ASSIGN_OR_RETURN(kv_, KvCache::create(*backend_, config_, ko));
+  plan_ = StepPlanBuilder(cap);
+  logits_.assign(size_t(cap.max_logit_rows * config_.vocab_size), 0.0f);
+  item_logit_row_.reserve(size_t(cap.max_seqs) + 1);
   return Status::Ok();
 }
 
@@ -112,20 +130,28 @@ Result<std::unique_ptr<Session>> Engine::new_session() {
   MUSE_ASSIGN_OR_RETURN(SequenceKv kv, kv_->open_sequence());
   std::unique_ptr<Session> s(new Session(this));
   s->kv_ = std::move(kv);
+  // Capacity for the whole context now (virtual memory until used), so a
+  // step never grows it.
+  s->tokens_.reserve(size_t(max_model_len_));
   return s;
 }
 
 void Engine::close(Session& s) { kv_->close_sequence(s.kv_); }
 
-Status Engine::step(std::span<const StepItem> items, std::vector<std::vector<float>>* logits) {
+Status Engine::step(std::span<const StepItem> items) {
   const int64_t V = config_.vocab_size;
-  int64_t total = 0;
-  std::unordered_set<const Session*> seen;
+  const StepPlanCapacity& cap = plan_.capacity();
+  ++step_serial_;
+  int64_t total = 0, logit_rows = 0;
+  if (int64_t(items.size()) > cap.max_seqs)
+    return make_error("step of " + std::to_string(items.size()) + " sequences exceeds " + std::to_string(cap.max_seqs));
   for (const StepItem& it : items) {
     if (!it.session || it.session->engine_ != this) return make_error("step: session does not belong to this engine");
-    if (!seen.insert(it.session).second) return make_error("step: a session appears twice in one step");
+    if (it.session->step_serial_ == step_serial_) return make_error("step: a session appears twice in one step");
+    it.session->step_serial_ = step_serial_;
     if (it.tokens.empty()) return make_error("step: an item has no tokens");
     total += int64_t(it.tokens.size());
+    logit_rows += it.logit_rows();
     const int64_t end = it.session->length() + int64_t(it.tokens.size());
     if (end > max_model_len_) {
       return make_error("sequence of " + std::to_string(end) + " tokens exceeds max_model_len " +
@@ -140,6 +166,10 @@ Status Engine::step(std::span<const StepItem> items, std::vector<std::vector<flo
     return make_error("step of " + std::to_string(total) + " tokens exceeds max_batch_tokens " +
                       std::to_string(options_.max_batch_tokens));
   }
+  if (logit_rows > cap.max_logit_rows) {
+    return make_error("step wants logits for " + std::to_string(logit_rows) + " rows, more than max_logit_rows " +
+                      std::to_string(cap.max_logit_rows));
+  }
   // All or nothing: check the pool covers every item before growing any table.
   int64_t new_blocks = 0;
   for (const StepItem& it : items)
@@ -153,43 +183,34 @@ Status Engine::step(std::span<const StepItem> items, std::vector<std::vector<flo
   for (const StepItem& it : items)
     MUSE_RETURN_IF_ERROR(kv_->reserve(it.session->kv_, it.session->length() + int64_t(it.tokens.size())));
 
-  StepInput in;
-  auto batch = std::make_shared<AttentionBatch>();
-  batch->window = config_.sliding_window;
-  batch->block_size = kv_->block_size();
-  std::vector<int64_t> first_logit(items.size());
-  for (size_t i = 0; i < items.size(); ++i) {
-    const StepItem& it = items[i];
-    SequenceSlice sl;
-    sl.row_begin = int64_t(in.tokens.size());
-    sl.num_rows = int64_t(it.tokens.size());
-    sl.pos_begin = it.session->length();
-    sl.ring_slot = it.session->kv_.ring_slot;
-    sl.blocks = it.session->kv_.blocks;
-    first_logit[i] = int64_t(in.logit_rows.size());
-    for (int64_t r = 0; r < sl.num_rows; ++r) {
-      in.tokens.push_back(it.tokens[size_t(r)]);
-      in.positions.push_back(int32_t(sl.pos_begin + r));
-      if (it.logits == LogitsWanted::All || (it.logits == LogitsWanted::Last && r == sl.num_rows - 1))
-        in.logit_rows.push_back(int32_t(sl.row_begin + r));
-    }
-    batch->seqs.push_back(std::move(sl));
+  // The step plan, in the buffer kept from the last step.
+  plan_.reset();
+  item_logit_row_.clear();
+  for (const StepItem& it : items) {
+    const Session& s = *it.session;
+    const int64_t blocks = kv_->blocks_for(s.length() + int64_t(it.tokens.size()));
+    if (!plan_.fits(int64_t(it.tokens.size()), it.logit_rows(), blocks))
+      return make_error("step: the step plan's capacity is exceeded (engine bug)");
+    item_logit_row_.push_back(plan_.logit_rows());
+    plan_.add(it.tokens, s.length(), s.kv_.ring_slot,
+              std::span<const int32_t>(s.kv_.blocks.data(), size_t(blocks)), it.logits == LogitsWanted::All,
+              it.logits == LogitsWanted::Last);
   }
-  in.batch = batch;
-  MUSE_RETURN_IF_ERROR(model_->forward(in, kv_->layers(), &step_logits_));
+  item_logit_row_.push_back(plan_.logit_rows());
+  MUSE_RETURN_IF_ERROR(model_->forward(plan_, kv_->layers(), logits_.data()));
 
-  if (logits) logits->resize(items.size());
-  for (size_t i = 0; i < items.size(); ++i) {
-    const StepItem& it = items[i];
+  for (const StepItem& it : items) {
     Session& s = *it.session;
     s.tokens_.insert(s.tokens_.end(), it.tokens.begin(), it.tokens.end());
     s.kv_.length = s.length();
-    if (logits) {
-      const int64_t rows = (i + 1 < items.size() ? first_logit[i + 1] : int64_t(in.logit_rows.size())) - first_logit[i];
-      (*logits)[i].assign(step_logits_.begin() + first_logit[i] * V, step_logits_.begin() + (first_logit[i] + rows) * V);
-    }
   }
   return Status::Ok();
+}
+
+std::span<float> Engine::logits(size_t item) {
+  if (item + 1 >= item_logit_row_.size()) return {};
+  const int64_t V = config_.vocab_size, r0 = item_logit_row_[item], r1 = item_logit_row_[item + 1];
+  return std::span<float>(logits_.data() + r0 * V, size_t((r1 - r0) * V));
 }
 
 Session::~Session() {
@@ -198,7 +219,8 @@ Session::~Session() {
 
 Result<std::vector<float>> Session::feed(std::span<const int32_t> tokens, LogitsWanted want) {
   std::vector<float> out;
-  const int64_t chunk = engine_->options().max_batch_tokens;
+  // Every row of an All chunk needs a logits row.
+  const int64_t chunk = want == LogitsWanted::All ? engine_->max_logit_rows() : engine_->options().max_batch_tokens;
   // Check the whole feed first so a bad one advances nothing (each step
   // checks again, but a later chunk failing would leave earlier ones fed).
   const int64_t end = length() + int64_t(tokens.size());
@@ -210,7 +232,6 @@ Result<std::vector<float>> Session::feed(std::span<const int32_t> tokens, Logits
   for (int32_t t : tokens)
     if (t < 0 || t >= V)
       return make_error("token id " + std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(V) + ")");
-  std::vector<std::vector<float>> step_logits;
   for (size_t done = 0; done < tokens.size();) {
     const size_t n = std::min<size_t>(size_t(chunk), tokens.size() - done);
     const bool last_chunk = done + n == tokens.size();
@@ -218,8 +239,9 @@ Result<std::vector<float>> Session::feed(std::span<const int32_t> tokens, Logits
                 want == LogitsWanted::All ? LogitsWanted::All
                 : (want == LogitsWanted::Last && last_chunk) ? LogitsWanted::Last
                                                               : LogitsWanted::None};
-    MUSE_RETURN_IF_ERROR(engine_->step(std::span<const StepItem>(&it, 1), &step_logits));
-    out.insert(out.end(), step_logits[0].begin(), step_logits[0].end());
+    MUSE_RETURN_IF_ERROR(engine_->step(std::span<const StepItem>(&it, 1)));
+    std::span<const float> rows = engine_->logits(0);
+    out.insert(out.end(), rows.begin(), rows.end());
     done += n;
   }
   return out;

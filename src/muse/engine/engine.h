@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "muse/backends/cpu/cpu_backend.h"
+#include "muse/backends/factory/backend_factory.h"
 #include "muse/kv/kv_cache.h"
 #include "muse/loading/checkpoint.h"
 #include "muse/model/config.h"
@@ -25,13 +25,18 @@
 namespace muse {
 
 struct EngineOptions {
-  CpuBackendOptions cpu;          // threads, ISA
+  BackendOptions backend;         // --device, threads, ISA
   LoadOptions load;               // --language-model-only, ignore patterns
   int64_t max_batch_tokens = 256; // rows per forward step (prefill chunk size)
   int64_t max_sequences = 1;      // sessions alive at once
   int64_t max_model_len = 0;      // positions per sequence; 0: min(max_position_embeddings, 8192)
   int64_t kv_block_size = 64;     // positions per full-layer KV block
   int64_t kv_blocks = 0;          // 0: enough for max_sequences × max_model_len
+  // Rows whose logits one step can return (one per decoding sequence, the
+  // last row of each prefill chunk, every row of a prompt-logprobs chunk);
+  // 0: min(max_batch_tokens, max_sequences + 256). The logits buffer is
+  // [max_logit_rows, vocab], not [max_batch_tokens, vocab].
+  int64_t max_logit_rows = 0;
 };
 
 enum class LogitsWanted { None, Last, All };
@@ -50,6 +55,10 @@ struct StepItem {
   Session* session = nullptr;
   std::span<const int32_t> tokens;  // appended at the session's current position
   LogitsWanted logits = LogitsWanted::Last;
+  // Rows of logits this item produces.
+  int64_t logit_rows() const {
+    return logits == LogitsWanted::All ? int64_t(tokens.size()) : logits == LogitsWanted::Last ? 1 : 0;
+  }
 };
 
 class Engine {
@@ -65,6 +74,7 @@ class Engine {
   const ModelConfig& config() const { return config_; }
   const EngineOptions& options() const { return options_; }
   int64_t max_model_len() const { return max_model_len_; }
+  int64_t max_logit_rows() const { return plan_.capacity().max_logit_rows; }
   Backend& backend() { return *backend_; }
   const MuseModel& model() const { return *model_; }
   const KvCache& kv_cache() const { return *kv_; }
@@ -73,12 +83,18 @@ class Engine {
   // session must not outlive the engine.
   Result<std::unique_ptr<Session>> new_session();
 
-  // One forward step. Each session appears at most once; the total number
-  // of tokens is at most max_batch_tokens. On success every session has
-  // advanced by its tokens and (*logits)[i] holds item i's logits
-  // ([rows × vocab_size]: 1 row for Last, one per token for All). On error
-  // nothing has advanced.
-  Status step(std::span<const StepItem> items, std::vector<std::vector<float>>* logits);
+  // One forward step. Each session appears at most once; at most
+  // max_batch_tokens tokens, max_logit_rows logit rows. On success every
+  // session has advanced by its tokens and logits(i) holds item i's logits;
+  // on error nothing has advanced. After warm-up a step allocates nothing:
+  // the plan, the activations and the logits live in buffers kept from
+  // step to step.
+  Status step(std::span<const StepItem> items);
+  // Item i's logits from the last successful step, [rows × vocab_size]
+  // (1 row for Last, one per token for All), in the engine's buffer: valid
+  // until the next step, and the caller may modify them in place (logits
+  // processors do).
+  std::span<float> logits(size_t item);
 
  private:
   friend class Session;
@@ -95,7 +111,10 @@ class Engine {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<MuseModel> model_;
   std::unique_ptr<KvCache> kv_;
-  std::vector<float> step_logits_;
+  StepPlanBuilder plan_;
+  std::vector<float> logits_;            // [max_logit_rows, vocab]
+  std::vector<int64_t> item_logit_row_;  // first logit row of each item, and the end
+  uint64_t step_serial_ = 0;             // marks sessions seen in the current step
 };
 
 class Session {
@@ -116,6 +135,7 @@ class Session {
   friend class Engine;
   explicit Session(Engine* engine) : engine_(engine) {}
   Engine* engine_;
+  uint64_t step_serial_ = 0;  // last step that included this session
   SequenceKv kv_;
   std::vector<int32_t> tokens_;
 };

@@ -252,6 +252,9 @@ void Scheduler::iterate() {
   const auto t0 = Clock::now();
   const KvCache& kv = engine_.kv_cache();
   int64_t budget = max_tokens_per_step_, reserved = 0;
+  // Logit rows the engine can return in one step; a sequence that would pass
+  // it waits for the next step (only prompt-logprobs chunks can).
+  int64_t logit_budget = engine_.max_logit_rows();
   bool preempted = false;
   struct Planned {
     Sequence* s;
@@ -264,7 +267,12 @@ void Scheduler::iterate() {
     Sequence* s = running_[i];
     const int64_t len = s->session->length();
     int64_t take = std::min<int64_t>(int64_t(s->tokens.size()) - len, budget);
-    if (s->all_rows()) take = std::min(take, opt_.max_logit_rows);
+    if (s->all_rows()) take = std::min({take, opt_.max_logit_rows, logit_budget});
+    const int64_t rows = s->all_rows() ? take : len + take == int64_t(s->tokens.size()) ? 1 : 0;
+    if (take < 1 || rows > logit_budget) {
+      ++i;
+      continue;
+    }
     const int64_t need = std::max<int64_t>(0, kv.blocks_for(len + take) - s->session->kv_blocks());
     bool self = false;
     while (need > kv.free_blocks() - reserved) {
@@ -277,6 +285,7 @@ void Scheduler::iterate() {
     if (self) break;  // s was the last running sequence
     reserved += need;
     budget -= take;
+    logit_budget -= rows;
     plan.push_back({s, len, take});
     ++i;
   }
@@ -284,7 +293,9 @@ void Scheduler::iterate() {
   while (!preempted && budget > 0 && !waiting_.empty() && int64_t(running_.size()) < max_seqs_) {
     Sequence* s = waiting_.front();
     int64_t take = std::min<int64_t>(int64_t(s->tokens.size()), budget);
-    if (s->all_rows()) take = std::min(take, opt_.max_logit_rows);
+    if (s->all_rows()) take = std::min({take, opt_.max_logit_rows, logit_budget});
+    const int64_t rows = s->all_rows() ? take : take == int64_t(s->tokens.size()) ? 1 : 0;
+    if (take < 1 || rows > logit_budget) break;
     const int64_t need = kv.blocks_for(take);
     if (need > kv.free_blocks() - reserved) break;  // first come, first served: no overtaking
     auto session = engine_.new_session();
@@ -301,6 +312,7 @@ void Scheduler::iterate() {
     }
     reserved += need;
     budget -= take;
+    logit_budget -= rows;
     plan.push_back({s, 0, take});
   }
   if (plan.empty()) return;
@@ -314,7 +326,7 @@ void Scheduler::iterate() {
     items.push_back({s->session.get(), std::span<const int32_t>(s->tokens.data() + p.start, size_t(p.take)), want});
   }
   const auto m0 = Clock::now();
-  Status st = engine_.step(items, &logits_);
+  Status st = engine_.step(items);
   const auto m1 = Clock::now();
   local_.model_seconds += seconds(m1 - m0);
   ++local_.steps;
@@ -331,7 +343,7 @@ void Scheduler::iterate() {
     Request* r = s->req;
     const int64_t start = plan[k].start, take = plan[k].take;
     local_.prompt_tokens_computed += uint64_t(take);
-    std::vector<float>& rows = logits_[k];
+    std::span<float> rows = engine_.logits(k);
     if (s->all_rows()) {
       // Row j predicts position start + j + 1.
       if (start == 0) s->prompt_logprobs.push_back({s->tokens[0], std::nanf(""), {}});

@@ -172,7 +172,6 @@ class Scheduler {
   std::vector<Sequence*> running_;
   uint64_t next_arrival_ = 0;
   SchedulerStats local_;
-  std::vector<std::vector<float>> logits_;
 
   std::thread thread_;
 };

@@ -44,10 +44,10 @@ Result<std::unique_ptr<KvCache>> KvCache::create(Backend& backend, const ModelCo
       st.layout = KvLayout::Ring;
       rows = options.max_sequences, per = config.sliding_window;
     }
-    auto k = backend.alloc(DType::F32, {rows, per, kv_dim});
+    auto k = backend.alloc(backend.kv_dtype(), {rows, per, kv_dim});
     if (!k.ok()) return make_error("KV cache (layer " + std::to_string(l) + "): " + k.message());
     st.k = *k;
-    auto v = backend.alloc(DType::F32, {rows, per, kv_dim});
+    auto v = backend.alloc(backend.kv_dtype(), {rows, per, kv_dim});
     if (!v.ok()) {
       backend.release(st.k);
       return make_error("KV cache (layer " + std::to_string(l) + "): " + v.message());
@@ -74,6 +74,8 @@ Result<SequenceKv> KvCache::open_sequence() {
   if (free_slots_.empty())
     return make_error("KV cache: all " + std::to_string(options_.max_sequences) + " sequence slots are in use");
   SequenceKv s;
+  // The table's capacity is taken now, so growing it in a step allocates nothing.
+  if (has_full_ && options_.max_blocks_per_sequence > 0) s.blocks.reserve(size_t(options_.max_blocks_per_sequence));
   s.ring_slot = free_slots_.back();
   free_slots_.pop_back();
   return s;

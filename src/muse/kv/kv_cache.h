@@ -22,6 +22,7 @@ struct KvCacheOptions {
   int64_t max_sequences = 1;  // ring slots (sequences alive at once)
   int64_t num_blocks = 0;     // full-layer blocks shared by all sequences
   int64_t block_size = 64;    // positions per block
+  int64_t max_blocks_per_sequence = 0;  // block-table capacity reserved per sequence (0: grow)
 };
 
 // Free block ids. Lowest id first, so allocation is deterministic.

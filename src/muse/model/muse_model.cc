@@ -16,7 +16,9 @@ Result<std::unique_ptr<MuseModel>> MuseModel::create(Backend& backend, const Mod
   if (int64_t(config.layer_types.size()) != config.num_layers ||
       int64_t(config.layer_rope_theta.size()) != config.num_layers)
     return make_error("model config: layer_types / layer_rope_theta must list every layer");
-  if (options.max_rows < 1) return make_error("max_rows must be at least 1");
+  const StepPlanCapacity& cap = options.plan;
+  if (cap.max_rows < 1 || cap.max_seqs < 1 || cap.max_logit_rows < 1 || cap.max_blocks < 1 || options.kv_block_size < 1)
+    return make_error("model options: step capacity must be at least 1 everywhere");
   std::unique_ptr<MuseModel> m(new MuseModel(backend, config));
   MUSE_ASSIGN_OR_RETURN(m->weights_, upload_weights(backend, config, source));
   MUSE_RETURN_IF_ERROR(m->allocate(options));
@@ -30,8 +32,13 @@ MuseModel::~MuseModel() {
 
 Status MuseModel::allocate(const ModelOptions& options) {
   const ModelConfig& c = config_;
-  const int64_t R = options.max_rows, H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim();
-  max_rows_ = R;
+  cap_ = options.plan;
+  const int64_t R = cap_.max_rows, L = cap_.max_logit_rows, H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim();
+  // Activations the model does not define as fp32 are stored in the
+  // backend's activation dtype (F32 on the CPU, BF16 on the GPU); Spark's
+  // residual stream, the router and the logits stay F32 everywhere.
+  const DType act = backend_.activation_dtype();
+  const DType stream = c.is_spark() ? DType::F32 : act;
   auto make = [&](Tensor& t, DType dt, std::initializer_list<int64_t> shape) -> Status {
     auto r = backend_.alloc(dt, shape);
     if (!r.ok()) return r.error();
@@ -45,51 +52,50 @@ Status MuseModel::allocate(const ModelOptions& options) {
     if (c.is_sparse(l)) sparse = true;
     else ffn = c.intermediate_size;
   }
-  MUSE_RETURN_IF_ERROR(make(buf_.ids, DType::I32, {R}));
-  MUSE_RETURN_IF_ERROR(make(buf_.positions, DType::I32, {R}));
+  Tensor plan_buffer;
+  MUSE_RETURN_IF_ERROR(make(plan_buffer, DType::I32, {StepPlanLayout::for_capacity(cap_).total}));
+  plan_ = StepPlanView::over(plan_buffer, cap_, c.sliding_window, options.kv_block_size);
   MUSE_RETURN_IF_ERROR(make(buf_.cos, DType::F32, {R, c.head_dim / 2}));
   MUSE_RETURN_IF_ERROR(make(buf_.sin, DType::F32, {R, c.head_dim / 2}));
-  MUSE_RETURN_IF_ERROR(make(buf_.x, DType::F32, {R, H}));
-  MUSE_RETURN_IF_ERROR(make(buf_.h, DType::F32, {R, H}));
-  MUSE_RETURN_IF_ERROR(make(buf_.q, DType::F32, {R, Q}));
-  MUSE_RETURN_IF_ERROR(make(buf_.k, DType::F32, {R, KV}));
-  MUSE_RETURN_IF_ERROR(make(buf_.v, DType::F32, {R, KV}));
-  MUSE_RETURN_IF_ERROR(make(buf_.g, DType::F32, {R, Q}));
-  MUSE_RETURN_IF_ERROR(make(buf_.o, DType::F32, {R, Q}));
-  MUSE_RETURN_IF_ERROR(make(buf_.a, DType::F32, {R, H}));
+  MUSE_RETURN_IF_ERROR(make(buf_.x, stream, {R, H}));
+  MUSE_RETURN_IF_ERROR(make(buf_.h, act, {R, H}));
+  MUSE_RETURN_IF_ERROR(make(buf_.q, act, {R, Q}));
+  MUSE_RETURN_IF_ERROR(make(buf_.k, act, {R, KV}));
+  MUSE_RETURN_IF_ERROR(make(buf_.v, act, {R, KV}));
+  MUSE_RETURN_IF_ERROR(make(buf_.g, act, {R, Q}));
+  MUSE_RETURN_IF_ERROR(make(buf_.o, act, {R, Q}));
+  MUSE_RETURN_IF_ERROR(make(buf_.a, act, {R, H}));
   if (ffn > 0) {
-    MUSE_RETURN_IF_ERROR(make(buf_.mlp_gate, DType::F32, {R, ffn}));
-    MUSE_RETURN_IF_ERROR(make(buf_.mlp_up, DType::F32, {R, ffn}));
+    MUSE_RETURN_IF_ERROR(make(buf_.mlp_gate, act, {R, ffn}));
+    MUSE_RETURN_IF_ERROR(make(buf_.mlp_up, act, {R, ffn}));
   }
   if (sparse) {
     const int64_t E = c.num_experts, K = c.num_experts_per_tok, Hm = c.moe_hidden_size;
     MUSE_RETURN_IF_ERROR(make(buf_.router_logits, DType::F32, {R, E}));
     MUSE_RETURN_IF_ERROR(make(buf_.expert_ids, DType::I32, {R, K}));
     MUSE_RETURN_IF_ERROR(make(buf_.expert_weights, DType::F32, {R, K}));
-    MUSE_RETURN_IF_ERROR(make(buf_.latent, DType::F32, {R, Hm}));
-    MUSE_RETURN_IF_ERROR(make(buf_.moe_out, DType::F32, {R, Hm}));
+    MUSE_RETURN_IF_ERROR(make(buf_.latent, act, {R, Hm}));
+    MUSE_RETURN_IF_ERROR(make(buf_.moe_out, act, {R, Hm}));
   }
-  MUSE_RETURN_IF_ERROR(make(buf_.logit_rows, DType::I32, {R}));
-  MUSE_RETURN_IF_ERROR(make(buf_.head_in, DType::F32, {R, H}));
-  MUSE_RETURN_IF_ERROR(make(buf_.logits, DType::F32, {R, c.vocab_size}));
+  MUSE_RETURN_IF_ERROR(make(buf_.head_in, stream, {L, H}));  // rows of x
+  MUSE_RETURN_IF_ERROR(make(buf_.logits, DType::F32, {L, c.vocab_size}));
   return Status::Ok();
 }
 
-Status MuseModel::forward(const StepInput& in, std::span<const KvLayerStorage> kv, std::vector<float>* logits) {
+Status MuseModel::forward(const StepPlanBuilder& plan, std::span<const KvLayerStorage> kv, float* logits) {
   const ModelConfig& c = config_;
-  const int64_t T = int64_t(in.tokens.size()), R = int64_t(in.logit_rows.size());
-  if (T < 1 || T > max_rows_) return make_error("step of " + std::to_string(T) + " rows (1.." + std::to_string(max_rows_) + ")");
-  if (int64_t(in.positions.size()) != T || !in.batch || in.batch->total_rows() != T)
-    return make_error("step input: tokens, positions and attention batch disagree");
+  const int64_t T = plan.rows(), R = plan.logit_rows();
+  if (T < 1 || T > cap_.max_rows) return make_error("step of " + std::to_string(T) + " rows (1.." + std::to_string(cap_.max_rows) + ")");
+  if (plan.layout().total != plan_.layout.total) return make_error("step plan built for another capacity");
   if (int64_t(kv.size()) != c.num_layers) return make_error("step input: one KV storage per layer expected");
-  for (int32_t r : in.logit_rows)
-    if (r < 0 || r >= T) return make_error("step input: logit row out of range");
+  if (R > 0 && !logits) return make_error("step input: logits wanted but no output buffer");
 
   Step s;
   s.T = T;
-  s.batch = in.batch;
+  s.plan = &plan_;
   auto view = [T](const Tensor& t) { return t.empty() ? t : t.rows(0, T); };
-  s.ids = view(buf_.ids), s.positions = view(buf_.positions), s.cos = view(buf_.cos), s.sin = view(buf_.sin);
+  s.ids = plan_.tokens.rows(0, T), s.positions = plan_.positions.rows(0, T);
+  s.cos = view(buf_.cos), s.sin = view(buf_.sin);
   s.x = view(buf_.x), s.h = view(buf_.h), s.q = view(buf_.q), s.k = view(buf_.k), s.v = view(buf_.v);
   s.g = view(buf_.g), s.o = view(buf_.o), s.a = view(buf_.a);
   s.mlp_gate = view(buf_.mlp_gate), s.mlp_up = view(buf_.mlp_up);
@@ -97,8 +103,8 @@ Status MuseModel::forward(const StepInput& in, std::span<const KvLayerStorage> k
   s.expert_weights = view(buf_.expert_weights), s.latent = view(buf_.latent), s.moe_out = view(buf_.moe_out);
 
   Backend& b = backend_;
-  b.set_input(s.ids, in.tokens.data(), size_t(T) * 4);
-  b.set_input(s.positions, in.positions.data(), size_t(T) * 4);
+  // The whole step description goes up in one copy; every op reads it there.
+  b.set_input(plan_.buffer, plan.data(), plan.upload_bytes());
   bool any_rope = false;
   for (double theta : c.layer_rope_theta) any_rope |= theta != 0.0;
   // One RoPE table per step. The frequency base is the config's rope_theta;
@@ -116,18 +122,14 @@ Status MuseModel::forward(const StepInput& in, std::span<const KvLayerStorage> k
 
   // Head on the requested rows only: rms(x)·w_norm (absolute), lm_head, softcap.
   if (R > 0) {
-    Tensor rows = buf_.logit_rows.rows(0, R), head_in = buf_.head_in.rows(0, R), out = buf_.logits.rows(0, R);
-    b.set_input(rows, in.logit_rows.data(), size_t(R) * 4);
+    Tensor rows = plan_.logit_rows.rows(0, R), head_in = buf_.head_in.rows(0, R), out = buf_.logits.rows(0, R);
     b.gather_rows(head_in, s.x, rows);
     b.rms_norm(head_in, head_in, weights_.final_norm, NormGain::After, float(c.rms_norm_eps));
     b.matmul(out, head_in, weights_.lm_head);
     b.softcap(out, float(c.output_multiplier), float(c.final_logit_softcapping));
   }
   MUSE_RETURN_IF_ERROR(b.execute());
-  if (logits) {
-    logits->resize(size_t(R * c.vocab_size));
-    if (R > 0) MUSE_RETURN_IF_ERROR(b.download(buf_.logits.rows(0, R), logits->data()));
-  }
+  if (R > 0) MUSE_RETURN_IF_ERROR(b.download(buf_.logits.rows(0, R), logits));
   return Status::Ok();
 }
 
@@ -145,8 +147,8 @@ void MuseModel::attention_block(const Step& s, int64_t l, const KvLayerStorage& 
   b.qk_norm_rope(s.q, s.k, rope ? s.cos : Tensor{}, rope ? s.sin : Tensor{}, c.head_dim, float(c.rms_norm_eps),
                  float(c.qk_scale_factor));
   const int64_t window = c.is_full(l) ? 0 : c.sliding_window;
-  b.attention(s.o, s.q, s.k, s.v, kv, s.batch, c.head_dim, window, float(1.0 / std::sqrt(double(c.head_dim))));
-  b.kv_store(kv, s.k, s.v, s.batch);
+  b.attention(s.o, s.q, s.k, s.v, kv, *s.plan, c.head_dim, window, float(1.0 / std::sqrt(double(c.head_dim))));
+  b.kv_store(kv, s.k, s.v, *s.plan);
   b.output_gate(s.o, s.g, c.head_dim, c.is_spark(), float(c.rms_norm_eps));
   b.matmul(s.a, s.o, w.o);
 }

@@ -17,17 +17,11 @@
 
 namespace muse {
 
-// One step: rows are positions of one or more sequences, laid out as the
-// attention batch says.
-struct StepInput {
-  std::vector<int32_t> tokens;      // one per row
-  std::vector<int32_t> positions;   // absolute position of each row
-  AttentionBatchRef batch;
-  std::vector<int32_t> logit_rows;  // rows whose logits are wanted, in output order
-};
-
 struct ModelOptions {
-  int64_t max_rows = 256;  // rows per step (activation buffers are sized for it)
+  // Rows, sequences, logit rows and block-table entries per step: the
+  // activation buffers, the plan buffer and the logits are sized for it.
+  StepPlanCapacity plan{256, 256, 256, 1};
+  int64_t kv_block_size = 64;  // positions per full-layer KV block
 };
 
 class MuseModel {
@@ -41,11 +35,13 @@ class MuseModel {
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
   Backend& backend() { return backend_; }
-  int64_t max_rows() const { return max_rows_; }
+  int64_t max_rows() const { return cap_.max_rows; }
+  const StepPlanCapacity& capacity() const { return cap_; }
 
-  // Runs one step; `logits` receives [logit_rows.size(), vocab_size] floats.
-  // `kv` has one entry per layer.
-  Status forward(const StepInput& in, std::span<const KvLayerStorage> kv, std::vector<float>* logits);
+  // Runs the step `plan` describes (its host image, uploaded with one copy);
+  // `logits` receives [plan.logit_rows(), vocab_size] floats (the only
+  // download). `kv` has one entry per layer. Allocates nothing.
+  Status forward(const StepPlanBuilder& plan, std::span<const KvLayerStorage> kv, float* logits);
 
  private:
   MuseModel(Backend& backend, const ModelConfig& config) : backend_(backend), config_(config) {}
@@ -60,16 +56,17 @@ class MuseModel {
   Backend& backend_;
   ModelConfig config_;
   ModelWeights weights_;
-  int64_t max_rows_ = 0;
-  // Activation buffers, [max_rows, ...].
+  StepPlanCapacity cap_;
+  StepPlanView plan_;  // the plan buffer in backend memory
+  // Activation buffers, [max_rows, ...]; head_in and logits [max_logit_rows, ...].
   struct Buffers {
-    Tensor ids, positions, cos, sin;
+    Tensor cos, sin;
     Tensor x;         // Glimmer hidden state / Spark residual stream (fp32)
     Tensor h;         // normed input of a sub-layer
     Tensor q, k, v, g, o, a;
     Tensor mlp_gate, mlp_up;
     Tensor router_logits, expert_ids, expert_weights, latent, moe_out;
-    Tensor logit_rows, head_in, logits;
+    Tensor head_in, logits;
   } buf_;
   std::vector<Tensor> owned_;
 };

@@ -8,7 +8,7 @@ namespace muse {
 
 struct MuseModel::Step {
   int64_t T = 0;
-  AttentionBatchRef batch;
+  const StepPlanView* plan = nullptr;
   Tensor ids, positions, cos, sin, x, h, q, k, v, g, o, a, mlp_gate, mlp_up;
   Tensor router_logits, expert_ids, expert_weights, latent, moe_out;
 };

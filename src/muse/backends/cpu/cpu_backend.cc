@@ -39,6 +39,9 @@ inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 CpuBackend::CpuBackend(const KernelTable& kernels, int threads, bool profile)
     : k_(kernels), pool_(threads), profile_(profile) {
   scratch_.resize(size_t(pool_.size()));
+  // A start that covers decode at a few thousand positions of context, so
+  // ordinary steps never grow it.
+  reserve_scratch(size_t(64) << 10);
 }
 
 CpuBackend::~CpuBackend() {
@@ -78,6 +81,7 @@ Result<Tensor> CpuBackend::alloc(DType dtype, std::initializer_list<int64_t> sha
   if (!p) return make_error("out of host memory allocating " + describe(t));
   std::memset(p, 0, bytes);
   owned_.insert(p);
+  ++buffers_created_;
   t.data = p;
   return t;
 }
@@ -112,9 +116,14 @@ Status CpuBackend::download(const Tensor& t, void* host) {
 }
 
 void CpuBackend::set_input(const Tensor& dst, const void* host, size_t bytes) {
-  if (!check(bytes <= dst.bytes(), "set_input", describe(dst) + " is smaller than the input")) return;
-  auto data = std::make_shared<std::vector<char>>(static_cast<const char*>(host), static_cast<const char*>(host) + bytes);
-  enqueue(__func__, [dst, data] { std::memcpy(dst.data, data->data(), data->size()); });
+  if (!MUSE_CPU_CHECK(bytes <= dst.bytes(), "set_input", describe(dst) + " is smaller than the input")) return;
+  // Captured now into the staging area (kept across steps), copied when the step runs.
+  const size_t at = staging_.size();
+  // Grown geometrically: a plan that grows by a block per step must not
+  // reallocate every step.
+  if (at + bytes > staging_.capacity()) staging_.reserve(2 * (at + bytes));
+  staging_.insert(staging_.end(), static_cast<const char*>(host), static_cast<const char*>(host) + bytes);
+  enqueue(__func__, [this, dst, at, bytes] { std::memcpy(dst.data, staging_.data() + at, bytes); });
 }
 
 bool CpuBackend::check(bool ok, const char* op, const std::string& what) {
@@ -127,21 +136,29 @@ void CpuBackend::fail(std::string message) {
 }
 
 Status CpuBackend::execute() {
-  auto ops = std::move(ops_);
-  ops_.clear();
+  // The queue and the staging area are cleared, not freed: their capacity
+  // carries over to the next step.
+  struct ClearQueue {
+    CpuBackend* b;
+    ~ClearQueue() {
+      b->ops_.clear();
+      b->staging_.clear();
+    }
+  } clear_queue{this};
   if (!enqueue_error_.empty()) {
     std::string e = std::move(enqueue_error_);
     enqueue_error_.clear();
     return make_error(e);
   }
-  for (auto& op : ops) {
+  for (auto& op : ops_) {
     if (profile_) {
       auto t0 = std::chrono::steady_clock::now();
       op.run();
+      const char* name = op.name();
       double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       auto it = std::find_if(profile_times_.begin(), profile_times_.end(),
-                             [&](const auto& p) { return std::strcmp(p.first, op.name) == 0; });
-      if (it == profile_times_.end()) it = profile_times_.insert(profile_times_.end(), {op.name, OpTime{}});
+                             [&](const auto& p) { return std::strcmp(p.first, name) == 0; });
+      if (it == profile_times_.end()) it = profile_times_.insert(profile_times_.end(), {name, OpTime{}});
       it->second.count++;
       it->second.seconds += dt;
     } else {
@@ -158,8 +175,10 @@ Status CpuBackend::execute() {
 }
 
 void CpuBackend::reserve_scratch(size_t bytes) {
+  // Geometric growth: attention's scratch grows with the context, and must
+  // not reallocate at every step of a decode.
   for (auto& s : scratch_)
-    if (s.size() < bytes) s.resize(bytes);
+    if (s.size() < bytes) s.resize(std::max(bytes, 2 * s.size()));
 }
 
 // ---------------------------------------------------------------------------
@@ -167,7 +186,7 @@ void CpuBackend::reserve_scratch(size_t bytes) {
 // ---------------------------------------------------------------------------
 
 void CpuBackend::embed(const Tensor& out, const Tensor& table, const Tensor& ids) {
-  if (!check(out.dtype == DType::F32 && ids.dtype == DType::I32 && out.rows() == ids.numel() &&
+  if (!MUSE_CPU_CHECK(out.dtype == DType::F32 && ids.dtype == DType::I32 && out.rows() == ids.numel() &&
                  out.cols() == table.cols() && (table.dtype == DType::F32 || table.dtype == DType::BF16),
              "embed", describe(out) + " <- " + describe(table) + "[" + describe(ids) + "]"))
     return;
@@ -212,7 +231,7 @@ void CpuBackend::norm_row(float* y, const float* x, int64_t n, const float* gain
 void CpuBackend::rms_norm(const Tensor& out, const Tensor& in, const Tensor& gain, NormGain mode, float eps,
                           int64_t group, float scale) {
   const int64_t g = group > 0 ? group : in.cols();
-  if (!check(in.dtype == DType::F32 && out.dtype == DType::F32 && out.numel() == in.numel() && g > 0 &&
+  if (!MUSE_CPU_CHECK(in.dtype == DType::F32 && out.dtype == DType::F32 && out.numel() == in.numel() && g > 0 &&
                  in.cols() % g == 0 && (mode == NormGain::None || (gain.dtype == DType::F32 && gain.numel() == g)),
              "rms_norm", describe(in) + " group " + std::to_string(g) + " gain " + describe(gain)))
     return;
@@ -233,7 +252,7 @@ void CpuBackend::rms_norm(const Tensor& out, const Tensor& in, const Tensor& gai
 void CpuBackend::residual_norm(const Tensor& stream, const Tensor& update, const Tensor& gain, NormGain mode,
                                const Tensor& alpha, const Tensor& beta, float eps) {
   const int64_t H = stream.cols();
-  if (!check(stream.dtype == DType::F32 && update.dtype == DType::F32 && update.numel() == stream.numel() &&
+  if (!MUSE_CPU_CHECK(stream.dtype == DType::F32 && update.dtype == DType::F32 && update.numel() == stream.numel() &&
                  (mode == NormGain::None || gain.numel() == H) && (alpha.empty() || alpha.numel() == H) &&
                  (beta.empty() || beta.numel() == H),
              "residual_norm", describe(stream) + " += norm(" + describe(update) + ")"))
@@ -259,13 +278,14 @@ void CpuBackend::residual_norm(const Tensor& stream, const Tensor& update, const
 void CpuBackend::rope_tables(const Tensor& cos, const Tensor& sin, const Tensor& positions, double theta,
                              int64_t head_dim) {
   const int64_t half = head_dim / 2;
-  if (!check(positions.dtype == DType::I32 && cos.numel() == positions.numel() * half &&
+  if (!MUSE_CPU_CHECK(positions.dtype == DType::I32 && cos.numel() == positions.numel() * half &&
                  sin.numel() == cos.numel() && head_dim % 2 == 0 && theta > 0,
              "rope_tables", describe(cos) + " for " + describe(positions)))
     return;
   enqueue(__func__, [this, cos, sin, positions, theta, head_dim, half] {
     // inv_freq as transformers computes it: fp32 exponent, fp32 power, fp32 reciprocal.
-    std::vector<float> inv(static_cast<size_t>(half));
+    std::vector<float>& inv = rope_inv_;
+    inv.resize(size_t(half));
     for (int64_t i = 0; i < half; ++i) {
       float e = float(2 * i) / float(head_dim);
       inv[size_t(i)] = 1.0f / float(std::pow(theta, double(e)));
@@ -286,7 +306,7 @@ void CpuBackend::rope_tables(const Tensor& cos, const Tensor& sin, const Tensor&
 void CpuBackend::qk_norm_rope(const Tensor& q, const Tensor& k, const Tensor& cos, const Tensor& sin,
                               int64_t head_dim, float eps, float q_scale) {
   const int64_t d = head_dim, half = d / 2;
-  if (!check(q.dtype == DType::F32 && k.dtype == DType::F32 && q.rows() == k.rows() && d % 2 == 0 &&
+  if (!MUSE_CPU_CHECK(q.dtype == DType::F32 && k.dtype == DType::F32 && q.rows() == k.rows() && d % 2 == 0 &&
                  q.cols() % d == 0 && k.cols() % d == 0 && (cos.empty() || cos.numel() == q.rows() * half),
              "qk_norm_rope", describe(q) + ", " + describe(k)))
     return;
@@ -311,7 +331,7 @@ void CpuBackend::qk_norm_rope(const Tensor& q, const Tensor& k, const Tensor& co
 }
 
 void CpuBackend::output_gate(const Tensor& o, const Tensor& g, int64_t head_dim, bool head_norm, float eps) {
-  if (!check(o.dtype == DType::F32 && g.dtype == DType::F32 && o.numel() == g.numel() && o.cols() % head_dim == 0,
+  if (!MUSE_CPU_CHECK(o.dtype == DType::F32 && g.dtype == DType::F32 && o.numel() == g.numel() && o.cols() % head_dim == 0,
              "output_gate", describe(o) + " gate " + describe(g)))
     return;
   enqueue(__func__, [this, o, g, head_dim, head_norm, eps] {
@@ -334,7 +354,7 @@ void CpuBackend::output_gate(const Tensor& o, const Tensor& g, int64_t head_dim,
 }
 
 void CpuBackend::swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) {
-  if (!check(out.numel() == gate.numel() && up.numel() == gate.numel() && gate.dtype == DType::F32,
+  if (!MUSE_CPU_CHECK(out.numel() == gate.numel() && up.numel() == gate.numel() && gate.dtype == DType::F32,
              "swiglu", describe(out)))
     return;
   enqueue(__func__, [this, out, gate, up] {
@@ -349,7 +369,7 @@ void CpuBackend::swiglu(const Tensor& out, const Tensor& gate, const Tensor& up)
 }
 
 void CpuBackend::gather_rows(const Tensor& out, const Tensor& in, const Tensor& rows) {
-  if (!check(out.cols() == in.cols() && out.rows() == rows.numel() && rows.dtype == DType::I32 &&
+  if (!MUSE_CPU_CHECK(out.cols() == in.cols() && out.rows() == rows.numel() && rows.dtype == DType::I32 &&
                  out.dtype == in.dtype,
              "gather_rows", describe(out) + " <- " + describe(in)))
     return;
@@ -365,7 +385,7 @@ void CpuBackend::gather_rows(const Tensor& out, const Tensor& in, const Tensor& 
 }
 
 void CpuBackend::softcap(const Tensor& x, float multiplier, float cap) {
-  if (!check(x.dtype == DType::F32, "softcap", describe(x))) return;
+  if (!MUSE_CPU_CHECK(x.dtype == DType::F32, "softcap", describe(x))) return;
   enqueue(__func__, [this, x, multiplier, cap] {
     const int64_t n = x.numel(), chunk = chunk_size(n, pool_.size() * 4, 512);  // tanh is slow: spread it
     pool_.run((n + chunk - 1) / chunk, [&](int64_t task, int) {

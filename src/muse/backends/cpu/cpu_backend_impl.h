@@ -3,8 +3,11 @@
 // cpu_matmul.cc; cpu_attention.cc; cpu_moe.cc). Not a public header.
 #pragma once
 
-#include <functional>
+#include <array>
+#include <cstring>
 #include <memory>
+#include <new>
+#include <type_traits>
 #include <set>
 #include <string>
 #include <unordered_set>
@@ -14,7 +17,46 @@
 #include "muse/backends/cpu/kernels.h"
 #include "muse/backends/cpu/thread_pool.h"
 
+// Shape/dtype checks at enqueue time: the message is built only on failure
+// (building it for every op would allocate on every step).
+#define MUSE_CPU_CHECK(ok, op, what) ((ok) ? true : check(false, op, (what)))
+
 namespace muse::cpu {
+
+// A queued operation: a closure stored inline (no heap), so queueing a step
+// allocates nothing once the queue's capacity has grown to a step's length.
+class InlineOp {
+ public:
+  static constexpr size_t kCapacity = 640;
+  InlineOp() = default;
+  template <class F>
+  InlineOp(const char* name, F&& f) : name_(name) {
+    using Fn = std::decay_t<F>;
+    static_assert(sizeof(Fn) <= kCapacity, "operation closure too large for InlineOp");
+    static_assert(alignof(Fn) <= alignof(std::max_align_t));
+    // Closures hold only tensors, pointers and numbers, so a queued op is
+    // moved as bytes and never destroyed.
+    static_assert(std::is_trivially_copyable_v<Fn> && std::is_trivially_destructible_v<Fn>,
+                  "operation closures must capture plain values only");
+    new (storage_) Fn(std::forward<F>(f));
+    run_ = [](void* p) { (*static_cast<Fn*>(p))(); };
+  }
+  InlineOp(const InlineOp&) = delete;
+  InlineOp& operator=(const InlineOp&) = delete;
+  InlineOp(InlineOp&& o) noexcept { *this = std::move(o); }
+  InlineOp& operator=(InlineOp&& o) noexcept {
+    std::memcpy(storage_, o.storage_, kCapacity);
+    name_ = o.name_, run_ = o.run_;
+    return *this;
+  }
+  const char* name() const { return name_; }
+  void run() { run_(storage_); }
+
+ private:
+  alignas(std::max_align_t) unsigned char storage_[kCapacity];
+  const char* name_ = nullptr;
+  void (*run_)(void*) = nullptr;
+};
 
 class CpuBackend final : public Backend {
  public:
@@ -45,10 +87,10 @@ class CpuBackend final : public Backend {
   void qk_norm_rope(const Tensor& q, const Tensor& k, const Tensor& cos, const Tensor& sin, int64_t head_dim,
                     float eps, float q_scale) override;
   void attention(const Tensor& out, const Tensor& q, const Tensor& k_new, const Tensor& v_new,
-                 const KvLayerStorage& cache, const AttentionBatchRef& batch, int64_t head_dim, int64_t window,
+                 const KvLayerStorage& cache, const StepPlanView& plan, int64_t head_dim, int64_t window,
                  float scale) override;
   void kv_store(const KvLayerStorage& cache, const Tensor& k_new, const Tensor& v_new,
-                const AttentionBatchRef& batch) override;
+                const StepPlanView& plan) override;
   void output_gate(const Tensor& o, const Tensor& g, int64_t head_dim, bool head_norm, float eps) override;
   void swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) override;
   void moe_route(const Tensor& ids, const Tensor& weights, const Tensor& logits, const Tensor& bias, float multiplier,
@@ -65,7 +107,10 @@ class CpuBackend final : public Backend {
   // Records a shape/dtype error found at enqueue time; execute() reports the
   // first one and runs nothing. These are engine bugs, not user input.
   bool check(bool ok, const char* op, const std::string& what);
-  void enqueue(const char* name, std::function<void()> op) { ops_.push_back({name, std::move(op)}); }
+  template <class F>
+  void enqueue(const char* name, F&& op) {
+    ops_.emplace_back(name, std::forward<F>(op));
+  }
   // Execution-time failure (e.g. a token id out of range).
   void fail(std::string message);
   // Per-thread scratch of at least `bytes`, grown in the calling thread
@@ -87,14 +132,40 @@ class CpuBackend final : public Backend {
     int64_t ldo;
   };
   void run_matmuls(const std::vector<MatmulJob>& jobs);
+  struct MatmulTask {
+    int job;
+    int64_t n0, N, t0, T;
+  };
+  static constexpr size_t kMaxProjections = 4;  // q, k, v, gate
+  struct ProjectionSet {
+    std::array<Projection, kMaxProjections> p;
+    size_t n = 0;
+  };
+  struct AttentionTask {
+    int64_t seq, row0, rows, head;
+  };
+  // Per-op index and task vectors, members so that they keep their capacity
+  // from step to step.
+  struct MoeScratch {
+    std::vector<int64_t> count, order, start, fill, slot_of;
+    std::vector<Tensor> gu, dn;
+    struct GuTask {
+      int64_t e, t0, tn, i0, in;
+    };
+    std::vector<GuTask> gu_tasks;
+    std::vector<MatmulJob> jobs;
+  };
 
   const KernelTable& k_;
   ThreadPool pool_;
-  struct QueuedOp {
-    const char* name;  // for the profile
-    std::function<void()> run;
-  };
-  std::vector<QueuedOp> ops_;
+  std::vector<InlineOp> ops_;
+  // set_input bytes, captured at enqueue; reset when a step has run.
+  std::vector<char> staging_;
+  std::vector<MatmulTask> matmul_tasks_;
+  std::vector<MatmulJob> project_jobs_;
+  std::vector<AttentionTask> attention_tasks_;
+  MoeScratch moe_index_;
+  std::vector<float> rope_inv_;
   // Per-op-name wall time when profiling (CpuBackendOptions::profile).
   bool profile_ = false;
   struct OpTime {

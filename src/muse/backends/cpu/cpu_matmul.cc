@@ -30,11 +30,8 @@ void CpuBackend::run_matmuls(const std::vector<MatmulJob>& jobs) {
   int64_t rows_per_task = total_rows / (threads * 4);
   rows_per_task = std::max<int64_t>(16, (rows_per_task + 7) / 8 * 8);
 
-  struct Task {
-    int job;
-    int64_t n0, N, t0, T;
-  };
-  std::vector<Task> tasks;
+  auto& tasks = matmul_tasks_;
+  tasks.clear();
   for (size_t i = 0; i < jobs.size(); ++i) {
     const auto& j = jobs[i];
     for (int64_t t0 = 0; t0 < j.T; t0 += kRowsPerXBlock) {
@@ -44,16 +41,22 @@ void CpuBackend::run_matmuls(const std::vector<MatmulJob>& jobs) {
     }
   }
   pool_.run(int64_t(tasks.size()), [&](int64_t ti, int) {
-    const Task& t = tasks[size_t(ti)];
+    const MatmulTask& t = tasks[size_t(ti)];
     const MatmulJob& j = jobs[size_t(t.job)];
     matmul_block(j.x + t.t0 * j.ldx, j.ldx, t.T, *j.w, j.w_row0 + t.n0, t.N, j.out + t.t0 * j.ldo + t.n0, j.ldo);
   });
 }
 
 void CpuBackend::project(const Tensor& x, std::span<const Projection> outputs) {
-  std::vector<Projection> outs(outputs.begin(), outputs.end());
-  for (const auto& p : outs) {
-    if (!check(x.dtype == DType::F32 && p.out.dtype == DType::F32 &&
+  // At most kMaxProjections outputs, held by value in the queued op.
+  if (!MUSE_CPU_CHECK(outputs.size() >= 1 && outputs.size() <= kMaxProjections, "project",
+                      std::to_string(outputs.size()) + " outputs"))
+    return;
+  ProjectionSet outs;
+  outs.n = outputs.size();
+  std::copy(outputs.begin(), outputs.end(), outs.p.begin());
+  for (const auto& p : outputs) {
+    if (!MUSE_CPU_CHECK(x.dtype == DType::F32 && p.out.dtype == DType::F32 &&
                    (p.weight.dtype == DType::F32 || p.weight.dtype == DType::BF16) && p.weight.rank == 2 &&
                    p.weight.cols() == x.cols() && p.out.rows() == x.rows() && p.out.cols() == p.weight.rows(),
                "project", describe(x) + " · " + describe(p.weight) + "ᵀ -> " + describe(p.out)))
@@ -62,12 +65,14 @@ void CpuBackend::project(const Tensor& x, std::span<const Projection> outputs) {
   const char* name = "project";
   if (profile_) {
     std::string n = "project";
-    for (const auto& p : outs) n += " " + describe(p.weight);
+    for (const auto& p : outputs) n += " " + describe(p.weight);
     name = intern(n);
   }
   enqueue(name, [this, x, outs] {
-    std::vector<MatmulJob> jobs;
-    for (const auto& p : outs) {
+    auto& jobs = project_jobs_;
+    jobs.clear();
+    for (size_t i = 0; i < outs.n; ++i) {
+      const Projection& p = outs.p[i];
       jobs.push_back({static_cast<const float*>(x.data), x.cols(), x.rows(), &p.weight, 0, p.weight.rows(),
                       static_cast<float*>(p.out.data), p.out.cols()});
     }

@@ -17,7 +17,7 @@ namespace muse::cpu {
 void CpuBackend::moe_route(const Tensor& ids, const Tensor& weights, const Tensor& logits, const Tensor& bias,
                            float multiplier, float scaling) {
   const int64_t E = logits.cols(), K = ids.cols();
-  if (!check(ids.dtype == DType::I32 && weights.dtype == DType::F32 && logits.dtype == DType::F32 &&
+  if (!MUSE_CPU_CHECK(ids.dtype == DType::I32 && weights.dtype == DType::F32 && logits.dtype == DType::F32 &&
                  ids.numel() == weights.numel() && ids.rows() == logits.rows() && K >= 1 && K <= E &&
                  (bias.empty() || (bias.dtype == DType::F32 && bias.numel() == E)),
              "moe_route", describe(logits) + " -> " + describe(ids)))
@@ -55,7 +55,7 @@ void CpuBackend::moe_route(const Tensor& ids, const Tensor& weights, const Tenso
 void CpuBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& gate_up, const Tensor& down,
                              const Tensor& post_gain, const Tensor& ids, const Tensor& weights, float eps) {
   const int64_t E = gate_up.dim(0), I2 = gate_up.dim(1), Hm = u.cols();
-  if (!check(gate_up.rank == 3 && down.rank == 3 && down.dim(0) == E && gate_up.dim(2) == Hm && down.dim(1) == Hm &&
+  if (!MUSE_CPU_CHECK(gate_up.rank == 3 && down.rank == 3 && down.dim(0) == E && gate_up.dim(2) == Hm && down.dim(1) == Hm &&
                  down.dim(2) * 2 == I2 && out.numel() == u.numel() && ids.rows() == u.rows() &&
                  ids.dtype == DType::I32 && weights.numel() == ids.numel() && post_gain.numel() == Hm &&
                  gate_up.dtype == down.dtype && (gate_up.dtype == DType::F32 || gate_up.dtype == DType::BF16),
@@ -68,11 +68,20 @@ void CpuBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& g
       if (id[r] < 0 || id[r] >= E) return fail("moe_experts: expert id " + std::to_string(id[r]) + " out of range");
     }
     // Group the (token, slot) pairs by expert, tokens in order.
-    std::vector<int64_t> count(size_t(E) + 1, 0), order(static_cast<size_t>(R)), start(size_t(E) + 1, 0);
+    // Index vectors are members, reused step after step (a step allocates nothing).
+    MoeScratch& ms = moe_index_;
+    auto& count = ms.count;
+    auto& order = ms.order;
+    auto& start = ms.start;
+    auto& fill = ms.fill;
+    auto& slot_of = ms.slot_of;  // pair r -> row in the grouped buffers
+    count.assign(size_t(E) + 1, 0);
+    order.resize(size_t(R));
+    start.assign(size_t(E) + 1, 0);
+    slot_of.resize(size_t(R));
     for (int64_t r = 0; r < R; ++r) ++count[size_t(id[r])];
     for (int64_t e = 0; e < E; ++e) start[size_t(e) + 1] = start[size_t(e)] + count[size_t(e)];
-    std::vector<int64_t> fill(start.begin(), start.end() - 1);
-    std::vector<int64_t> slot_of(static_cast<size_t>(R));  // pair r -> row in the grouped buffers
+    fill.assign(start.begin(), start.end() - 1);
     for (int64_t r = 0; r < R; ++r) {
       int64_t g = fill[size_t(id[r])]++;
       order[size_t(g)] = r;
@@ -100,7 +109,10 @@ void CpuBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& g
       Tensor t = w.rows(e, 1);
       return t.reshaped({w.dim(1), w.dim(2)});
     };
-    std::vector<Tensor> gu(static_cast<size_t>(E)), dn(static_cast<size_t>(E));
+    auto& gu = ms.gu;
+    auto& dn = ms.dn;
+    gu.resize(size_t(E));
+    dn.resize(size_t(E));
     for (int64_t e = 0; e < E; ++e) {
       if (!count[size_t(e)]) continue;
       gu[size_t(e)] = expert(gate_up, e);
@@ -112,17 +124,15 @@ void CpuBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& g
     int64_t active_rows = 0;
     for (int64_t e = 0; e < E; ++e) active_rows += count[size_t(e)] ? I : 0;
     const int64_t c = std::max<int64_t>(8, (active_rows / (pool_.size() * 4) + 7) / 8 * 8);
-    struct GuTask {
-      int64_t e, t0, tn, i0, in;
-    };
-    std::vector<GuTask> gu_tasks;
+    auto& gu_tasks = ms.gu_tasks;
+    gu_tasks.clear();
     for (int64_t e = 0; e < E; ++e)
       for (int64_t t0 = 0; t0 < count[size_t(e)]; t0 += kRowsPerXBlock)
         for (int64_t i0 = 0; i0 < I; i0 += c)
           gu_tasks.push_back({e, t0, std::min(kRowsPerXBlock, count[size_t(e)] - t0), i0, std::min(c, I - i0)});
     reserve_scratch(size_t(2 * kRowsPerXBlock * c) * sizeof(float));
     pool_.run(int64_t(gu_tasks.size()), [&](int64_t ti, int thread) {
-      const GuTask& tk = gu_tasks[size_t(ti)];
+      const MoeScratch::GuTask& tk = gu_tasks[size_t(ti)];
       float* g = reinterpret_cast<float*>(scratch(thread));
       float* up = g + tk.tn * tk.in;
       const float* x = x_rows(tk.e) + (gather ? tk.t0 * Hm : 0);
@@ -137,7 +147,8 @@ void CpuBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& g
         }
       }
     });
-    std::vector<MatmulJob> jobs;
+    auto& jobs = ms.jobs;
+    jobs.clear();
     for (int64_t e = 0; e < E; ++e) {
       if (!count[size_t(e)]) continue;
       jobs.push_back({A + start[size_t(e)] * I, I, count[size_t(e)], &dn[size_t(e)], 0, Hm,

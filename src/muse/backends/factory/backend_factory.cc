@@ -1,0 +1,47 @@
+#include "muse/backends/factory/backend_factory.h"
+
+#if MUSE_HAVE_CUDA
+#include "muse/backends/cuda/cuda_backend.h"
+#endif
+
+namespace muse {
+
+Result<Device> parse_device(std::string_view name) {
+  if (name == "cpu") return Device::Cpu;
+  if (name == "cuda") return Device::Cuda;
+  return make_error("--device '" + std::string(name) + "' is not a device muse knows (cpu, cuda)");
+}
+
+const char* device_name(Device d) { return d == Device::Cuda ? "cuda" : "cpu"; }
+
+bool cuda_backend_built() {
+#if MUSE_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+Result<std::unique_ptr<Backend>> create_backend(const BackendOptions& options) {
+  switch (options.device) {
+    case Device::Cpu:
+      return create_cpu_backend(options.cpu);
+    case Device::Cuda: {
+#if MUSE_HAVE_CUDA
+      CudaBackendOptions o;
+      o.device = options.gpu;
+      o.profile = options.gpu_profile || options.cpu.profile;
+      auto b = create_cuda_backend(o);
+      if (!b.ok()) return make_error("--device cuda: " + b.message());
+      return b;
+#else
+      return make_error(
+          "--device cuda: this muse was built without the CUDA backend (build on a machine with the CUDA "
+          "toolkit, with -DMUSE_CUDA=ON; see scripts/test-cuda.sh)");
+#endif
+    }
+  }
+  return make_error("unknown device");
+}
+
+}  // namespace muse

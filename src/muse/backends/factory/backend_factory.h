@@ -1,0 +1,34 @@
+// Which backend runs a model: the one place that names the backends. The
+// engine asks this factory for a `Backend` and never names one itself.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "muse/backends/backend.h"
+#include "muse/backends/cpu/cpu_backend.h"
+
+namespace muse {
+
+enum class Device { Cpu, Cuda };
+
+// "cpu" | "cuda"; an error names the accepted values.
+Result<Device> parse_device(std::string_view name);
+const char* device_name(Device d);
+
+struct BackendOptions {
+  Device device = Device::Cpu;
+  CpuBackendOptions cpu;  // threads, ISA, profiling (CPU backend)
+  int gpu = 0;            // CUDA device index
+  bool gpu_profile = false;
+};
+
+// The backend for `options.device`; a clear error when that backend is not
+// built into this binary or its hardware is absent.
+Result<std::unique_ptr<Backend>> create_backend(const BackendOptions& options);
+
+// Whether this binary has the CUDA backend compiled in.
+bool cuda_backend_built();
+
+}  // namespace muse
