@@ -1,0 +1,371 @@
+// CudaBackend: creation, memory, the op queue, execute and its errors, and
+// the profile. The operations live in cuda_rowwise.cu, cuda_matmul.cu,
+// cuda_attention.cu and cuda_moe.cu.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "muse/backends/cuda/cuda_impl.cuh"
+
+namespace muse {
+
+int cuda_device_count() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear: no driver is not an error of later calls
+    return 0;
+  }
+  return n;
+}
+
+Result<std::unique_ptr<Backend>> create_cuda_backend(const CudaBackendOptions& options) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return make_error(std::string("the CUDA backend needs a CUDA driver and GPU: ") + cudaGetErrorString(e));
+  }
+  if (n == 0) return make_error("the CUDA backend found no CUDA GPU");
+  if (options.device < 0 || options.device >= n)
+    return make_error("CUDA device " + std::to_string(options.device) + " does not exist (" + std::to_string(n) +
+                      " found)");
+  cudaDeviceProp prop{};
+  if ((e = cudaGetDeviceProperties(&prop, options.device)) != cudaSuccess)
+    return make_error(std::string("CUDA device properties: ") + cudaGetErrorString(e));
+  if (prop.major < 9)
+    return make_error(std::string("the CUDA backend is built for sm_90 (Hopper); ") + prop.name + " is sm_" +
+                      std::to_string(prop.major) + std::to_string(prop.minor));
+  auto b = std::make_unique<cuda::CudaBackend>(options.device, options.profile);
+  Status s = b->init();
+  if (!s.ok()) return s.error();
+  return std::unique_ptr<Backend>(std::move(b));
+}
+
+namespace cuda {
+
+CudaBackend::CudaBackend(int device, bool profile) : device_(device), profile_(profile) {}
+
+std::string CudaBackend::cuda_failure(const char* what, cudaError_t e) {
+  return std::string("cuda backend: ") + what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
+}
+
+Status CudaBackend::init() {
+  cudaError_t e;
+#define MUSE_CUDA_INIT(call)                                        \
+  if ((e = (call)) != cudaSuccess) return make_error(cuda_failure(#call, e))
+  MUSE_CUDA_INIT(cudaSetDevice(device_));
+  cudaDeviceProp prop{};
+  MUSE_CUDA_INIT(cudaGetDeviceProperties(&prop, device_));
+  name_ = std::string("cuda (") + prop.name + ", sm_" + std::to_string(prop.major) + std::to_string(prop.minor) +
+          ", " + std::to_string(prop.multiProcessorCount) + " SMs)";
+  MUSE_CUDA_INIT(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  MUSE_CUDA_INIT(cudaMalloc(&dev_error_, sizeof(DeviceError)));
+  MUSE_CUDA_INIT(cudaMemset(dev_error_, 0, sizeof(DeviceError)));
+  MUSE_CUDA_INIT(cudaHostAlloc(reinterpret_cast<void**>(&host_error_), sizeof(DeviceError), cudaHostAllocDefault));
+  for (int i = 0; i < 2; ++i) {
+    MUSE_CUDA_INIT(cudaHostAlloc(reinterpret_cast<void**>(&stage_[i]), kStageBytes, cudaHostAllocDefault));
+    MUSE_CUDA_INIT(cudaEventCreateWithFlags(&stage_done_[i], cudaEventDisableTiming));
+  }
+  MUSE_CUDA_INIT(cudaMalloc(&lt_workspace_, kLtWorkspace));
+#undef MUSE_CUDA_INIT
+  if (cublasLtCreate(&lt_) != CUBLAS_STATUS_SUCCESS) return make_error("cuda backend: cublasLtCreate failed");
+  return Status::Ok();
+}
+
+CudaBackend::~CudaBackend() {
+  if (stream_) cudaStreamSynchronize(stream_);
+  for (auto& [key, plan] : lt_plans_) {
+    if (plan.op) cublasLtMatmulDescDestroy(plan.op);
+    if (plan.a) cublasLtMatrixLayoutDestroy(plan.a);
+    if (plan.b) cublasLtMatrixLayoutDestroy(plan.b);
+    if (plan.c) cublasLtMatrixLayoutDestroy(plan.c);
+  }
+  if (lt_) cublasLtDestroy(lt_);
+  for (void* p : owned_) cudaFree(p);
+  for (auto& [key, p] : inv_freq_) cudaFree(p);
+  for (cudaEvent_t ev : events_) cudaEventDestroy(ev);
+  for (int i = 0; i < 2; ++i) {
+    if (stage_[i]) cudaFreeHost(stage_[i]);
+    if (stage_done_[i]) cudaEventDestroy(stage_done_[i]);
+  }
+  if (arena_) cudaFreeHost(arena_);
+  if (host_error_) cudaFreeHost(host_error_);
+  if (dev_error_) cudaFree(dev_error_);
+  if (scratch_) cudaFree(scratch_);
+  if (lt_workspace_) cudaFree(lt_workspace_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+Backend::Memory CudaBackend::memory() const {
+  size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
+    cudaGetLastError();
+    return {};
+  }
+  return {uint64_t(total), uint64_t(free)};
+}
+
+std::string CudaBackend::profile_report() const {
+  if (!profile_) return {};
+  double total = 0;
+  for (const auto& p : profile_times_) total += p.second.seconds;
+  auto sorted = profile_times_;
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
+  std::string out = "operation            calls     total ms   us/call   share\n";
+  char line[200];
+  for (const auto& [name, t] : sorted) {
+    std::snprintf(line, sizeof(line), "%-18s %8lld %12.3f %9.2f %6.1f%%\n", name.c_str(), (long long)t.count,
+                  t.seconds * 1e3, t.seconds * 1e6 / double(t.count), total > 0 ? 100.0 * t.seconds / total : 0.0);
+    out += line;
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// Memory.
+// ---------------------------------------------------------------------------
+
+Result<Tensor> CudaBackend::alloc(DType dtype, std::initializer_list<int64_t> shape) {
+  Tensor t;
+  t.dtype = dtype;
+  if (shape.size() < 1 || shape.size() > 4) return make_error("tensor rank must be 1..4");
+  for (int64_t d : shape) {
+    if (d < 0) return make_error("negative tensor dimension");
+    t.shape[size_t(t.rank++)] = d;
+  }
+  if (dtype_bits(dtype) % 8 != 0) return make_error("cuda backend: cannot allocate sub-byte dtype " + describe(t));
+  const size_t bytes = std::max<size_t>(256, (t.bytes() + 255) / 256 * 256);
+  void* p = nullptr;
+  cudaError_t e = cudaMalloc(&p, bytes);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    size_t free = 0, total = 0;
+    cudaMemGetInfo(&free, &total);
+    cudaGetLastError();
+    return make_error("out of GPU memory allocating " + describe(t) + " (" + std::to_string(bytes >> 20) +
+                      " MiB; " + std::to_string(free >> 20) + " MiB free of " + std::to_string(total >> 20) +
+                      "): " + cudaGetErrorString(e));
+  }
+  if ((e = cudaMemsetAsync(p, 0, bytes, stream_)) != cudaSuccess || (e = cudaStreamSynchronize(stream_)) != cudaSuccess) {
+    cudaFree(p);
+    return make_error(cuda_failure("alloc (zero fill)", e));
+  }
+  owned_.insert(p);
+  t.data = p;
+  return t;
+}
+
+Result<Tensor> CudaBackend::import_weight(DType dtype, std::initializer_list<int64_t> shape, const void* host,
+                                          bool /*host_outlives: the GPU always copies*/) {
+  MUSE_ASSIGN_OR_RETURN(Tensor t, alloc(dtype, shape));
+  const char* src = static_cast<const char*>(host);
+  char* dst = static_cast<char*>(t.data);
+  const size_t total = t.bytes();
+  cudaError_t e = cudaSuccess;
+  int buf = 0;
+  for (size_t off = 0; off < total && e == cudaSuccess; off += kStageBytes, buf ^= 1) {
+    const size_t n = std::min(kStageBytes, total - off);
+    // The staging buffer is free once its previous copy has finished.
+    if ((e = cudaEventSynchronize(stage_done_[buf])) != cudaSuccess) break;
+    std::memcpy(stage_[buf], src + off, n);
+    if ((e = cudaMemcpyAsync(dst + off, stage_[buf], n, cudaMemcpyHostToDevice, stream_)) != cudaSuccess) break;
+    e = cudaEventRecord(stage_done_[buf], stream_);
+  }
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream_);
+  if (e != cudaSuccess) {
+    release(t);
+    return make_error(cuda_failure("import_weight", e));
+  }
+  return t;
+}
+
+void CudaBackend::release(Tensor& t) {
+  auto it = owned_.find(t.data);
+  if (it != owned_.end()) {
+    cudaStreamSynchronize(stream_);
+    cudaFree(*it);
+    owned_.erase(it);
+  }
+  t = Tensor{};
+}
+
+Status CudaBackend::download(const Tensor& t, void* host) {
+  if (!ops_.empty()) return make_error("download() with operations still queued: call execute() first");
+  cudaError_t e = cudaMemcpyAsync(host, t.data, t.bytes(), cudaMemcpyDeviceToHost, stream_);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(stream_);
+  if (e != cudaSuccess) return make_error(cuda_failure(("download " + describe(t)).c_str(), e));
+  return Status::Ok();
+}
+
+void CudaBackend::reserve_scratch(size_t bytes) {
+  if (bytes <= scratch_bytes_) return;
+  // Nothing runs between steps (execute() ends synchronized), so the old
+  // buffer is idle; queued ops read scratch_ when they run.
+  if (scratch_) cudaFree(scratch_);
+  scratch_ = nullptr;
+  scratch_bytes_ = 0;
+  size_t want = std::max(bytes, scratch_bytes_ * 2);
+  if (cudaMalloc(&scratch_, want) != cudaSuccess) {
+    cudaGetLastError();
+    scratch_ = nullptr;
+    check(false, "scratch", "out of GPU memory for " + std::to_string(want >> 20) + " MiB of op scratch");
+    return;
+  }
+  scratch_bytes_ = want;
+}
+
+const float* CudaBackend::inv_freq(double theta, int64_t head_dim) {
+  auto key = std::make_pair(theta, head_dim);
+  auto it = inv_freq_.find(key);
+  if (it != inv_freq_.end()) return it->second;
+  // As transformers computes it: fp32 exponent, power, fp32 reciprocal (the CPU backend's formula).
+  const int64_t half = head_dim / 2;
+  std::vector<float> inv(static_cast<size_t>(half));
+  for (int64_t i = 0; i < half; ++i) {
+    float e = float(2 * i) / float(head_dim);
+    inv[size_t(i)] = 1.0f / float(std::pow(theta, double(e)));
+  }
+  float* d = nullptr;
+  if (cudaMalloc(&d, std::max<size_t>(4, inv.size() * 4)) != cudaSuccess ||
+      cudaMemcpy(d, inv.data(), inv.size() * 4, cudaMemcpyHostToDevice) != cudaSuccess) {
+    cudaGetLastError();
+    check(false, "rope_tables", "could not upload inv_freq");
+    if (d) cudaFree(d);
+    return nullptr;
+  }
+  inv_freq_[key] = d;
+  return d;
+}
+
+PlanDev CudaBackend::plan_dev(const StepPlanView& v) {
+  PlanDev p;
+  const StepPlanLayout& l = v.layout;
+  p.p = static_cast<const int32_t*>(v.buffer.data);
+  p.tokens = int(l.tokens), p.positions = int(l.positions), p.row_seq = int(l.row_seq);
+  p.seq_row_begin = int(l.seq_row_begin), p.seq_pos_begin = int(l.seq_pos_begin);
+  p.seq_ring_slot = int(l.seq_ring_slot), p.seq_block_begin = int(l.seq_block_begin);
+  p.block_table = int(l.block_table);
+  p.max_rows = int(l.positions - l.tokens);
+  p.max_seqs = int(l.seq_pos_begin - l.seq_row_begin - 1);
+  p.max_blocks = int(l.total - l.block_table);
+  return p;
+}
+
+// ---------------------------------------------------------------------------
+// The queue.
+// ---------------------------------------------------------------------------
+
+bool CudaBackend::check(bool ok, const char* op, const std::string& what) {
+  if (!ok && enqueue_error_.empty()) enqueue_error_ = std::string("cuda backend: ") + op + ": " + what;
+  return ok;
+}
+
+void CudaBackend::set_input(const Tensor& dst, const void* host, size_t bytes) {
+  if (!check(bytes <= dst.bytes(), "set_input", describe(dst) + " is smaller than the input")) return;
+  if (bytes == 0) return;
+  const size_t off = (arena_used_ + 15) / 16 * 16;
+  if (off + bytes > arena_cap_) {
+    // Grow: nothing is in flight between steps, so the old arena is idle.
+    size_t cap = std::max<size_t>({off + bytes, arena_cap_ * 2, size_t(1) << 20});
+    char* grown = nullptr;
+    if (cudaHostAlloc(reinterpret_cast<void**>(&grown), cap, cudaHostAllocDefault) != cudaSuccess) {
+      cudaGetLastError();
+      check(false, "set_input", "could not allocate " + std::to_string(cap >> 20) + " MiB of pinned host memory");
+      return;
+    }
+    if (arena_) {
+      std::memcpy(grown, arena_, arena_used_);
+      cudaFreeHost(arena_);
+    }
+    arena_ = grown;
+    arena_cap_ = cap;
+  }
+  std::memcpy(arena_ + off, host, bytes);
+  arena_used_ = off + bytes;
+  void* d = dst.data;
+  enqueue("set_input", [this, d, off, bytes](cudaStream_t s) {
+    return cudaMemcpyAsync(d, arena_ + off, bytes, cudaMemcpyHostToDevice, s);
+  });
+}
+
+namespace {
+std::string describe_device_error(const DeviceError& e) {
+  const std::string a = std::to_string(e.a), b = std::to_string(e.b);
+  switch (e.code) {
+    case kErrTokenId: return "token id " + a + " is outside the vocabulary [0, " + b + ")";
+    case kErrRow: return "row " + a + " out of range (" + b + " rows)";
+    case kErrExpert: return "expert id " + a + " out of range (" + b + " experts)";
+    case kErrPlanSeq: return "step plan: row " + a + " has an invalid sequence (" + b + ")";
+    case kErrRingSlot: return "ring slot " + a + " out of range (" + b + " slots)";
+    case kErrBlock: return "block id " + a + " out of range (" + b + " blocks in the pool)";
+    case kErrBlockTable: return "block table shorter than the sequence (position " + a + ", " + b + " blocks)";
+    case kErrRingWindow: return "attention sees " + a + " keys but the ring holds " + b;
+  }
+  return "device error " + std::to_string(e.code);
+}
+}  // namespace
+
+Status CudaBackend::execute() {
+  auto ops = std::move(ops_);
+  ops_.clear();
+  const size_t arena_used = arena_used_;
+  arena_used_ = 0;  // the next step writes from the start (this one is synchronized below)
+  if (!enqueue_error_.empty()) {
+    std::string e = std::move(enqueue_error_);
+    enqueue_error_.clear();
+    return make_error(e);
+  }
+  (void)arena_used;
+  cudaError_t e = cudaMemsetAsync(dev_error_, 0, sizeof(DeviceError), stream_);
+  if (e != cudaSuccess) return make_error(cuda_failure("execute (reset error flag)", e));
+  if (profile_) {
+    while (events_.size() < ops.size() + 1) {
+      cudaEvent_t ev;
+      if (cudaEventCreate(&ev) != cudaSuccess) return make_error("cuda backend: cudaEventCreate failed");
+      events_.push_back(ev);
+    }
+    cudaEventRecord(events_[0], stream_);
+  }
+  for (size_t i = 0; i < ops.size(); ++i) {
+    e = ops[i].run(stream_);
+    if (e == cudaSuccess) e = cudaGetLastError();
+    if (e != cudaSuccess) {
+      cudaStreamSynchronize(stream_);
+      cudaGetLastError();
+      return make_error(cuda_failure(ops[i].name, e));
+    }
+    if (profile_) cudaEventRecord(events_[i + 1], stream_);
+  }
+  e = cudaMemcpyAsync(host_error_, dev_error_, sizeof(DeviceError), cudaMemcpyDeviceToHost, stream_);
+  cudaError_t sync = cudaStreamSynchronize(stream_);
+  if (e == cudaSuccess) e = sync;
+  if (e != cudaSuccess) {
+    // An asynchronous fault inside one of the step's kernels; the context
+    // may be unusable after this (illegal address), so say so.
+    std::string names;
+    for (size_t i = 0; i < ops.size() && i < 8; ++i) names += std::string(i ? ", " : "") + ops[i].name;
+    if (ops.size() > 8) names += ", ...";
+    return make_error(cuda_failure("a kernel of this step failed", e) + "; the step ran: " + names);
+  }
+  if (host_error_->op > 0) {
+    const int i = host_error_->op - 1;
+    const char* name = i < int(ops.size()) ? ops[size_t(i)].name : "?";
+    return make_error(std::string("cuda backend: ") + name + ": " + describe_device_error(*host_error_));
+  }
+  if (profile_) {
+    for (size_t i = 0; i < ops.size(); ++i) {
+      float ms = 0;
+      cudaEventElapsedTime(&ms, events_[i], events_[i + 1]);
+      auto it = std::find_if(profile_times_.begin(), profile_times_.end(),
+                             [&](const auto& p) { return p.first == ops[i].name; });
+      if (it == profile_times_.end()) it = profile_times_.insert(profile_times_.end(), {ops[i].name, OpTime{}});
+      it->second.count++;
+      it->second.seconds += ms * 1e-3;
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace cuda
+}  // namespace muse

@@ -1,0 +1,34 @@
+// The CUDA implementation of backends/backend.h (sm_90). This header has no
+// CUDA includes: plain C++ (the engine, the tools, tests) includes it.
+//
+// Targets that link muse_backend_cuda see MUSE_HAVE_CUDA=1 (a PUBLIC
+// definition). Without it (a build without CUDA) the two functions below are
+// inline fallbacks: create_cuda_backend() returns an error that says so and
+// cuda_device_count() returns 0, so callers and tests compile either way.
+#pragma once
+
+#include <memory>
+
+#include "muse/backends/backend.h"
+
+namespace muse {
+
+struct CudaBackendOptions {
+  int device = 0;        // CUDA device ordinal
+  bool profile = false;  // time every operation with device events (Backend::profile_report)
+};
+
+#if defined(MUSE_HAVE_CUDA) && MUSE_HAVE_CUDA
+// The backend on `options.device`; an error (clear message) when there is no
+// CUDA driver, no GPU, or the device is not sm_90-capable.
+Result<std::unique_ptr<Backend>> create_cuda_backend(const CudaBackendOptions& options = {});
+// CUDA devices this process can use; 0 when there is no driver or no GPU.
+int cuda_device_count();
+#else
+inline Result<std::unique_ptr<Backend>> create_cuda_backend(const CudaBackendOptions& = {}) {
+  return make_error("this muse was built without CUDA (configure with -DMUSE_CUDA=ON on a machine with nvcc)");
+}
+inline int cuda_device_count() { return 0; }
+#endif
+
+}  // namespace muse

@@ -1,0 +1,65 @@
+// The fixed-order dot product behind project (T <= 64) and the experts:
+// one warp computes weight row n against up to kRT activation rows. Lane l
+// takes the elements {8l .. 8l+7} + 256i (vector path: K % 8 == 0 and
+// 16-byte aligned rows) or {l + 32i} (scalar path), adds them into its own
+// fp32 accumulator in that order (fmaf), then the warp adds the 32 lanes by
+// a butterfly. A result therefore depends only on the two rows and K, never
+// on how many other rows share the launch: decode is batch-invariant.
+#pragma once
+
+#include "muse/backends/cuda/cuda_impl.cuh"
+
+namespace muse::cuda {
+
+constexpr int kRT = 8;  // activation rows per warp pass
+
+__device__ __forceinline__ void load8(const float* p, float (&v)[8]) {
+  const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
+  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+}
+__device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&v)[8]) {
+  const uint4 u = *reinterpret_cast<const uint4*>(p);
+  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    v[2 * i] = __uint_as_float(w[i] << 16);
+    v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
+}
+
+// acc[r] = Σ_k w[k] · xr[r][k] for r < nr (every lane returns the sums).
+template <typename XT, typename WT, bool VEC>
+__device__ __forceinline__ void warp_dot(const WT* __restrict__ w, const XT* const (&xr)[kRT], int nr, int64_t K,
+                                         int lane, float (&acc)[kRT]) {
+#pragma unroll
+  for (int r = 0; r < kRT; ++r) acc[r] = 0.0f;
+  if constexpr (VEC) {
+    for (int64_t k0 = int64_t(lane) * 8; k0 < K; k0 += 256) {
+      float wv[8];
+      load8(w + k0, wv);
+#pragma unroll
+      for (int r = 0; r < kRT; ++r) {
+        if (r < nr) {
+          float xv[8];
+          load8(xr[r] + k0, xv);
+#pragma unroll
+          for (int j = 0; j < 8; ++j) acc[r] = fmaf(wv[j], xv[j], acc[r]);
+        }
+      }
+    }
+  } else {
+    for (int64_t k = lane; k < K; k += 32) {
+      const float wv = to_f(w[k]);
+#pragma unroll
+      for (int r = 0; r < kRT; ++r)
+        if (r < nr) acc[r] = fmaf(wv, to_f(xr[r][k]), acc[r]);
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRT; ++r)
+    if (r < nr) acc[r] = warp_sum(acc[r]);
+}
+
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+}  // namespace muse::cuda

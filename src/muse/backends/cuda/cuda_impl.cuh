@@ -1,0 +1,246 @@
+// CudaBackend's declaration and the device helpers shared by the files that
+// implement its operations. Not a public header (it includes CUDA headers):
+//   cuda_backend.cu    memory, the op queue, execute, errors, profile
+//   cuda_rowwise.cu    embedding, norms, RoPE, gates, SwiGLU, gathers, softcap
+//   cuda_matmul.cu     project: own fixed-order kernel (T <= 64), cuBLASLt above
+//   cuda_attention.cu  attention over ring/paged KV, kv_store
+//   cuda_moe.cu        sigmoid router, latent experts
+//
+// Numerics: every activation tensor is F32 or BF16 (its own dtype), loaded
+// as fp32, computed in fp32, and stored once in the output's dtype (bf16 by
+// round-to-nearest-even). Reductions have one fixed order (per-lane
+// sequential sums, then a butterfly over the warp, then warps in index
+// order): no atomics, so results are bitwise reproducible and a row's result
+// never depends on the other rows of the batch.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+#include <unordered_set>
+#include <vector>
+
+#include "muse/backends/cuda/cuda_backend.h"
+
+namespace muse::cuda {
+
+// ---------------------------------------------------------------------------
+// Device-side errors: a kernel that finds bad data (a token id outside the
+// vocabulary, a block id outside the pool) records the first one here and
+// skips the bad element; execute() turns it into a Status naming the op.
+// ---------------------------------------------------------------------------
+struct DeviceError {
+  int op;    // index of the op in the step, +1 (0: no error)
+  int code;  // ErrCode
+  int a, b;  // values for the message
+};
+enum ErrCode : int {
+  kErrTokenId = 1,  // a: id, b: vocabulary size
+  kErrRow,          // a: row, b: rows
+  kErrExpert,       // a: id, b: experts
+  kErrPlanSeq,      // a: row, b: sequence index
+  kErrRingSlot,     // a: slot, b: slots
+  kErrBlock,        // a: block id, b: blocks in the pool
+  kErrBlockTable,   // a: position, b: blocks in the sequence's table
+  kErrRingWindow,   // a: keys, b: ring rows
+};
+
+__device__ inline void report_error(DeviceError* e, int op, int code, int a, int b) {
+  if (atomicCAS(&e->op, 0, op + 1) == 0) {  // first error wins; not a reduction
+    e->code = code;
+    e->a = a;
+    e->b = b;
+  }
+}
+
+// Element types of activations and weights.
+enum : int { kF32 = 0, kBF16 = 1 };
+
+__device__ __forceinline__ float ld(const void* p, int dt, int64_t i) {
+  return dt == kBF16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]) : static_cast<const float*>(p)[i];
+}
+__device__ __forceinline__ void st(void* p, int dt, int64_t i, float v) {
+  if (dt == kBF16)
+    static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
+  else
+    static_cast<float*>(p)[i] = v;
+}
+__device__ __forceinline__ float to_f(float v) { return v; }
+__device__ __forceinline__ float to_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// Sum over a warp (butterfly: every lane ends with the same bits, since
+// each step adds the same two values in either order).
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+// Sum over the block (blockDim.x a multiple of 32, at most 1024): warps in
+// index order. `red` is shared scratch of 33 floats. Every thread returns the sum.
+__device__ __forceinline__ float block_sum(float v, float* red) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // red may still be read from a previous call
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float s = 0.0f;
+    for (int w = 0; w < nw; ++w) s += red[w];
+    red[32] = s;
+  }
+  __syncthreads();
+  return red[32];
+}
+
+__device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// The step plan as kernels read it (StepPlanLayout offsets, capacities).
+struct PlanDev {
+  const int32_t* p = nullptr;
+  int tokens = 0, positions = 0, row_seq = 0, seq_row_begin = 0, seq_pos_begin = 0, seq_ring_slot = 0,
+      seq_block_begin = 0, block_table = 0;
+  int max_rows = 0, max_seqs = 0, max_blocks = 0;
+};
+
+// ---------------------------------------------------------------------------
+// The backend.
+// ---------------------------------------------------------------------------
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int device, bool profile);
+  ~CudaBackend() override;
+  Status init();
+
+  std::string name() const override { return name_; }
+  std::string profile_report() const override;
+  void profile_reset() override { profile_times_.clear(); }
+  DType activation_dtype() const override { return DType::BF16; }
+  DType kv_dtype() const override { return DType::BF16; }
+  Memory memory() const override;
+
+  Result<Tensor> alloc(DType dtype, std::initializer_list<int64_t> shape) override;
+  Result<Tensor> import_weight(DType dtype, std::initializer_list<int64_t> shape, const void* host,
+                               bool host_outlives) override;
+  void release(Tensor& t) override;
+  Status download(const Tensor& t, void* host) override;
+
+  void set_input(const Tensor& dst, const void* host, size_t bytes) override;
+  Status execute() override;
+
+  void embed(const Tensor& out, const Tensor& table, const Tensor& ids) override;
+  void rms_norm(const Tensor& out, const Tensor& in, const Tensor& gain, NormGain mode, float eps, int64_t group,
+                float scale) override;
+  void residual_norm(const Tensor& stream, const Tensor& update, const Tensor& gain, NormGain mode,
+                     const Tensor& alpha, const Tensor& beta, float eps) override;
+  void project(const Tensor& x, std::span<const Projection> outputs) override;
+  void rope_tables(const Tensor& cos, const Tensor& sin, const Tensor& positions, double theta,
+                   int64_t head_dim) override;
+  void qk_norm_rope(const Tensor& q, const Tensor& k, const Tensor& cos, const Tensor& sin, int64_t head_dim,
+                    float eps, float q_scale) override;
+  void attention(const Tensor& out, const Tensor& q, const Tensor& k_new, const Tensor& v_new,
+                 const KvLayerStorage& cache, const StepPlanView& plan, int64_t head_dim, int64_t window,
+                 float scale) override;
+  void kv_store(const KvLayerStorage& cache, const Tensor& k_new, const Tensor& v_new,
+                const StepPlanView& plan) override;
+  void output_gate(const Tensor& o, const Tensor& g, int64_t head_dim, bool head_norm, float eps) override;
+  void swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) override;
+  void moe_route(const Tensor& ids, const Tensor& weights, const Tensor& logits, const Tensor& bias, float multiplier,
+                 float scaling) override;
+  void moe_experts(const Tensor& out, const Tensor& u, const Tensor& gate_up, const Tensor& down,
+                   const Tensor& post_gain, const Tensor& ids, const Tensor& weights, float eps) override;
+  void gather_rows(const Tensor& out, const Tensor& in, const Tensor& rows) override;
+  void softcap(const Tensor& x, float multiplier, float cap) override;
+
+ private:
+  // An enqueued op: launches its kernels on the stream; returns the launch
+  // status (cudaGetLastError() after the last launch).
+  using Launch = std::function<cudaError_t(cudaStream_t)>;
+  // Records a shape/dtype error found at enqueue; execute() reports the first
+  // one and runs nothing. These are engine bugs, not user input.
+  bool check(bool ok, const char* op, const std::string& what);
+  void enqueue(const char* name, Launch run) { ops_.push_back({name, std::move(run)}); }
+  int op_index() const { return int(ops_.size()); }  // the index the next enqueued op gets
+  DeviceError* dev_error() const { return dev_error_; }
+  // Device scratch of at least `bytes`, valid while the step runs: ops read
+  // scratch_ when they run, so growing it at a later enqueue is safe.
+  void reserve_scratch(size_t bytes);
+  void* scratch() const { return scratch_; }
+  // inv_freq for (theta, head_dim), on the device (uploaded once).
+  const float* inv_freq(double theta, int64_t head_dim);
+  static PlanDev plan_dev(const StepPlanView& v);
+  // The projection kernels (cuda_matmul.cu); also used by moe for nothing
+  // else: moe has its own grouped kernels.
+  cudaError_t launch_project(cudaStream_t s, const Tensor& x, const Projection& p);
+  cudaError_t launch_cublaslt(cudaStream_t s, const Tensor& x, const Projection& p);
+  std::string cuda_failure(const char* what, cudaError_t e);
+
+  int device_ = 0;
+  bool profile_ = false;
+  std::string name_;
+  cudaStream_t stream_ = nullptr;
+  DeviceError* dev_error_ = nullptr;      // device
+  DeviceError* host_error_ = nullptr;     // pinned
+  struct Op {
+    const char* name;
+    Launch run;
+  };
+  std::vector<Op> ops_;
+  std::string enqueue_error_;
+  std::unordered_set<void*> owned_;
+  // set_input bytes, captured at enqueue, uploaded in stream order at execute.
+  char* arena_ = nullptr;  // pinned
+  size_t arena_cap_ = 0, arena_used_ = 0;
+  // import_weight staging (pinned, double-buffered).
+  static constexpr size_t kStageBytes = size_t(16) << 20;
+  char* stage_[2] = {nullptr, nullptr};
+  cudaEvent_t stage_done_[2] = {nullptr, nullptr};
+  void* scratch_ = nullptr;
+  size_t scratch_bytes_ = 0;
+  std::map<std::pair<double, int64_t>, float*> inv_freq_;
+  // cuBLASLt.
+  cublasLtHandle_t lt_ = nullptr;
+  void* lt_workspace_ = nullptr;
+  static constexpr size_t kLtWorkspace = size_t(32) << 20;
+  struct LtKey {
+    int64_t m, n, k;
+    int adt, cdt;
+    int align_a, align_b, align_c;
+    bool operator<(const LtKey& o) const {
+      return std::tie(m, n, k, adt, cdt, align_a, align_b, align_c) <
+             std::tie(o.m, o.n, o.k, o.adt, o.cdt, o.align_a, o.align_b, o.align_c);
+    }
+  };
+  struct LtPlan {
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+    bool ok = false;
+  };
+  std::map<LtKey, LtPlan> lt_plans_;
+  const LtPlan* lt_plan(const LtKey& key);
+  // Profile: device events around each op.
+  struct OpTime {
+    int64_t count = 0;
+    double seconds = 0;
+  };
+  std::vector<std::pair<std::string, OpTime>> profile_times_;
+  std::vector<cudaEvent_t> events_;
+};
+
+// Host helpers.
+inline bool is_float_dtype(DType t) { return t == DType::F32 || t == DType::BF16; }
+inline int dt_code(DType t) { return t == DType::BF16 ? kBF16 : kF32; }
+inline unsigned blocks_for(int64_t n, int64_t per) { return unsigned((n + per - 1) / per); }
+
+}  // namespace muse::cuda

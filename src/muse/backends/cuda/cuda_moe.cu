@@ -1,0 +1,290 @@
+// The sigmoid router and the latent experts.
+//
+// moe_route: one block per row; p = σ(z · multiplier) in fp32; k rounds of a
+// block argmax of p + bias (ties to the lower index); weights p / (Σ p_top +
+// 1e-15) · scaling, summed in selection order.
+//
+// moe_experts: the T·k (token, slot) pairs are grouped by expert on the
+// device (a counting sort in pair order: deterministic), cut into tiles of
+// at most kRT pairs of one expert, and each tile is multiplied by its
+// expert's weights with the fixed-order warp dot of cuda_dot.cuh: gate/up
+// rows → a = silu(γ) ⊙ υ (fp32 scratch), then down rows → y (fp32 scratch).
+// Finally each token's k outputs are normed (ŷ = rms(y ⊙ c)) and summed with
+// the router weights in the order of `ids`, and stored once. A pair's
+// values never depend on which other pairs share its tile, so a token's
+// result is the same alone or in any batch.
+#include <algorithm>
+
+#include "muse/backends/cuda/cuda_dot.cuh"
+
+namespace muse::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kRowsPerWarp = 4;
+constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;
+constexpr int kMaxTopK = 64;
+
+struct Pick {
+  float v;
+  int i;  // -1: none
+};
+__device__ __forceinline__ bool better(const Pick& a, const Pick& b) {
+  if (a.i < 0) return false;
+  if (b.i < 0) return true;
+  return a.v > b.v || (a.v == b.v && a.i < b.i);
+}
+
+__global__ void moe_route_kernel(int32_t* ids, float* weights, const float* logits, const float* bias, int E, int K,
+                                 float multiplier, float scaling) {
+  extern __shared__ float sm[];
+  float* p = sm;         // [E]
+  float* sel = sm + E;   // [E]
+  __shared__ Pick warp_best[32];
+  __shared__ int chosen[kMaxTopK];
+  const int64_t t = blockIdx.x;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    const float z = logits[t * E + e] * multiplier;
+    p[e] = 1.0f / (1.0f + expf(-z));
+    sel[e] = bias ? p[e] + bias[e] : p[e];
+  }
+  __syncthreads();
+  for (int k = 0; k < K; ++k) {
+    Pick best{0.0f, -1};
+    for (int e = threadIdx.x; e < E; e += blockDim.x) {
+      bool taken = false;
+      for (int j = 0; j < k; ++j) taken |= chosen[j] == e;
+      const Pick c{sel[e], taken ? -1 : e};
+      if (better(c, best)) best = c;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const Pick c{__shfl_xor_sync(0xffffffffu, best.v, o), __shfl_xor_sync(0xffffffffu, best.i, o)};
+      if (better(c, best)) best = c;
+    }
+    if (lane == 0) warp_best[warp] = best;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      Pick b = warp_best[0];
+      for (int w = 1; w < nw; ++w)
+        if (better(warp_best[w], b)) b = warp_best[w];
+      chosen[k] = b.i < 0 ? 0 : b.i;  // all NaN: degenerate, keep a valid id
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    float sum = 0.0f;
+    for (int k = 0; k < K; ++k) sum += p[chosen[k]];
+    const float denom = sum + 1e-15f;
+    for (int k = 0; k < K; ++k) {
+      ids[t * K + k] = chosen[k];
+      weights[t * K + k] = p[chosen[k]] / denom * scaling;
+    }
+  }
+}
+
+// Groups pairs by expert. Scratch: order[R] (pair of each grouped row),
+// slot_of[R] (grouped row of each pair, -1 when its id is bad), tiles
+// [3 * max_tiles] (expert, first grouped row, rows) and the tile count.
+__global__ void moe_group_kernel(const int32_t* ids, int R, int E, int32_t* order, int32_t* slot_of, int32_t* tiles,
+                                 int32_t* ntiles, DeviceError* err, int op) {
+  extern __shared__ int32_t cnt[];  // count[E], start[E + 1]
+  int32_t* start = cnt + E;
+  for (int r = threadIdx.x; r < R; r += blockDim.x) {
+    slot_of[r] = -1;
+    if (ids[r] < 0 || ids[r] >= E) report_error(err, op, kErrExpert, ids[r], E);
+  }
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    int c = 0;
+    for (int r = 0; r < R; ++r) c += ids[r] == e;
+    cnt[e] = c;
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    start[0] = 0;
+    int nt = 0;
+    for (int e = 0; e < E; ++e) {
+      start[e + 1] = start[e] + cnt[e];
+      for (int g0 = start[e]; g0 < start[e + 1]; g0 += kRT) {
+        tiles[3 * nt] = e, tiles[3 * nt + 1] = g0, tiles[3 * nt + 2] = min(kRT, start[e + 1] - g0);
+        ++nt;
+      }
+    }
+    *ntiles = nt;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    int g = start[e];
+    for (int r = 0; r < R; ++r)
+      if (ids[r] == e) order[g] = r, slot_of[r] = g++;
+  }
+}
+
+// a[g, i] = silu(u_g · gate_up[e, i]) · (u_g · gate_up[e, I + i]).
+template <typename XT, typename WT, bool VEC>
+__global__ void __launch_bounds__(256) moe_gate_up_kernel(const XT* __restrict__ u, int64_t Hm, int K,
+                                                          const WT* __restrict__ gate_up, int64_t I,
+                                                          const int32_t* order, const int32_t* tiles,
+                                                          const int32_t* ntiles, float* A) {
+  if (int(blockIdx.y) >= *ntiles) return;
+  const int e = tiles[3 * blockIdx.y], g0 = tiles[3 * blockIdx.y + 1], nr = tiles[3 * blockIdx.y + 2];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const XT* xr[kRT];
+#pragma unroll
+  for (int r = 0; r < kRT; ++r) xr[r] = u + int64_t(order[g0 + min(r, nr - 1)] / K) * Hm;
+  const WT* w = gate_up + int64_t(e) * 2 * I * Hm;
+  for (int j = 0; j < kRowsPerWarp; ++j) {
+    const int64_t i = int64_t(blockIdx.x) * kRowsPerBlock + warp * kRowsPerWarp + j;
+    if (i >= I) break;
+    float gv[kRT], uv[kRT];
+    warp_dot<XT, WT, VEC>(w + i * Hm, xr, nr, Hm, lane, gv);
+    warp_dot<XT, WT, VEC>(w + (I + i) * Hm, xr, nr, Hm, lane, uv);
+#pragma unroll
+    for (int r = 0; r < kRT; ++r)
+      if (r < nr && lane == r) A[int64_t(g0 + r) * I + i] = gv[r] / (1.0f + expf(-gv[r])) * uv[r];
+  }
+}
+
+// y[g, n] = a_g · down[e, n].
+template <typename WT, bool VEC>
+__global__ void __launch_bounds__(256) moe_down_kernel(const float* __restrict__ A, int64_t I,
+                                                       const WT* __restrict__ down, int64_t Hm, const int32_t* tiles,
+                                                       const int32_t* ntiles, float* Y) {
+  if (int(blockIdx.y) >= *ntiles) return;
+  const int e = tiles[3 * blockIdx.y], g0 = tiles[3 * blockIdx.y + 1], nr = tiles[3 * blockIdx.y + 2];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const float* xr[kRT];
+#pragma unroll
+  for (int r = 0; r < kRT; ++r) xr[r] = A + int64_t(g0 + min(r, nr - 1)) * I;
+  const WT* w = down + int64_t(e) * Hm * I;
+  for (int j = 0; j < kRowsPerWarp; ++j) {
+    const int64_t n = int64_t(blockIdx.x) * kRowsPerBlock + warp * kRowsPerWarp + j;
+    if (n >= Hm) break;
+    float acc[kRT];
+    warp_dot<float, WT, VEC>(w + n * I, xr, nr, I, lane, acc);
+#pragma unroll
+    for (int r = 0; r < kRT; ++r)
+      if (r < nr && lane == r) Y[int64_t(g0 + r) * Hm + n] = acc[r];
+  }
+}
+
+// out_t = Σ_k w_k · rms(y_k ⊙ c), k in the order of ids.
+__global__ void moe_combine_kernel(void* out, int odt, const float* Y, const int32_t* slot_of, const float* weights,
+                                   const float* gain, int K, int64_t Hm, float eps) {
+  __shared__ float red[33];
+  __shared__ float rk[kMaxTopK];
+  __shared__ int gk[kMaxTopK];
+  const int64_t t = blockIdx.x;
+  for (int k = 0; k < K; ++k) {
+    const int g = slot_of[t * K + k];
+    float ss = 0.0f;
+    if (g >= 0)
+      for (int64_t i = threadIdx.x; i < Hm; i += blockDim.x) {
+        const float y = Y[int64_t(g) * Hm + i] * gain[i];
+        ss += y * y;
+      }
+    ss = block_sum(ss, red);
+    if (threadIdx.x == 0) rk[k] = 1.0f / sqrtf(ss / float(Hm) + eps), gk[k] = g;
+  }
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < Hm; i += blockDim.x) {
+    float o = 0.0f;
+    for (int k = 0; k < K; ++k) {
+      if (gk[k] < 0) continue;
+      const float yn = (Y[int64_t(gk[k]) * Hm + i] * gain[i]) * rk[k];
+      o = o + weights[t * K + k] * yn;
+    }
+    st(out, odt, t * Hm + i, o);
+  }
+}
+
+size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+
+template <typename XT, typename WT>
+void launch_experts(cudaStream_t s, const Tensor& u, const Tensor& gate_up, const Tensor& down, int K,
+                    const int32_t* order, const int32_t* tiles, const int32_t* ntiles, int max_tiles, float* A,
+                    float* Y) {
+  const int64_t Hm = u.cols(), I = down.dim(2);
+  const bool vec_gu = Hm % 8 == 0 && aligned16(u.data) && aligned16(gate_up.data);
+  const dim3 g1(blocks_for(I, kRowsPerBlock), unsigned(max_tiles));
+  auto* up = static_cast<const XT*>(u.data);
+  auto* gp = static_cast<const WT*>(gate_up.data);
+  if (vec_gu)
+    moe_gate_up_kernel<XT, WT, true><<<g1, 256, 0, s>>>(up, Hm, K, gp, I, order, tiles, ntiles, A);
+  else
+    moe_gate_up_kernel<XT, WT, false><<<g1, 256, 0, s>>>(up, Hm, K, gp, I, order, tiles, ntiles, A);
+  const bool vec_dn = I % 8 == 0 && aligned16(down.data);
+  const dim3 g2(blocks_for(Hm, kRowsPerBlock), unsigned(max_tiles));
+  auto* dp = static_cast<const WT*>(down.data);
+  if (vec_dn)
+    moe_down_kernel<WT, true><<<g2, 256, 0, s>>>(A, I, dp, Hm, tiles, ntiles, Y);
+  else
+    moe_down_kernel<WT, false><<<g2, 256, 0, s>>>(A, I, dp, Hm, tiles, ntiles, Y);
+}
+
+}  // namespace
+
+void CudaBackend::moe_route(const Tensor& ids, const Tensor& weights, const Tensor& logits, const Tensor& bias,
+                            float multiplier, float scaling) {
+  const int64_t E = logits.cols(), K = ids.cols();
+  if (!check(ids.dtype == DType::I32 && weights.dtype == DType::F32 && logits.dtype == DType::F32 &&
+                 ids.numel() == weights.numel() && ids.rows() == logits.rows() && K >= 1 && K <= E &&
+                 K <= kMaxTopK && E <= 8192 && (bias.empty() || (bias.dtype == DType::F32 && bias.numel() == E)),
+             "moe_route", describe(logits) + " -> " + describe(ids)))
+    return;
+  const int64_t T = logits.rows();
+  if (T == 0) return;
+  enqueue("moe_route", [=](cudaStream_t s) {
+    moe_route_kernel<<<unsigned(T), 256, size_t(E) * 2 * sizeof(float), s>>>(
+        static_cast<int32_t*>(ids.data), static_cast<float*>(weights.data), static_cast<const float*>(logits.data),
+        static_cast<const float*>(bias.data), int(E), int(K), multiplier, scaling);
+    return cudaGetLastError();
+  });
+}
+
+void CudaBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& gate_up, const Tensor& down,
+                              const Tensor& post_gain, const Tensor& ids, const Tensor& weights, float eps) {
+  const int64_t E = gate_up.dim(0), I2 = gate_up.dim(1), Hm = u.cols();
+  if (!check(gate_up.rank == 3 && down.rank == 3 && down.dim(0) == E && gate_up.dim(2) == Hm && down.dim(1) == Hm &&
+                 down.dim(2) * 2 == I2 && I2 > 0 && Hm > 0 && out.numel() == u.numel() && ids.rows() == u.rows() &&
+                 ids.dtype == DType::I32 && weights.dtype == DType::F32 && weights.numel() == ids.numel() &&
+                 post_gain.numel() == Hm && post_gain.dtype == DType::F32 && gate_up.dtype == down.dtype &&
+                 is_float_dtype(gate_up.dtype) && is_float_dtype(u.dtype) && is_float_dtype(out.dtype) &&
+                 ids.cols() >= 1 && ids.cols() <= kMaxTopK && E <= 8192,
+             "moe_experts", describe(u) + " experts " + describe(gate_up) + " / " + describe(down)))
+    return;
+  const int64_t T = u.rows(), K = ids.cols(), I = I2 / 2, R = T * K;
+  if (T == 0) return;
+  if (!check(R < (int64_t(1) << 24), "moe_experts", "too many (token, expert) pairs in one step")) return;
+  const int max_tiles = int(R / kRT + std::min<int64_t>(E, R) + 1);
+  if (!check(max_tiles < 65535, "moe_experts", "too many expert tiles in one step")) return;
+  // Scratch: order, slot_of, tiles, tile count, A [R, I], Y [R, Hm].
+  const size_t o_order = 0, o_slot = align256(size_t(R) * 4), o_tiles = o_slot + align256(size_t(R) * 4),
+               o_nt = o_tiles + align256(size_t(max_tiles) * 12), o_a = o_nt + 256,
+               o_y = o_a + align256(size_t(R) * size_t(I) * 4), total = o_y + align256(size_t(R) * size_t(Hm) * 4);
+  reserve_scratch(total);
+  const int op = op_index();
+  enqueue("moe_experts", [=, this](cudaStream_t s) {
+    char* base = static_cast<char*>(scratch());
+    auto* order = reinterpret_cast<int32_t*>(base + o_order);
+    auto* slot_of = reinterpret_cast<int32_t*>(base + o_slot);
+    auto* tiles = reinterpret_cast<int32_t*>(base + o_tiles);
+    auto* ntiles = reinterpret_cast<int32_t*>(base + o_nt);
+    auto* A = reinterpret_cast<float*>(base + o_a);
+    auto* Y = reinterpret_cast<float*>(base + o_y);
+    moe_group_kernel<<<1, 1024, size_t(2 * E + 1) * 4, s>>>(static_cast<const int32_t*>(ids.data), int(R), int(E),
+                                                             order, slot_of, tiles, ntiles, dev_error(), op);
+    const bool xb = u.dtype == DType::BF16, wb = gate_up.dtype == DType::BF16;
+    if (xb && wb) launch_experts<__nv_bfloat16, __nv_bfloat16>(s, u, gate_up, down, int(K), order, tiles, ntiles, max_tiles, A, Y);
+    else if (xb) launch_experts<__nv_bfloat16, float>(s, u, gate_up, down, int(K), order, tiles, ntiles, max_tiles, A, Y);
+    else if (wb) launch_experts<float, __nv_bfloat16>(s, u, gate_up, down, int(K), order, tiles, ntiles, max_tiles, A, Y);
+    else launch_experts<float, float>(s, u, gate_up, down, int(K), order, tiles, ntiles, max_tiles, A, Y);
+    moe_combine_kernel<<<unsigned(T), 256, 0, s>>>(out.data, dt_code(out.dtype), Y, slot_of,
+                                                    static_cast<const float*>(weights.data),
+                                                    static_cast<const float*>(post_gain.data), int(K), Hm, eps);
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace muse::cuda

@@ -1,0 +1,331 @@
+// Row-wise operations: embedding, RMSNorm (all NormGain modes, groups,
+// scale), the fused residual / gated residual, RoPE tables, QK-norm + RoPE,
+// the output gate, SwiGLU, row gathers and the softcap. Each output element
+// is computed in fp32 from fp32-upcast inputs and stored once; the norm
+// statistics are block or warp sums in one fixed order.
+#include <cmath>
+
+#include "muse/backends/cuda/cuda_impl.cuh"
+
+namespace muse::cuda {
+namespace {
+
+enum : int { kGainNone = 0, kGainAfter = 1, kGainBefore = 2 };
+int gain_code(NormGain m) { return m == NormGain::After ? kGainAfter : m == NormGain::Before ? kGainBefore : kGainNone; }
+
+// Threads for a block that reduces `n` values: a multiple of 32, at most 256.
+unsigned threads_for(int64_t n) { return unsigned(n >= 256 ? 256 : std::max<int64_t>(32, (n + 31) / 32 * 32)); }
+
+__global__ void embed_kernel(void* out, int odt, const void* table, int tdt, const int32_t* ids, int64_t H, int64_t V,
+                             DeviceError* err, int op) {
+  const int64_t t = blockIdx.x;
+  const int32_t id = ids[t];
+  if (id < 0 || id >= V) {
+    if (threadIdx.x == 0) report_error(err, op, kErrTokenId, id, int(V));
+    return;
+  }
+  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) st(out, odt, t * H + i, ld(table, tdt, int64_t(id) * H + i));
+}
+
+// One block per group of g values. The CPU's sequence: Before: y = x ⊙ c,
+// r from y, y · (r·scale); otherwise y = x · r (⊙ c), then · scale.
+__global__ void rms_norm_kernel(void* out, int odt, const void* in, int idt, const void* gain, int gdt, int mode,
+                                float eps, int64_t g, float scale) {
+  __shared__ float red[33];
+  const int64_t base = int64_t(blockIdx.x) * g;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < g; i += blockDim.x) {
+    float x = ld(in, idt, base + i);
+    if (mode == kGainBefore) x = x * ld(gain, gdt, i);
+    ss += x * x;
+  }
+  ss = block_sum(ss, red);
+  const float r = 1.0f / sqrtf(ss / float(g) + eps);
+  for (int64_t i = threadIdx.x; i < g; i += blockDim.x) {
+    const float x = ld(in, idt, base + i);
+    float y;
+    if (mode == kGainBefore) {
+      y = (x * ld(gain, gdt, i)) * (r * scale);
+    } else {
+      y = x * r;
+      if (mode == kGainAfter) y = y * ld(gain, gdt, i);
+      if (scale != 1.0f) y = y * scale;
+    }
+    st(out, odt, base + i, y);
+  }
+}
+
+// stream ← α ⊙ stream + β ⊙ norm(update) (α, β F32 or absent = 1).
+__global__ void residual_norm_kernel(void* stream, int sdt, const void* update, int udt, const void* gain, int gdt,
+                                     int mode, const float* alpha, const float* beta, float eps, int64_t H) {
+  __shared__ float red[33];
+  const int64_t base = int64_t(blockIdx.x) * H;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) {
+    float x = ld(update, udt, base + i);
+    if (mode == kGainBefore) x = x * ld(gain, gdt, i);
+    ss += x * x;
+  }
+  ss = block_sum(ss, red);
+  const float r = 1.0f / sqrtf(ss / float(H) + eps);
+  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) {
+    const float x = ld(update, udt, base + i);
+    float n;
+    if (mode == kGainBefore) {
+      n = (x * ld(gain, gdt, i)) * r;
+    } else {
+      n = x * r;
+      if (mode == kGainAfter) n = n * ld(gain, gdt, i);
+    }
+    const float s = ld(stream, sdt, base + i);
+    st(stream, sdt, base + i, alpha ? alpha[i] * s + beta[i] * n : s + n);
+  }
+}
+
+__global__ void rope_tables_kernel(float* cos_out, float* sin_out, const int32_t* positions, const float* inv,
+                                   int64_t half) {
+  const int64_t t = blockIdx.x;
+  const float pos = float(positions[t]);
+  for (int64_t i = threadIdx.x; i < half; i += blockDim.x) {
+    const float angle = pos * inv[i];
+    cos_out[t * half + i] = float(cos(double(angle)));
+    sin_out[t * half + i] = float(sin(double(angle)));
+  }
+}
+
+// One warp per (row, head) of q then k: weightless norm (× q_scale for q),
+// then rotate-half RoPE on pairs (j, j + d/2). In place.
+__global__ void qk_norm_rope_kernel(void* q, int qdt, void* k, int kdt, const float* cos_t, const float* sin_t,
+                                    int64_t T, int hq, int hk, int d, float eps, float q_scale) {
+  const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  const int heads = hq + hk;
+  if (w >= T * heads) return;
+  const int64_t t = w / heads;
+  const int h = int(w % heads);
+  const bool is_q = h < hq;
+  void* v = is_q ? q : k;
+  const int dt = is_q ? qdt : kdt;
+  const int64_t base = t * int64_t(is_q ? hq : hk) * d + int64_t(is_q ? h : h - hq) * d;
+  const float scale = is_q ? q_scale : 1.0f;
+  const int half = d / 2;
+  float ss = 0.0f;
+  for (int j = lane; j < half; j += 32) {
+    const float x1 = ld(v, dt, base + j), x2 = ld(v, dt, base + j + half);
+    ss += x1 * x1;
+    ss += x2 * x2;
+  }
+  ss = warp_sum(ss);
+  const float r = 1.0f / sqrtf(ss / float(d) + eps);
+  for (int j = lane; j < half; j += 32) {
+    float y1 = ld(v, dt, base + j) * r, y2 = ld(v, dt, base + j + half) * r;
+    if (scale != 1.0f) y1 = y1 * scale, y2 = y2 * scale;
+    if (cos_t) {
+      const float c = cos_t[t * half + j], s = sin_t[t * half + j];
+      const float r1 = y1 * c - y2 * s, r2 = y2 * c + y1 * s;
+      y1 = r1, y2 = r2;
+    }
+    st(v, dt, base + j, y1);
+    st(v, dt, base + j + half, y2);
+  }
+}
+
+// One warp per (row, head): o ← o ⊙ σ(g), or rms(o_h) ⊙ σ(g_h).
+__global__ void output_gate_kernel(void* o, int odt, const void* g, int gdt, int64_t units, int d, bool head_norm,
+                                   float eps) {
+  const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  if (w >= units) return;
+  const int64_t base = w * d;
+  float r = 1.0f;
+  if (head_norm) {
+    float ss = 0.0f;
+    for (int i = lane; i < d; i += 32) {
+      const float x = ld(o, odt, base + i);
+      ss += x * x;
+    }
+    ss = warp_sum(ss);
+    r = 1.0f / sqrtf(ss / float(d) + eps);
+  }
+  for (int i = lane; i < d; i += 32) {
+    float y = ld(o, odt, base + i);
+    if (head_norm) y = y * r;
+    st(o, odt, base + i, y * sigmoidf_(ld(g, gdt, base + i)));
+  }
+}
+
+__global__ void swiglu_kernel(void* out, int odt, const void* gate, int gdt, const void* up, int udt, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float a = ld(gate, gdt, i), b = ld(up, udt, i);
+    st(out, odt, i, a * sigmoidf_(a) * b);
+  }
+}
+
+__global__ void gather_rows_kernel(void* out, int odt, const void* in, int idt, const int32_t* rows, int64_t C,
+                                   int64_t in_rows, DeviceError* err, int op) {
+  const int64_t i = blockIdx.x;
+  const int32_t r = rows[i];
+  if (r < 0 || r >= in_rows) {
+    if (threadIdx.x == 0) report_error(err, op, kErrRow, r, int(in_rows));
+    return;
+  }
+  for (int64_t c = threadIdx.x; c < C; c += blockDim.x) st(out, odt, i * C + c, ld(in, idt, int64_t(r) * C + c));
+}
+
+__global__ void softcap_kernel(void* x, int dt, int64_t n, float multiplier, float cap) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float z = ld(x, dt, i) * multiplier;  // the same operation order as transformers
+    st(x, dt, i, cap > 0 ? tanhf(z / cap) * cap : z);
+  }
+}
+
+unsigned grid_stride_blocks(int64_t n) { return unsigned(std::min<int64_t>(4096, std::max<int64_t>(1, (n + 255) / 256))); }
+
+}  // namespace
+
+void CudaBackend::embed(const Tensor& out, const Tensor& table, const Tensor& ids) {
+  const int64_t T = out.rows();
+  if (!check(is_float_dtype(out.dtype) && ids.dtype == DType::I32 && ids.numel() >= T && out.cols() == table.cols() &&
+                 is_float_dtype(table.dtype) && table.rows() < (int64_t(1) << 31),
+             "embed", describe(out) + " <- " + describe(table) + "[" + describe(ids) + "]"))
+    return;
+  if (T == 0) return;
+  const int op = op_index();
+  enqueue("embed", [=, this](cudaStream_t s) {
+    embed_kernel<<<unsigned(T), threads_for(table.cols()), 0, s>>>(out.data, dt_code(out.dtype), table.data,
+                                                                    dt_code(table.dtype),
+                                                                    static_cast<const int32_t*>(ids.data),
+                                                                    table.cols(), table.rows(), dev_error(), op);
+    return cudaGetLastError();
+  });
+}
+
+void CudaBackend::rms_norm(const Tensor& out, const Tensor& in, const Tensor& gain, NormGain mode, float eps,
+                           int64_t group, float scale) {
+  const int64_t g = group > 0 ? group : in.cols();
+  if (!check(is_float_dtype(in.dtype) && is_float_dtype(out.dtype) && out.numel() == in.numel() && g > 0 &&
+                 in.cols() % g == 0 && (mode == NormGain::None || (is_float_dtype(gain.dtype) && gain.numel() == g)),
+             "rms_norm", describe(in) + " group " + std::to_string(g) + " gain " + describe(gain)))
+    return;
+  const int64_t groups = in.numel() / g;
+  if (groups == 0) return;
+  enqueue("rms_norm", [=](cudaStream_t s) {
+    rms_norm_kernel<<<unsigned(groups), threads_for(g), 0, s>>>(out.data, dt_code(out.dtype), in.data,
+                                                                 dt_code(in.dtype), gain.data, dt_code(gain.dtype),
+                                                                 gain_code(mode), eps, g, scale);
+    return cudaGetLastError();
+  });
+}
+
+void CudaBackend::residual_norm(const Tensor& stream, const Tensor& update, const Tensor& gain, NormGain mode,
+                                const Tensor& alpha, const Tensor& beta, float eps) {
+  const int64_t H = stream.cols();
+  if (!check(is_float_dtype(stream.dtype) && is_float_dtype(update.dtype) && update.numel() == stream.numel() &&
+                 (mode == NormGain::None || (is_float_dtype(gain.dtype) && gain.numel() == H)) &&
+                 alpha.empty() == beta.empty() && (alpha.empty() || (alpha.numel() == H && alpha.dtype == DType::F32)) &&
+                 (beta.empty() || (beta.numel() == H && beta.dtype == DType::F32)),
+             "residual_norm", describe(stream) + " += norm(" + describe(update) + ")"))
+    return;
+  if (stream.rows() == 0) return;
+  enqueue("residual_norm", [=](cudaStream_t s) {
+    residual_norm_kernel<<<unsigned(stream.rows()), threads_for(H), 0, s>>>(
+        stream.data, dt_code(stream.dtype), update.data, dt_code(update.dtype), gain.data, dt_code(gain.dtype),
+        gain_code(mode), static_cast<const float*>(alpha.data), static_cast<const float*>(beta.data), eps, H);
+    return cudaGetLastError();
+  });
+}
+
+void CudaBackend::rope_tables(const Tensor& cos, const Tensor& sin, const Tensor& positions, double theta,
+                              int64_t head_dim) {
+  const int64_t half = head_dim / 2;
+  if (!check(positions.dtype == DType::I32 && cos.dtype == DType::F32 && sin.dtype == DType::F32 && head_dim % 2 == 0 &&
+                 half > 0 && theta > 0 && cos.numel() % half == 0 && cos.numel() / half <= positions.numel() &&
+                 sin.numel() == cos.numel(),
+             "rope_tables", describe(cos) + " for " + describe(positions)))
+    return;
+  const int64_t T = cos.numel() / half;
+  const float* inv = inv_freq(theta, head_dim);
+  if (!inv || T == 0) return;
+  enqueue("rope_tables", [=](cudaStream_t s) {
+    rope_tables_kernel<<<unsigned(T), threads_for(half), 0, s>>>(static_cast<float*>(cos.data),
+                                                                  static_cast<float*>(sin.data),
+                                                                  static_cast<const int32_t*>(positions.data), inv, half);
+    return cudaGetLastError();
+  });
+}
+
+void CudaBackend::qk_norm_rope(const Tensor& q, const Tensor& k, const Tensor& cos, const Tensor& sin,
+                               int64_t head_dim, float eps, float q_scale) {
+  const int64_t d = head_dim, half = d / 2;
+  if (!check(is_float_dtype(q.dtype) && is_float_dtype(k.dtype) && q.rows() == k.rows() && d > 0 && d % 2 == 0 &&
+                 q.cols() % d == 0 && k.cols() % d == 0 &&
+                 (cos.empty() || (cos.dtype == DType::F32 && sin.dtype == DType::F32 && cos.numel() >= q.rows() * half &&
+                                  sin.numel() == cos.numel())),
+             "qk_norm_rope", describe(q) + ", " + describe(k)))
+    return;
+  const int64_t T = q.rows();
+  const int hq = int(q.cols() / d), hk = int(k.cols() / d);
+  const int64_t warps = T * (hq + hk);
+  if (warps == 0) return;
+  enqueue("qk_norm_rope", [=](cudaStream_t s) {
+    qk_norm_rope_kernel<<<blocks_for(warps, 8), 256, 0, s>>>(
+        q.data, dt_code(q.dtype), k.data, dt_code(k.dtype), static_cast<const float*>(cos.data),
+        static_cast<const float*>(sin.data), T, hq, hk, int(d), eps, q_scale);
+    return cudaGetLastError();
+  });
+}
+
+void CudaBackend::output_gate(const Tensor& o, const Tensor& g, int64_t head_dim, bool head_norm, float eps) {
+  if (!check(is_float_dtype(o.dtype) && is_float_dtype(g.dtype) && o.numel() == g.numel() && head_dim > 0 &&
+                 o.cols() % head_dim == 0,
+             "output_gate", describe(o) + " gate " + describe(g)))
+    return;
+  const int64_t units = o.numel() / head_dim;
+  if (units == 0) return;
+  enqueue("output_gate", [=](cudaStream_t s) {
+    output_gate_kernel<<<blocks_for(units, 8), 256, 0, s>>>(o.data, dt_code(o.dtype), g.data, dt_code(g.dtype), units,
+                                                             int(head_dim), head_norm, eps);
+    return cudaGetLastError();
+  });
+}
+
+void CudaBackend::swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) {
+  if (!check(out.numel() == gate.numel() && up.numel() == gate.numel() && is_float_dtype(out.dtype) &&
+                 is_float_dtype(gate.dtype) && is_float_dtype(up.dtype),
+             "swiglu", describe(out) + " <- " + describe(gate) + ", " + describe(up)))
+    return;
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  enqueue("swiglu", [=](cudaStream_t s) {
+    swiglu_kernel<<<grid_stride_blocks(n), 256, 0, s>>>(out.data, dt_code(out.dtype), gate.data, dt_code(gate.dtype),
+                                                         up.data, dt_code(up.dtype), n);
+    return cudaGetLastError();
+  });
+}
+
+void CudaBackend::gather_rows(const Tensor& out, const Tensor& in, const Tensor& rows) {
+  if (!check(out.cols() == in.cols() && rows.numel() >= out.rows() && rows.dtype == DType::I32 &&
+                 is_float_dtype(out.dtype) && is_float_dtype(in.dtype) && in.rows() < (int64_t(1) << 31),
+             "gather_rows", describe(out) + " <- " + describe(in) + "[" + describe(rows) + "]"))
+    return;
+  if (out.rows() == 0) return;
+  const int op = op_index();
+  enqueue("gather_rows", [=, this](cudaStream_t s) {
+    gather_rows_kernel<<<unsigned(out.rows()), threads_for(in.cols()), 0, s>>>(
+        out.data, dt_code(out.dtype), in.data, dt_code(in.dtype), static_cast<const int32_t*>(rows.data), in.cols(),
+        in.rows(), dev_error(), op);
+    return cudaGetLastError();
+  });
+}
+
+void CudaBackend::softcap(const Tensor& x, float multiplier, float cap) {
+  if (!check(is_float_dtype(x.dtype), "softcap", describe(x))) return;
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  enqueue("softcap", [=](cudaStream_t s) {
+    softcap_kernel<<<grid_stride_blocks(n), 256, 0, s>>>(x.data, dt_code(x.dtype), n, multiplier, cap);
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace muse::cuda

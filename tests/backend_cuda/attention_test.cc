@@ -1,0 +1,286 @@
+// attention + kv_store on the GPU over the hybrid cache: ring (sliding,
+// wrap-around, chunks longer than the window) and paged (block tables with
+// gaps), chunked prefill and decode of several sequences per step (some
+// absent in some steps), short and long contexts, F32/BF16 activations and
+// F32/BF16 caches, against a double reference over the whole history; and
+// batch invariance of a decode row (alone vs in a batch of 64).
+#include <numeric>
+
+#include "cuda_test_util.h"
+#include "muse/backends/step_plan.h"
+
+namespace muse::cuda_testing {
+namespace {
+
+struct Params {
+  DType act, kv;
+};
+class Attention : public CudaTest, public ::testing::WithParamInterface<Params> {
+ public:
+  DType act() const { return GetParam().act; }
+  DType kv() const { return GetParam().kv; }
+
+  // The plan buffer and its view for `builder`'s current step (uploaded in stream order).
+  StepPlanView plan_view(const StepPlanBuilder& builder, Tensor& buffer, int64_t window, int64_t block_size) {
+    const StepPlanLayout& l = builder.layout();
+    if (buffer.empty()) {
+      auto t = b().alloc(DType::I32, {l.total});
+      EXPECT_TRUE(t.ok());
+      buffer = *t;
+    }
+    b().set_input(buffer, builder.data(), builder.upload_bytes());
+    StepPlanView v;
+    v.buffer = buffer;
+    v.layout = l;
+    v.window = window;
+    v.block_size = block_size;
+    auto view = [&](int64_t off, int64_t n) {
+      Tensor t = buffer.rows(off, n);
+      t.shape[0] = n;
+      return t;
+    };
+    v.tokens = view(l.tokens, l.positions - l.tokens);
+    v.positions = view(l.positions, l.row_seq - l.positions);
+    v.logit_rows = view(l.logit_rows, l.block_table - l.logit_rows);
+    return v;
+  }
+};
+
+std::string param_name(const ::testing::TestParamInfo<Params>& i) {
+  return std::string("act_") + dtype_label(i.param.act) + "_kv_" + dtype_label(i.param.kv);
+}
+
+struct SeqHistory {
+  std::vector<float> q, k, v;  // per position, as stored in the activation dtype
+  std::vector<int64_t> chunks;  // rows per step (0: absent that step)
+  int32_t ring_slot;
+  std::vector<int32_t> blocks;
+};
+
+struct Case {
+  std::string name;
+  KvLayout layout;
+  int64_t window;  // attention window (0: full)
+  int64_t per;     // ring rows or block size
+  int64_t slots;   // rings or pool blocks
+  int64_t d, hq, hk;
+  std::vector<std::vector<int64_t>> chunks;
+  std::vector<std::vector<int32_t>> blocks;
+};
+
+// Runs the sequences step by step (attention then kv_store) and compares
+// every output row with a double reference over the full history.
+void run_case(Attention& T, const Case& c) {
+  Backend& b = T.b();
+  const int64_t d = c.d, qd = c.hq * d, kvd = c.hk * d;
+  const float scale = 1.0f / std::sqrt(float(d));
+  const size_t S = c.chunks.size();
+  std::vector<SeqHistory> seqs(S);
+  int64_t max_rows = 0, max_blocks = 0;
+  for (size_t s = 0; s < S; ++s) {
+    seqs[s].chunks = c.chunks[s];
+    seqs[s].ring_slot = int32_t(S - 1 - s);
+    if (c.layout == KvLayout::Paged) seqs[s].blocks = c.blocks[s];
+    const int64_t n = std::accumulate(seqs[s].chunks.begin(), seqs[s].chunks.end(), int64_t(0));
+    seqs[s].q = as_stored(random_floats(static_cast<size_t>(n * qd), 300 + uint32_t(s), 1.0f), T.act());
+    seqs[s].k = as_stored(random_floats(static_cast<size_t>(n * kvd), 310 + uint32_t(s), 1.0f), T.act());
+    seqs[s].v = as_stored(random_floats(static_cast<size_t>(n * kvd), 320 + uint32_t(s), 1.0f), T.act());
+    max_blocks += int64_t(seqs[s].blocks.size());
+  }
+  const size_t steps = c.chunks[0].size();
+  for (size_t st = 0; st < steps; ++st) {
+    int64_t rows = 0;
+    for (auto& s : seqs) rows += s.chunks[st];
+    max_rows = std::max(max_rows, rows);
+  }
+  StepPlanCapacity cap;
+  cap.max_rows = max_rows + 3;  // capacity larger than any step: ops must use the plan's own counts
+  cap.max_seqs = int64_t(S) + 1;
+  cap.max_logit_rows = int64_t(S);
+  cap.max_blocks = max_blocks + 5;
+  StepPlanBuilder builder(cap);
+  Tensor plan_buf;
+  KvLayerStorage cache;
+  cache.layout = c.layout;
+  {
+    auto k = b.alloc(T.kv(), {c.slots, c.per, kvd});
+    auto v = b.alloc(T.kv(), {c.slots, c.per, kvd});
+    ASSERT_TRUE(k.ok() && v.ok());
+    cache.k = *k, cache.v = *v;
+  }
+  std::vector<int64_t> done(S, 0);
+  for (size_t st = 0; st < steps; ++st) {
+    builder.reset();
+    std::vector<float> q, k, v;
+    std::vector<std::pair<size_t, int64_t>> row_of;  // (seq, position) per row
+    for (size_t s = 0; s < S; ++s) {
+      const int64_t n = seqs[s].chunks[st];
+      if (n == 0) continue;
+      std::vector<int32_t> tokens(static_cast<size_t>(n), 7);
+      builder.add(tokens, done[s], seqs[s].ring_slot, seqs[s].blocks, false, true);
+      auto take = [&](std::vector<float>& dst, const std::vector<float>& src, int64_t w) {
+        dst.insert(dst.end(), src.begin() + done[s] * w, src.begin() + (done[s] + n) * w);
+      };
+      take(q, seqs[s].q, qd), take(k, seqs[s].k, kvd), take(v, seqs[s].v, kvd);
+      for (int64_t r = 0; r < n; ++r) row_of.push_back({s, done[s] + r});
+    }
+    const int64_t rows = int64_t(row_of.size());
+    StepPlanView view = T.plan_view(builder, plan_buf, c.window, c.per);
+    Tensor tq = T.up(T.act(), {rows, qd}, q), tk = T.up(T.act(), {rows, kvd}, k), tv = T.up(T.act(), {rows, kvd}, v);
+    Tensor out = T.poisoned(T.act(), {rows, qd});
+    b.attention(out, tq, tk, tv, cache, view, d, c.window, scale);
+    b.kv_store(cache, tk, tv, view);
+    T.run();
+    auto got = T.get(out);
+    std::vector<double> want, tol;
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto [s, p] = row_of[size_t(r)];
+      const auto& h = seqs[s];
+      const int64_t lo = c.window > 0 ? std::max<int64_t>(0, p - c.window + 1) : 0;
+      const int64_t nkeys = p - lo + 1;
+      // Keys before this step were stored in the cache's dtype.
+      auto key = [&](const std::vector<float>& src, int64_t j, int64_t i) {
+        const float x = src[size_t(j * kvd + i)];
+        return j < done[s] && T.kv() == DType::BF16 ? double(round_bf16(x)) : double(x);
+      };
+      for (int64_t hh = 0; hh < c.hq; ++hh) {
+        const int64_t off = (hh / (c.hq / c.hk)) * d;
+        std::vector<double> sc(static_cast<size_t>(nkeys));
+        double mx = -INFINITY, smax = 0;
+        for (int64_t j = lo; j <= p; ++j) {
+          double dot = 0, mag = 0;
+          for (int64_t i = 0; i < d; ++i) {
+            const double t = double(h.q[size_t(p * qd + hh * d + i)]) * key(h.k, j, off + i);
+            dot += t, mag += std::fabs(t);
+          }
+          sc[size_t(j - lo)] = dot * scale;
+          smax = std::max(smax, mag * scale);
+          mx = std::max(mx, sc[size_t(j - lo)]);
+        }
+        double sum = 0;
+        for (auto& x : sc) x = std::exp(x - mx), sum += x;
+        for (int64_t i = 0; i < d; ++i) {
+          double o = 0, mag = 0;
+          for (int64_t j = lo; j <= p; ++j) {
+            const double pj = sc[size_t(j - lo)] / sum, vj = key(h.v, j, off + i);
+            o += pj * vj, mag += pj * std::fabs(vj);
+          }
+          want.push_back(o);
+          // Scores: a d-term fp32 dot and the scale (error (d+2)u·smax each,
+          // doubled through the softmax); exp, the online rescaling and the
+          // per-lane sums over nkeys/8 keys; the final merge and divide.
+          tol.push_back(kU * mag * (2.0 * double(d + 2) * smax + double(nkeys) / 8 + 64));
+        }
+      }
+    }
+    expect_close("attention", got, want, tol, T.act() == DType::BF16, c.name + " step " + std::to_string(st));
+    for (size_t s = 0; s < S; ++s) done[s] += seqs[s].chunks[st];
+  }
+}
+
+TEST_P(Attention, RingWrapsAroundWithChunksLongerThanTheWindow) {
+  Case c{"ring", KvLayout::Ring, 5, 5, 3, 36, 4, 2,
+         {{7, 1, 1, 6, 1, 3}, {1, 1, 4, 1, 1, 1}, {0, 2, 0, 9, 1, 0}}, {}};
+  run_case(*this, c);
+}
+
+TEST_P(Attention, PagedBlockTablesWithGaps) {
+  Case c{"paged", KvLayout::Paged, 0, 4, 16, 64, 4, 1,
+         {{7, 1, 1, 6, 1, 3}, {1, 1, 4, 1, 1, 1}, {0, 3, 0, 2, 1, 5}},
+         {{5, 2, 7, 0, 9}, {1, 3, 14}, {15, 6, 11, 8}}};
+  run_case(*this, c);
+}
+
+TEST_P(Attention, LongContextRing) {
+  Case c{"long ring", KvLayout::Ring, 200, 200, 2, 128, 8, 2, {{150, 330, 1, 1, 100, 1}, {1, 1, 260, 1, 1, 40}}, {}};
+  run_case(*this, c);
+}
+
+TEST_P(Attention, LongContextPaged) {
+  std::vector<int32_t> b0, b1;
+  for (int i = 0; i < 40; ++i) b0.push_back(int32_t(79 - 2 * i));  // every other block, descending
+  for (int i = 0; i < 20; ++i) b1.push_back(int32_t(2 * i + 2));
+  Case c{"long paged", KvLayout::Paged, 0, 16, 80, 128, 8, 2, {{300, 300, 1, 1, 1}, {1, 200, 1, 100, 1}}, {b0, b1}};
+  run_case(*this, c);
+}
+
+// A decode row alone vs the same row inside a batch of 64 unrelated
+// sequences: bitwise equal (paged and ring caches).
+TEST_P(Attention, DecodeRowIsBatchInvariant) {
+  const int64_t d = 128, hq = 8, hk = 2, kvd = hk * d, qd = hq * d, B = 64, at = 20;
+  for (KvLayout layout : {KvLayout::Paged, KvLayout::Ring}) {
+    const bool paged = layout == KvLayout::Paged;
+    const int64_t per = paged ? 16 : 128, slots = paged ? 400 : B, window = paged ? 0 : 128;
+    KvLayerStorage cache;
+    cache.layout = layout;
+    auto ck = random_floats(static_cast<size_t>(slots * per * kvd), 900), cv = random_floats(static_cast<size_t>(slots * per * kvd), 901);
+    cache.k = up(kv(), {slots, per, kvd}, ck);
+    cache.v = up(kv(), {slots, per, kvd}, cv);
+    std::mt19937 rng(902);
+    std::vector<int64_t> len(static_cast<size_t>(B));
+    std::vector<std::vector<int32_t>> blocks(static_cast<size_t>(B));
+    for (int64_t s = 0; s < B; ++s) {
+      len[size_t(s)] = s == at ? 300 : int64_t(rng() % 500);
+      const int64_t nb = (len[size_t(s)] + 1 + per - 1) / per;
+      for (int64_t i = 0; i < nb; ++i) blocks[size_t(s)].push_back(int32_t(rng() % uint32_t(slots)));
+    }
+    auto q = random_floats(static_cast<size_t>(B * qd), 903), k = random_floats(static_cast<size_t>(B * kvd), 904),
+         v = random_floats(static_cast<size_t>(B * kvd), 905);
+    Tensor tq = up(act(), {B, qd}, q), tk = up(act(), {B, kvd}, k), tv = up(act(), {B, kvd}, v);
+    StepPlanCapacity cap{B, B, B, 64 * 40};
+    StepPlanBuilder batch(cap), alone(cap);
+    for (int64_t s = 0; s < B; ++s) {
+      std::vector<int32_t> tok = {1};
+      if (!paged) blocks[size_t(s)].clear();
+      batch.add(tok, len[size_t(s)], int32_t(s), blocks[size_t(s)], false, true);
+      if (s == at) alone.add(tok, len[size_t(s)], int32_t(s), blocks[size_t(s)], false, true);
+    }
+    Tensor buf_b, buf_a;
+    StepPlanView vb = plan_view(batch, buf_b, window, per);
+    StepPlanView va = plan_view(alone, buf_a, window, per);
+    Tensor ob = poisoned(act(), {B, qd}), oa = poisoned(act(), {1, qd}), ob2 = poisoned(act(), {B, qd});
+    b().attention(ob, tq, tk, tv, cache, vb, d, window, 0.088f);
+    b().attention(oa, tq.rows(at, 1), tk.rows(at, 1), tv.rows(at, 1), cache, va, d, window, 0.088f);
+    b().attention(ob2, tq, tk, tv, cache, vb, d, window, 0.088f);
+    run();
+    auto rb = get_bytes(ob), ra = get_bytes(oa), rb2 = get_bytes(ob2);
+    const size_t row = size_t(qd) * ob.element_bytes();
+    EXPECT_EQ(0, std::memcmp(rb.data() + size_t(at) * row, ra.data(), row))
+        << (paged ? "paged" : "ring") << ": the decode row differs alone and in a batch of 64";
+    EXPECT_EQ(rb, rb2) << "the same attention twice differs";
+  }
+}
+
+TEST_P(Attention, BadBlockIdIsAnErrorNotAFault) {
+  const int64_t d = 64, kvd = d;
+  KvLayerStorage cache;
+  cache.layout = KvLayout::Paged;
+  cache.k = *b().alloc(kv(), {4, 4, kvd});
+  cache.v = *b().alloc(kv(), {4, 4, kvd});
+  StepPlanBuilder pb(StepPlanCapacity{4, 1, 1, 4});
+  std::vector<int32_t> tok = {1};
+  std::vector<int32_t> blocks = {0, 9};  // position 5 lives in block 9 of a 4-block pool
+  pb.add(tok, 5, 0, blocks, false, true);
+  Tensor buf;
+  StepPlanView view = plan_view(pb, buf, 0, 4);
+  auto q = random_floats(static_cast<size_t>(d), 1), k = random_floats(static_cast<size_t>(kvd), 2);
+  Tensor tq = up(act(), {1, d}, q), tk = up(act(), {1, kvd}, k);
+  Tensor out = poisoned(act(), {1, d});
+  b().kv_store(cache, tk, tk, view);
+  Status s = b().execute();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("kv_store"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("block id 9"), std::string::npos) << s.message();
+  b().attention(out, tq, tk, tk, cache, plan_view(pb, buf, 0, 4), d, 0, 0.1f);
+  s = b().execute();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("attention"), std::string::npos) << s.message();
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, Attention,
+                         ::testing::Values(Params{DType::F32, DType::F32}, Params{DType::F32, DType::BF16},
+                                           Params{DType::BF16, DType::BF16}, Params{DType::BF16, DType::F32}),
+                         param_name);
+
+}  // namespace
+}  // namespace muse::cuda_testing

@@ -1,0 +1,88 @@
+// project on the GPU: the own fixed-order kernel (T <= 64; vector and
+// scalar paths; mixed dtypes at any T) and cuBLASLt (T > 64), against a
+// double reference; and batch invariance of a decode row.
+#include "cuda_test_util.h"
+
+namespace muse::cuda_testing {
+namespace {
+
+class Project : public CudaTest, public ::testing::WithParamInterface<DType> {
+ public:
+  DType act() const { return GetParam(); }
+};
+
+std::string param_name(const ::testing::TestParamInfo<DType>& i) { return dtype_label(i.param); }
+
+// want[t, n] = Σ_k x[t, k] w[n, k]; scale = Σ_k |x w|.
+void matmul_ref(const std::vector<float>& x, const std::vector<float>& w, int64_t T, int64_t N, int64_t K,
+                std::vector<double>& want, std::vector<double>& scale) {
+  want.assign(static_cast<size_t>(T * N), 0.0);
+  scale.assign(static_cast<size_t>(T * N), 0.0);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t n = 0; n < N; ++n) {
+      double s = 0, a = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        const double p = double(x[size_t(t * K + k)]) * w[size_t(n * K + k)];
+        s += p, a += std::fabs(p);
+      }
+      want[size_t(t * N + n)] = s, scale[size_t(t * N + n)] = a;
+    }
+}
+
+TEST_P(Project, OddShapesBothWeightDtypesTwoOutputs) {
+  uint32_t seed = 1000;
+  for (int64_t T : {1, 3, 17, 64, 65, 203}) {
+    for (int64_t K : {67, 256, 1000}) {
+      for (DType wdt : {DType::BF16, DType::F32}) {
+        const int64_t N1 = 45, N2 = 301;
+        auto x = random_floats(static_cast<size_t>(T * K), ++seed);
+        auto w1 = random_floats(static_cast<size_t>(N1 * K), ++seed, 0.05f), w2 = random_floats(static_cast<size_t>(N2 * K), ++seed, 0.05f);
+        Tensor tx = up(act(), {T, K}, x), tw1 = up(wdt, {N1, K}, w1), tw2 = up(wdt, {N2, K}, w2);
+        // The first output in the activation dtype, the second in F32 (as logits are).
+        Tensor o1 = poisoned(act(), {T, N1}), o2 = poisoned(DType::F32, {T, N2});
+        Projection ps[2] = {{tw1, o1}, {tw2, o2}};
+        b().project(tx, std::span<const Projection>(ps, 2));
+        run();
+        std::vector<double> want, scale;
+        // Own kernel: K/32 sequential fmas per lane + 5 butterfly levels;
+        // cuBLASLt (T > 64, same dtypes): an unknown order, so K.
+        const bool lt = T > 64 && wdt == act();
+        const double n = lt ? double(K) + 2 : double(K) / 32 + 8;
+        const std::string what = "T " + std::to_string(T) + " K " + std::to_string(K) + " w " + dtype_label(wdt);
+        matmul_ref(x, w1, T, N1, K, want, scale);
+        expect_close(lt ? "project (cublasLt)" : "project (own)", get(o1), want, fp32_tol(scale, n),
+                     act() == DType::BF16, what + " out1");
+        matmul_ref(x, w2, T, N2, K, want, scale);
+        expect_close(lt ? "project (cublasLt)" : "project (own)", get(o2), want, fp32_tol(scale, n), false,
+                     what + " out2");
+      }
+    }
+  }
+}
+
+TEST_P(Project, DecodeRowIsBatchInvariantAndDeterministic) {
+  const int64_t K = 1000, N = 300, B = 64, at = 37;
+  for (int64_t kk : {K, int64_t(67)}) {  // vector and scalar paths
+    auto xb = random_floats(static_cast<size_t>(B * kk), 2000);
+    auto w = random_floats(static_cast<size_t>(N * kk), 2001, 0.05f);
+    Tensor tw = up(DType::BF16, {N, kk}, w);
+    Tensor txb = up(act(), {B, kk}, xb);
+    std::vector<float> x1(xb.begin() + at * kk, xb.begin() + (at + 1) * kk);
+    Tensor tx1 = up(act(), {1, kk}, x1);
+    Tensor ob = poisoned(act(), {B, N}), ob2 = poisoned(act(), {B, N}), o1 = poisoned(act(), {1, N});
+    b().matmul(ob, txb, tw);
+    b().matmul(o1, tx1, tw);
+    b().matmul(ob2, txb, tw);
+    run();
+    auto bytes_b = get_bytes(ob), bytes_b2 = get_bytes(ob2), bytes_1 = get_bytes(o1);
+    const size_t row = size_t(N) * ob.element_bytes();
+    EXPECT_EQ(0, std::memcmp(bytes_b.data() + size_t(at) * row, bytes_1.data(), row))
+        << "row " << at << " of a batch of 64 differs from the same row alone (K " << kk << ")";
+    EXPECT_EQ(bytes_b, bytes_b2) << "the same product twice differs";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Act, Project, ::testing::Values(DType::F32, DType::BF16), param_name);
+
+}  // namespace
+}  // namespace muse::cuda_testing

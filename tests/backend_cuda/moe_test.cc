@@ -1,0 +1,213 @@
+// The sigmoid router and the latent experts on the GPU, against double
+// references of the CPU backend's semantics; batch invariance of a token.
+#include <set>
+
+#include "cuda_test_util.h"
+
+namespace muse::cuda_testing {
+namespace {
+
+class Moe : public CudaTest, public ::testing::WithParamInterface<DType> {
+ public:
+  DType act() const { return GetParam(); }
+};
+std::string param_name(const ::testing::TestParamInfo<DType>& i) { return dtype_label(i.param); }
+
+TEST_P(Moe, RouteTopKWithBiasTiesToTheLowerIndex) {
+  const int64_t T = 9, E = 37, K = 5;
+  const float mult = 1.3f, scaling = 2.5f;
+  auto z = random_floats(static_cast<size_t>(T * E), 50);
+  auto bias = random_floats(static_cast<size_t>(E), 51, 0.05f);
+  // Row 3: three experts tie at the top (same logit, same bias).
+  for (int e : {30, 5, 20}) z[size_t(3 * E + e)] = 4.0f, bias[size_t(e)] = 0.5f;  // out of reach of any other p + bias
+  Tensor tz = up(DType::F32, {T, E}, z), tb = up(DType::F32, {E}, bias);
+  Tensor ids = poisoned(DType::I32, {T, K}), w = poisoned(DType::F32, {T, K});
+  b().moe_route(ids, w, tz, tb, mult, scaling);
+  // The same without a bias, on constant logits.
+  std::vector<float> zc(static_cast<size_t>(2 * E), 0.75f);
+  Tensor tzc = up(DType::F32, {2, E}, zc);
+  Tensor ids2 = poisoned(DType::I32, {2, K}), w2 = poisoned(DType::F32, {2, K});
+  b().moe_route(ids2, w2, tzc, Tensor{}, 1.0f, 1.0f);
+  run();
+  auto gi = get_as<int32_t>(ids);
+  auto gw = get(w);
+  std::vector<double> want_w, tol;
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<double> p(static_cast<size_t>(E)), sel(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) {
+      p[size_t(e)] = 1.0 / (1.0 + std::exp(-double(z[size_t(t * E + e)] * mult)));
+      sel[size_t(e)] = p[size_t(e)] + bias[size_t(e)];
+    }
+    // Identical inputs give identical fp32 values on the GPU: keep exact ties exact here.
+    std::vector<int> order(static_cast<size_t>(E));
+    for (int e = 0; e < E; ++e) order[size_t(e)] = e;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int c) { return sel[size_t(a)] > sel[size_t(c)]; });
+    double sum = 0;
+    for (int64_t k = 0; k < K; ++k) sum += p[size_t(order[size_t(k)])];
+    for (int64_t k = 0; k < K; ++k) {
+      EXPECT_EQ(gi[size_t(t * K + k)], order[size_t(k)]) << "row " << t << " slot " << k;
+      want_w.push_back(p[size_t(order[size_t(k)])] / (sum + 1e-15) * scaling);
+      tol.push_back(kU * std::fabs(want_w.back()) * double(K + 12));  // σ (exp 2 ulp, add, divide), K-term sum, divide, scale
+    }
+  }
+  EXPECT_EQ(gi[size_t(3 * K)], 5);
+  EXPECT_EQ(gi[size_t(3 * K + 1)], 20);
+  EXPECT_EQ(gi[size_t(3 * K + 2)], 30);
+  expect_close("moe_route", gw, want_w, tol, false, "router weights");
+  auto gi2 = get_as<int32_t>(ids2);
+  for (int64_t t = 0; t < 2; ++t)
+    for (int64_t k = 0; k < K; ++k) EXPECT_EQ(gi2[size_t(t * K + k)], k) << "constant logits: ties go to lower ids";
+}
+
+struct ExpertCase {
+  int64_t T, E, K, Hm, I;
+  DType wdt;
+};
+
+// The double reference and its error bound (the fp32 roundings propagated
+// through silu, the down product, the norm and the weighted sum).
+void experts_ref(const ExpertCase& c, const std::vector<float>& u, const std::vector<float>& gu,
+                 const std::vector<float>& dn, const std::vector<float>& gain, const std::vector<int32_t>& ids,
+                 const std::vector<float>& w, double eps, std::vector<double>& want, std::vector<double>& tol) {
+  const int64_t Hm = c.Hm, I = c.I;
+  want.assign(static_cast<size_t>(c.T * Hm), 0.0);
+  tol.assign(static_cast<size_t>(c.T * Hm), 0.0);
+  const double n1 = double(Hm) / 32 + 8, n2 = double(I) / 32 + 8;
+  std::vector<double> a(static_cast<size_t>(I)), aerr(static_cast<size_t>(I)), y(static_cast<size_t>(Hm)), yerr(static_cast<size_t>(Hm)), mag(static_cast<size_t>(Hm));
+  for (int64_t t = 0; t < c.T; ++t) {
+    std::fill(mag.begin(), mag.end(), 0.0);
+    for (int64_t k = 0; k < c.K; ++k) {
+      const int64_t e = ids[size_t(t * c.K + k)];
+      for (int64_t i = 0; i < I; ++i) {
+        double g = 0, ga = 0, v = 0, va = 0;
+        for (int64_t h = 0; h < Hm; ++h) {
+          const double x = u[size_t(t * Hm + h)];
+          const double wg = gu[size_t((e * 2 * I + i) * Hm + h)], wu = gu[size_t((e * 2 * I + I + i) * Hm + h)];
+          g += x * wg, ga += std::fabs(x * wg), v += x * wu, va += std::fabs(x * wu);
+        }
+        const double s = g / (1.0 + std::exp(-g));
+        a[size_t(i)] = s * v;
+        aerr[size_t(i)] = kU * (n1 * (1.1 * ga * std::fabs(v) + std::fabs(s) * va) + 8 * std::fabs(a[size_t(i)]));
+      }
+      double ss = 0, dss = 0;
+      for (int64_t n = 0; n < Hm; ++n) {
+        double s = 0, sa = 0, se = 0;
+        for (int64_t i = 0; i < I; ++i) {
+          const double wd = dn[size_t((e * Hm + n) * I + i)];
+          s += wd * a[size_t(i)], sa += std::fabs(wd * a[size_t(i)]), se += std::fabs(wd) * aerr[size_t(i)];
+        }
+        y[size_t(n)] = s;
+        yerr[size_t(n)] = n2 * kU * sa + se;
+        const double zc = s * gain[size_t(n)];
+        ss += zc * zc;
+        dss += std::fabs(zc * gain[size_t(n)]) * yerr[size_t(n)];
+      }
+      const double r = 1.0 / std::sqrt(ss / double(Hm) + eps);
+      const double rho = (double(Hm) / 32 + 24) * kU + dss / (ss + double(Hm) * eps);
+      const double wk = w[size_t(t * c.K + k)];
+      for (int64_t n = 0; n < Hm; ++n) {
+        const double yn = y[size_t(n)] * gain[size_t(n)] * r;
+        want[size_t(t * Hm + n)] += wk * yn;
+        const double ynerr = r * std::fabs(gain[size_t(n)]) * yerr[size_t(n)] + std::fabs(yn) * (rho + 3 * kU);
+        tol[size_t(t * Hm + n)] += std::fabs(wk) * ynerr;
+        mag[size_t(n)] += std::fabs(wk * yn);
+      }
+    }
+    for (int64_t n = 0; n < Hm; ++n) tol[size_t(t * Hm + n)] += double(c.K + 2) * kU * mag[size_t(n)];
+  }
+}
+
+// ids: K distinct experts per token (as the router gives), repeated across tokens.
+std::vector<int32_t> random_ids(int64_t T, int64_t E, int64_t K, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> ids;
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<int32_t> all(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) all[size_t(e)] = int32_t(e);
+    std::shuffle(all.begin(), all.end(), rng);
+    ids.insert(ids.end(), all.begin(), all.begin() + K);
+  }
+  return ids;
+}
+
+TEST_P(Moe, ExpertsOddShapesBothWeightDtypes) {
+  const ExpertCase cases[] = {
+      {1, 6, 3, 72, 40, DType::BF16}, {5, 6, 3, 72, 40, DType::F32},  {40, 6, 3, 67, 33, DType::BF16},
+      {40, 9, 4, 128, 64, DType::F32}, {70, 16, 8, 64, 24, DType::BF16},
+  };
+  uint32_t seed = 3000;
+  for (const auto& c : cases) {
+    auto u = random_floats(static_cast<size_t>(c.T * c.Hm), ++seed);
+    auto gu = random_floats(static_cast<size_t>(c.E * 2 * c.I * c.Hm), ++seed, 0.1f);
+    auto dn = random_floats(static_cast<size_t>(c.E * c.Hm * c.I), ++seed, 0.1f);
+    auto gain = random_floats(static_cast<size_t>(c.Hm), ++seed, 0.3f, 1.0f);
+    auto ids = random_ids(c.T, c.E, c.K, ++seed);
+    auto w = random_floats(static_cast<size_t>(c.T * c.K), ++seed, 0.2f, 0.5f);
+    Tensor tu = up(act(), {c.T, c.Hm}, u), tgu = up(c.wdt, {c.E, 2 * c.I, c.Hm}, gu),
+           tdn = up(c.wdt, {c.E, c.Hm, c.I}, dn), tg = up(DType::F32, {c.Hm}, gain), tw = up(DType::F32, {c.T, c.K}, w);
+    Tensor tids = up_i32({c.T, c.K}, ids);
+    Tensor out = poisoned(act(), {c.T, c.Hm});
+    b().moe_experts(out, tu, tgu, tdn, tg, tids, tw, 1e-6f);
+    run();
+    std::vector<double> want, tol;
+    experts_ref(c, u, gu, dn, gain, ids, w, 1e-6, want, tol);
+    expect_close("moe_experts", get(out), want, tol, act() == DType::BF16,
+                 "moe_experts T " + std::to_string(c.T) + " Hm " + std::to_string(c.Hm) + " I " + std::to_string(c.I) +
+                     " w " + dtype_label(c.wdt));
+  }
+}
+
+TEST_P(Moe, TokenIsBatchInvariant) {
+  const ExpertCase c{64, 8, 4, 128, 64, DType::BF16};
+  const int64_t at = 11;
+  auto u = random_floats(static_cast<size_t>(c.T * c.Hm), 4000);
+  auto gu = random_floats(static_cast<size_t>(c.E * 2 * c.I * c.Hm), 4001, 0.1f);
+  auto dn = random_floats(static_cast<size_t>(c.E * c.Hm * c.I), 4002, 0.1f);
+  auto gain = random_floats(static_cast<size_t>(c.Hm), 4003, 0.3f, 1.0f);
+  auto ids = random_ids(c.T, c.E, c.K, 4004);
+  auto w = random_floats(static_cast<size_t>(c.T * c.K), 4005, 0.2f, 0.5f);
+  Tensor tu = up(act(), {c.T, c.Hm}, u), tgu = up(c.wdt, {c.E, 2 * c.I, c.Hm}, gu),
+         tdn = up(c.wdt, {c.E, c.Hm, c.I}, dn), tg = up(DType::F32, {c.Hm}, gain), tw = up(DType::F32, {c.T, c.K}, w);
+  Tensor tids = up_i32({c.T, c.K}, ids);
+  Tensor ob = poisoned(act(), {c.T, c.Hm}), o1 = poisoned(act(), {1, c.Hm}), ob2 = poisoned(act(), {c.T, c.Hm});
+  b().moe_experts(ob, tu, tgu, tdn, tg, tids, tw, 1e-6f);
+  b().moe_experts(o1, tu.rows(at, 1), tgu, tdn, tg, tids.rows(at, 1), tw.rows(at, 1), 1e-6f);
+  b().moe_experts(ob2, tu, tgu, tdn, tg, tids, tw, 1e-6f);
+  run();
+  auto rb = get_bytes(ob), r1 = get_bytes(o1), rb2 = get_bytes(ob2);
+  const size_t row = size_t(c.Hm) * ob.element_bytes();
+  EXPECT_EQ(0, std::memcmp(rb.data() + size_t(at) * row, r1.data(), row)) << "token alone vs in a batch of 64";
+  EXPECT_EQ(rb, rb2) << "the same experts twice differ";
+}
+
+TEST_P(Moe, BadExpertIdIsAnError) {
+  const ExpertCase c{2, 4, 2, 16, 8, DType::BF16};
+  auto u = random_floats(32, 1), gu = random_floats(static_cast<size_t>(4 * 16 * 16), 2), dn = random_floats(static_cast<size_t>(4 * 16 * 8), 3);
+  auto gain = random_floats(16, 4, 0.1f, 1.0f), w = random_floats(4, 5);
+  Tensor tu = up(act(), {2, 16}, u), tgu = up(c.wdt, {4, 16, 16}, gu), tdn = up(c.wdt, {4, 16, 8}, dn),
+         tg = up(DType::F32, {16}, gain), tw = up(DType::F32, {2, 2}, w);
+  Tensor tids = up_i32({2, 2}, {0, 1, 2, 4});
+  Tensor out = poisoned(act(), {2, 16});
+  b().moe_experts(out, tu, tgu, tdn, tg, tids, tw, 1e-6f);
+  Status s = b().execute();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("moe_experts"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("expert id 4"), std::string::npos) << s.message();
+}
+
+INSTANTIATE_TEST_SUITE_P(Act, Moe, ::testing::Values(DType::F32, DType::BF16), param_name);
+
+// Prints the per-op error table (max |got - want| and max error / tolerance).
+class ErrorReport : public ::testing::Environment {
+ public:
+  void TearDown() override {
+    if (ErrorTable::get().rows.empty()) return;
+    std::printf("\n%-22s %12s %14s %12s\n", "op", "checked", "max |err|", "max err/tol");
+    for (const auto& [op, r] : ErrorTable::get().rows)
+      std::printf("%-22s %12ld %14.3e %12.3f\n", op.c_str(), r.checked, r.max_abs, r.max_ratio);
+  }
+};
+const auto* const kReport = ::testing::AddGlobalTestEnvironment(new ErrorReport);
+
+}  // namespace
+}  // namespace muse::cuda_testing

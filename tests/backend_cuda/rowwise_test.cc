@@ -1,0 +1,303 @@
+// The row-wise CUDA ops (embedding, norms, residuals, RoPE, gates, SwiGLU,
+// gathers, softcap) against double references of the CPU backend's
+// semantics, with F32 and BF16 activations.
+#include "cuda_test_util.h"
+
+namespace muse::cuda_testing {
+namespace {
+
+class Rowwise : public CudaTest, public ::testing::WithParamInterface<DType> {
+ public:
+  DType act() const { return GetParam(); }
+  bool bf() const { return GetParam() == DType::BF16; }
+};
+
+std::string param_name(const ::testing::TestParamInfo<DType>& i) { return dtype_label(i.param); }
+
+TEST_P(Rowwise, Embed) {
+  const int64_t V = 37, H = 67, T = 6;
+  for (DType tdt : {DType::F32, DType::BF16}) {
+    auto table = random_floats(static_cast<size_t>(V * H), 11);
+    Tensor tt = up(tdt, {V, H}, table);
+    std::vector<int32_t> ids = {3, 36, 0, 3, 17, 29};
+    Tensor ti = up_i32({T}, ids);
+    Tensor out = poisoned(act(), {T, H});
+    b().embed(out, tt, ti);
+    run();
+    auto got = get(out);
+    std::vector<double> want;
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t i = 0; i < H; ++i) want.push_back(table[size_t(ids[size_t(t)] * H + i)]);
+    expect_close("embed", got, want, std::vector<double>(want.size(), 0.0), bf(), "embed");
+  }
+}
+
+TEST_P(Rowwise, EmbedRejectsBadId) {
+  auto table = random_floats(40, 12);
+  Tensor tt = up(DType::BF16, {4, 10}, table);
+  Tensor ti = up_i32({2}, {1, 4});
+  Tensor out = poisoned(act(), {2, 10});
+  b().embed(out, tt, ti);
+  Status s = b().execute();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("embed"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("token id 4"), std::string::npos) << s.message();
+  // The backend stays usable.
+  Tensor ti2 = up_i32({2}, {1, 3});
+  b().embed(out, tt, ti2);
+  run();
+}
+
+// Reference of one group: the CPU's sequence in double.
+void norm_ref(const float* x, int64_t n, const float* gain, NormGain mode, double eps, double scale, double* y,
+              double* mag) {
+  double ss = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    double v = mode == NormGain::Before ? double(x[i]) * gain[i] : double(x[i]);
+    ss += v * v;
+  }
+  const double r = 1.0 / std::sqrt(ss / double(n) + eps);
+  for (int64_t i = 0; i < n; ++i) {
+    double g = mode == NormGain::None ? 1.0 : double(gain[i]);
+    y[i] = double(x[i]) * g * r * scale;
+    mag[i] = std::fabs(y[i]);
+  }
+}
+
+TEST_P(Rowwise, RmsNormEveryModeGroupAndScale) {
+  struct Case {
+    int64_t rows, cols, group;
+    NormGain mode;
+    float scale;
+    bool alias;
+  };
+  const Case cases[] = {
+      {5, 3001, 0, NormGain::After, 1.0f, false},  {1, 111, 37, NormGain::None, 1.0f, false},
+      {7, 111, 37, NormGain::After, 0.7f, false},  {3, 250, 0, NormGain::Before, 1.0f, false},
+      {4, 96, 32, NormGain::Before, 1.3f, true},   {64, 200, 0, NormGain::After, 1.0f, true},
+      {2, 8192, 0, NormGain::None, 0.5f, false},
+  };
+  uint32_t seed = 100;
+  for (const auto& c : cases) {
+    const int64_t g = c.group ? c.group : c.cols;
+    auto x = random_floats(static_cast<size_t>(c.rows * c.cols), ++seed, 2.0f);
+    auto gain = random_floats(static_cast<size_t>(g), ++seed, 0.3f, 1.0f);
+    Tensor tx = up(act(), {c.rows, c.cols}, x);
+    Tensor tg = up(DType::F32, {g}, gain);
+    Tensor out = c.alias ? tx : poisoned(act(), {c.rows, c.cols});
+    b().rms_norm(out, tx, tg, c.mode, 1e-6f, c.group, c.scale);
+    run();
+    auto got = get(out);
+    std::vector<double> want(x.size()), mag(x.size());
+    for (int64_t i = 0; i < c.rows * c.cols / g; ++i)
+      norm_ref(x.data() + i * g, g, gain.data(), c.mode, 1e-6, c.scale, want.data() + i * g, mag.data() + i * g);
+    // fp32: the sum of squares (g/blockDim sequential + 13 tree levels), sqrt,
+    // divide, and up to three products; relative to |y|.
+    const double n = double(g) / 32 + 24;
+    expect_close("rms_norm", got, want, fp32_tol(mag, n), bf(),
+                 "rms_norm rows " + std::to_string(c.rows) + " cols " + std::to_string(c.cols) + " group " +
+                     std::to_string(g));
+  }
+}
+
+TEST_P(Rowwise, ResidualNormGlimmerAndSpark) {
+  const int64_t T = 9, H = 1037;
+  for (int spark = 0; spark < 2; ++spark) {
+    for (NormGain mode : {NormGain::None, NormGain::After, NormGain::Before}) {
+      const DType sdt = spark ? DType::F32 : act();  // Spark's stream is fp32
+      auto s0 = random_floats(static_cast<size_t>(T * H), 200 + spark, 3.0f);
+      auto u = random_floats(static_cast<size_t>(T * H), 210 + spark);
+      auto gain = random_floats(static_cast<size_t>(H), 220, 0.2f, 0.5f);
+      auto alpha = random_floats(static_cast<size_t>(H), 230, 0.1f, 0.9f);
+      auto beta = random_floats(static_cast<size_t>(H), 240, 0.05f, 0.2f);
+      Tensor ts = up(sdt, {T, H}, s0), tu = up(act(), {T, H}, u), tg = up(DType::F32, {H}, gain);
+      Tensor ta, tb;
+      if (spark) ta = up(DType::F32, {H}, alpha), tb = up(DType::F32, {H}, beta);
+      b().residual_norm(ts, tu, tg, mode, ta, tb, 1e-5f);
+      run();
+      auto got = get(ts);
+      std::vector<double> want(s0.size()), scale(s0.size());
+      std::vector<double> n(static_cast<size_t>(H)), mag(static_cast<size_t>(H));
+      for (int64_t t = 0; t < T; ++t) {
+        norm_ref(u.data() + t * H, H, gain.data(), mode, 1e-5, 1.0, n.data(), mag.data());
+        for (int64_t i = 0; i < H; ++i) {
+          const size_t k = size_t(t * H + i);
+          const double a = spark ? alpha[size_t(i)] : 1.0, bb = spark ? beta[size_t(i)] : 1.0;
+          want[k] = a * s0[k] + bb * n[size_t(i)];
+          // norm (as above) times β, plus two products and a sum.
+          scale[k] = (double(H) / 32 + 24) * std::fabs(bb * n[size_t(i)]) + 3 * (std::fabs(a * s0[k]) + std::fabs(want[k]));
+        }
+      }
+      expect_close("residual_norm", got, want, fp32_tol(scale, 1.0), sdt == DType::BF16,
+                   std::string("residual_norm ") + (spark ? "spark" : "glimmer") + " mode " + std::to_string(int(mode)));
+    }
+  }
+}
+
+TEST_P(Rowwise, RopeTablesMatchTheFp32Formula) {
+  const int64_t T = 7, d = 128, half = d / 2;
+  const double theta = 1e6;
+  std::vector<int32_t> pos = {0, 1, 2, 1000, 4095, 65535, 131071};
+  Tensor tp = up_i32({T}, pos);
+  Tensor c = poisoned(DType::F32, {T, half}), s = poisoned(DType::F32, {T, half});
+  b().rope_tables(c, s, tp, theta, d);
+  run();
+  auto gc = get(c), gs = get(s);
+  std::vector<double> wc, ws, tol;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t i = 0; i < half; ++i) {
+      const float inv = 1.0f / float(std::pow(theta, double(float(2 * i) / float(d))));
+      const float angle = float(pos[size_t(t)]) * inv;
+      wc.push_back(std::cos(double(angle)));
+      ws.push_back(std::sin(double(angle)));
+      tol.push_back(kU);  // cos/sin of the same fp32 angle, rounded once: half an ulp of 1
+    }
+  expect_close("rope_tables", gc, wc, tol, false, "cos");
+  expect_close("rope_tables", gs, ws, tol, false, "sin");
+}
+
+TEST_P(Rowwise, QkNormRope) {
+  for (int64_t d : {24, 64, 160}) {
+    for (bool rope : {false, true}) {
+      const int64_t T = 5, hq = 6, hk = 2, half = d / 2;
+      const float q_scale = 0.3f, eps = 1e-6f;
+      auto q = random_floats(static_cast<size_t>(T * hq * d), 300 + uint32_t(d), 1.5f);
+      auto k = random_floats(static_cast<size_t>(T * hk * d), 310 + uint32_t(d), 0.7f);
+      auto cs = random_floats(static_cast<size_t>(T * half), 320), sn(cs);
+      for (size_t i = 0; i < cs.size(); ++i) {
+        const double a = 0.37 * double(i) + 0.1;
+        cs[i] = float(std::cos(a)), sn[i] = float(std::sin(a));
+      }
+      Tensor tq = up(act(), {T, hq * d}, q), tk = up(act(), {T, hk * d}, k);
+      Tensor tc = up(DType::F32, {T, half}, cs), ts = up(DType::F32, {T, half}, sn);
+      b().qk_norm_rope(tq, tk, rope ? tc : Tensor{}, rope ? ts : Tensor{}, d, eps, q_scale);
+      run();
+      auto gq = get(tq), gk = get(tk);
+      auto ref = [&](const std::vector<float>& v, int64_t heads, double scale) {
+        std::vector<double> out(v.size()), mag(v.size());
+        std::vector<double> y(static_cast<size_t>(d)), m(static_cast<size_t>(d));
+        for (int64_t t = 0; t < T; ++t)
+          for (int64_t h = 0; h < heads; ++h) {
+            const float* x = v.data() + (t * heads + h) * d;
+            norm_ref(x, d, nullptr, NormGain::None, eps, scale, y.data(), m.data());
+            for (int64_t j = 0; j < half; ++j) {
+              double y1 = y[size_t(j)], y2 = y[size_t(j + half)];
+              double o1 = y1, o2 = y2;
+              if (rope) {
+                const double c = cs[size_t(t * half + j)], s = sn[size_t(t * half + j)];
+                o1 = y1 * c - y2 * s, o2 = y2 * c + y1 * s;
+              }
+              const size_t base = size_t((t * heads + h) * d);
+              out[base + size_t(j)] = o1, out[base + size_t(j + half)] = o2;
+              mag[base + size_t(j)] = mag[base + size_t(j + half)] = std::fabs(y1) + std::fabs(y2);
+            }
+          }
+        return std::make_pair(out, mag);
+      };
+      auto [wq, mq] = ref(q, hq, q_scale);
+      auto [wk, mk] = ref(k, hk, 1.0);
+      const double n = double(d) / 32 + 30;  // norm chain plus rotation (two products, one sum)
+      const std::string what = "qk_norm_rope d " + std::to_string(d) + (rope ? " rope" : "");
+      expect_close("qk_norm_rope", gq, wq, fp32_tol(mq, n), bf(), what + " q");
+      expect_close("qk_norm_rope", gk, wk, fp32_tol(mk, n), bf(), what + " k");
+    }
+  }
+}
+
+TEST_P(Rowwise, OutputGateBothForms) {
+  const int64_t T = 7, heads = 3, d = 40;
+  for (bool head_norm : {false, true}) {
+    auto o = random_floats(static_cast<size_t>(T * heads * d), 400, 2.0f);
+    auto g = random_floats(static_cast<size_t>(T * heads * d), 401, 2.0f);
+    Tensor to = up(act(), {T, heads * d}, o), tg = up(act(), {T, heads * d}, g);
+    b().output_gate(to, tg, d, head_norm, 1e-6f);
+    run();
+    auto got = get(to);
+    std::vector<double> want(o.size()), mag(o.size());
+    std::vector<double> y(static_cast<size_t>(d)), m(static_cast<size_t>(d));
+    for (int64_t u = 0; u < T * heads; ++u) {
+      if (head_norm) {
+        norm_ref(o.data() + u * d, d, nullptr, NormGain::None, 1e-6, 1.0, y.data(), m.data());
+      } else {
+        for (int64_t i = 0; i < d; ++i) y[size_t(i)] = o[size_t(u * d + i)];
+      }
+      for (int64_t i = 0; i < d; ++i) {
+        const size_t k = size_t(u * d + i);
+        want[k] = y[size_t(i)] / (1.0 + std::exp(-double(g[k])));
+        mag[k] = std::fabs(want[k]);
+      }
+    }
+    // exp (2 ulp), the sigmoid's add and divide, the product; plus the norm chain.
+    expect_close("output_gate", got, want, fp32_tol(mag, head_norm ? double(d) / 32 + 30 : 8), bf(),
+                 head_norm ? "output_gate head_norm" : "output_gate");
+  }
+}
+
+TEST_P(Rowwise, SwigluAliasingGate) {
+  const int64_t n = 1001;
+  auto g = random_floats(static_cast<size_t>(n), 500, 3.0f), u = random_floats(static_cast<size_t>(n), 501);
+  Tensor tg = up(act(), {1, n}, g), tu = up(act(), {1, n}, u);
+  b().swiglu(tg, tg, tu);
+  run();
+  auto got = get(tg);
+  std::vector<double> want(static_cast<size_t>(n)), mag(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const double a = g[size_t(i)];
+    want[size_t(i)] = a / (1.0 + std::exp(-a)) * u[size_t(i)];
+    mag[size_t(i)] = std::fabs(want[size_t(i)]);
+  }
+  expect_close("swiglu", got, want, fp32_tol(mag, 10), bf(), "swiglu");
+}
+
+TEST_P(Rowwise, GatherRows) {
+  const int64_t R = 11, C = 333;
+  auto x = random_floats(static_cast<size_t>(R * C), 600);
+  Tensor tx = up(act(), {R, C}, x);
+  std::vector<int32_t> rows = {10, 0, 4, 4, 7};
+  Tensor tr = up_i32({int64_t(rows.size())}, rows);
+  Tensor out = poisoned(act(), {int64_t(rows.size()), C});
+  b().gather_rows(out, tx, tr);
+  run();
+  auto got = get(out);
+  std::vector<double> want;
+  for (int32_t r : rows)
+    for (int64_t c = 0; c < C; ++c) want.push_back(x[size_t(r * C + c)]);
+  expect_close("gather_rows", got, want, std::vector<double>(want.size(), 0.0), false, "gather_rows");
+  Tensor bad = up_i32({1}, {11});
+  b().gather_rows(out.rows(0, 1), tx, bad);
+  Status s = b().execute();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("gather_rows"), std::string::npos) << s.message();
+}
+
+TEST_P(Rowwise, Softcap) {
+  const int64_t n = 5003;
+  for (float cap : {0.0f, 30.0f}) {
+    auto x = random_floats(static_cast<size_t>(n), 700, 40.0f);
+    Tensor tx = up(act(), {1, n}, x);
+    b().softcap(tx, 0.5f, cap);
+    run();
+    auto got = get(tx);
+    std::vector<double> want(static_cast<size_t>(n)), mag(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      const double z = double(x[size_t(i)]) * 0.5;
+      want[size_t(i)] = cap > 0 ? std::tanh(z / cap) * cap : z;
+      mag[size_t(i)] = cap > 0 ? std::fabs(want[size_t(i)]) + std::fabs(z) : std::fabs(z);  // tanh: ~2 ulp
+    }
+    expect_close("softcap", got, want, fp32_tol(mag, 8), bf(), "softcap cap " + std::to_string(cap));
+  }
+}
+
+TEST_P(Rowwise, ReportsTheBackend) {
+  EXPECT_NE(b().name().find("cuda"), std::string::npos);
+  EXPECT_EQ(b().activation_dtype(), DType::BF16);
+  EXPECT_EQ(b().kv_dtype(), DType::BF16);
+  auto m = b().memory();
+  EXPECT_GT(m.total, 0u);
+  EXPECT_LE(m.free, m.total);
+}
+
+INSTANTIATE_TEST_SUITE_P(Act, Rowwise, ::testing::Values(DType::F32, DType::BF16), param_name);
+
+}  // namespace
+}  // namespace muse::cuda_testing
