@@ -24,6 +24,7 @@ namespace muse::tool {
 namespace {
 
 struct BenchOptions {
+  std::string device = "cpu";
   int threads = 0;
   int runs = 5;
   int64_t tokens = 64;   // decode tokens per run
@@ -86,6 +87,7 @@ int bench_command(int argc, char** argv) {
                  "CPU decode benchmark on a ~1B-parameter random model of Muse Spark's shape (generated in memory): "
                  "tokens/s and weight bytes read per second as a fraction of the host's DRAM read bandwidth, "
                  "measured in the same run on the same threads. Medians of --runs. See bench/NOTES.md.");
+  args.option("--device", &o.device, "cpu|cuda", "where the model runs (default cpu)");
   args.option("--threads", &o.threads, "N", "CPU threads (default: all available)");
   args.option("--runs", &o.runs, "N", "measurement runs (default 5; medians reported)");
   args.option("--tokens", &o.tokens, "N", "decode tokens per run (default 64)");
@@ -109,6 +111,11 @@ int bench_command(int argc, char** argv) {
     return std::fprintf(stderr, "muse bench: --runs >= 1, --tokens >= 2, --prompt >= 1, --bandwidth-mib >= 64\n"), 2;
   if (o.weights != "bf16" && o.weights != "f32")
     return std::fprintf(stderr, "muse bench: --weights is bf16 or f32\n"), 2;
+  auto device = parse_device(o.device);
+  if (!device.ok()) return std::fprintf(stderr, "muse bench: %s\n", device.message().c_str()), 2;
+  if (Status st = check_device(*device); !st.ok()) return std::fprintf(stderr, "muse bench: %s\n", st.message().c_str()), 2;
+  if (*device != Device::Cpu)
+    return std::fprintf(stderr, "muse bench: --device cuda: the GPU benchmark (HBM roofline) is not implemented yet\n"), 2;
 
   auto config = parse_model_config(spark_config_json(o), "bench config");
   if (!config.ok()) return std::fprintf(stderr, "muse bench: %s\n", config.message().c_str()), 2;

@@ -152,6 +152,7 @@ int serve_command(int argc, char** argv) {
   args.option("--max-model-len", &max_model_len, "N", "context length served (e.g. 32768, 128k; default: the model's)");
   args.option("--max-num-seqs", &o.engine.max_num_seqs, "N", "sequences decoded together (default 256)");
   args.option("--max-num-batched-tokens", &o.engine.max_num_batched_tokens, "N", "tokens per engine step, prefill chunks included (default 8192)");
+  args.option("--device", &o.engine.device, "cpu|cuda", "where the model runs (default cpu; cuda needs a build with the CUDA backend and a GPU)");
   args.option("--gpu-memory-utilization", &o.engine.gpu_memory_utilization, "F", "share of GPU memory muse may use (default 0.9)");
   args.option("--block-size", &o.engine.block_size, "N", "positions per KV-cache block of full-attention layers (default 64)");
   args.option("--num-gpu-blocks-override", &o.engine.num_gpu_blocks_override, "N",

@@ -59,6 +59,10 @@ Result<ServeBackend> make_engine_backend(const EngineServeOptions& options) {
     return make_error("muse serve: --logprobs-mode '" + o.logprobs_mode + "' is not supported (processed_logprobs, raw_logprobs)");
   if (o.block_size < 0 || o.block_size > 4096) return make_error("muse serve: --block-size must be in [1, 4096]");
 
+  auto device = parse_device(o.device);
+  if (!device.ok()) return make_error("muse serve: " + device.message());
+  if (Status st = check_device(*device); !st.ok()) return make_error("muse serve: " + st.message());
+
   auto adapter = MuseModelAdapter::create(o, *config, int(max_model_len));
   if (!adapter.ok()) return make_error("muse serve: " + adapter.message());
 
@@ -66,6 +70,7 @@ Result<ServeBackend> make_engine_backend(const EngineServeOptions& options) {
   so.model_dir = o.model;
   so.seed = o.seed;
   EngineOptions& eo = so.engine;
+  eo.backend.device = *device;
   eo.max_batch_tokens = o.max_num_batched_tokens;
   eo.max_sequences = o.max_num_seqs;
   eo.max_model_len = max_model_len;

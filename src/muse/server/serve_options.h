@@ -13,6 +13,7 @@ namespace muse::server {
 
 struct EngineServeOptions {
   std::string model;                 // checkpoint directory (positional MODEL or --model)
+  std::string device = "cpu";        // --device cpu | cuda
   std::string tokenizer;             // --tokenizer (default: the model directory)
   int max_model_len = 0;             // 0: the checkpoint's context length
   int max_num_seqs = 256;

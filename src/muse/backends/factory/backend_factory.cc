@@ -22,6 +22,18 @@ bool cuda_backend_built() {
 #endif
 }
 
+Status check_device(Device device) {
+  if (device == Device::Cpu) return Status::Ok();
+#if MUSE_HAVE_CUDA
+  if (cuda_device_count() < 1) return make_error("--device cuda: no CUDA GPU is visible to this process");
+  return Status::Ok();
+#else
+  return make_error(
+      "--device cuda: this muse was built without the CUDA backend (build on a machine with the CUDA "
+      "toolkit, with -DMUSE_CUDA=ON; see scripts/test-cuda.sh)");
+#endif
+}
+
 Result<std::unique_ptr<Backend>> create_backend(const BackendOptions& options) {
   switch (options.device) {
     case Device::Cpu:
@@ -35,9 +47,7 @@ Result<std::unique_ptr<Backend>> create_backend(const BackendOptions& options) {
       if (!b.ok()) return make_error("--device cuda: " + b.message());
       return b;
 #else
-      return make_error(
-          "--device cuda: this muse was built without the CUDA backend (build on a machine with the CUDA "
-          "toolkit, with -DMUSE_CUDA=ON; see scripts/test-cuda.sh)");
+      return check_device(Device::Cuda).error();
 #endif
     }
   }

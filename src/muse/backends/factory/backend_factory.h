@@ -31,4 +31,9 @@ Result<std::unique_ptr<Backend>> create_backend(const BackendOptions& options);
 // Whether this binary has the CUDA backend compiled in.
 bool cuda_backend_built();
 
+// Quick check, before anything is loaded, that `device` can be created here:
+// its backend is built in and its hardware is present. The message says
+// which is missing.
+Status check_device(Device device);
+
 }  // namespace muse
