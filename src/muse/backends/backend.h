@@ -86,6 +86,11 @@ class Backend {
   // fp32). Buffers the model defines as fp32 (Spark's residual stream,
   // router logits and weights, logits) are allocated F32 on every backend.
   virtual DType activation_dtype() const { return DType::F32; }
+  // Storage dtype the backend wants for a weight matrix stored as `stored`
+  // (F32 or BF16): the CPU reference keeps what the checkpoint has; the GPU
+  // holds BF16 (an F32 checkpoint is rounded once, at load, as the bf16
+  // reference run does).
+  virtual DType matrix_dtype(DType stored) const { return stored; }
   // Storage dtype of the KV cache.
   virtual DType kv_dtype() const { return DType::F32; }
   // Device memory, for sizing the KV cache (both 0 on host backends).

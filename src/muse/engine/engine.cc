@@ -5,12 +5,31 @@
 #include <unordered_set>
 
 #include "muse/backends/factory/backend_factory.h"
+#include "muse/core/log.h"
+#include "muse/model/weight_table.h"
 
 #include "muse/engine/checkpoint_source.h"
 
 namespace muse {
 
 namespace {
+
+constexpr double kGiB = double(uint64_t(1) << 30);
+// GPU memory kept out of the KV budget: library workspaces (cuBLASLt),
+// staging, graphs.
+constexpr uint64_t kDeviceReserveBytes = uint64_t(512) << 20;
+
+// Bytes the weights take on `backend` (matrices in its matrix dtype, the
+// rest F32), to refuse a model that cannot fit before uploading any of it.
+uint64_t resident_weight_bytes(const ModelConfig& config, const Backend& backend) {
+  uint64_t bytes = 0;
+  for (const WeightSpec& s : describe_weights(config)) {
+    const bool matrix = s.shape.size() >= 2 && s.reference_dtype == DType::BF16;
+    const DType dt = matrix ? backend.matrix_dtype(DType::BF16) : DType::F32;
+    bytes += uint64_t(s.numel()) * uint64_t(dtype_bits(dt) / 8);
+  }
+  return bytes;
+}
 
 // Counts weight slots as the model reads them, for loading progress.
 class ProgressWeightSource final : public WeightSource {
@@ -95,6 +114,8 @@ Status Engine::init(const ModelConfig& config, const EngineOptions& options, con
                       "max_position_embeddings (" + std::to_string(model_max) + ")");
   }
   if (options.max_logit_rows < 0) return make_error("max_logit_rows must not be negative");
+  if (!(options.gpu_memory_utilization > 0 && options.gpu_memory_utilization <= 1))
+    return make_error("gpu_memory_utilization must be in (0, 1]");
   MUSE_ASSIGN_OR_RETURN(backend_, create_backend(options.backend));
   KvCacheOptions ko;
   ko.max_sequences = options.max_sequences;
@@ -102,6 +123,29 @@ Status Engine::init(const ModelConfig& config, const EngineOptions& options, con
   const int64_t blocks_per_seq = (max_model_len_ + ko.block_size - 1) / ko.block_size;
   ko.num_blocks = options.kv_blocks > 0 ? options.kv_blocks : options.max_sequences * blocks_per_seq;
   ko.max_blocks_per_sequence = blocks_per_seq;
+
+  // A device backend: muse takes gpu_memory_utilization of the device in
+  // all (vLLM's meaning); a model whose weights do not fit is refused before
+  // anything is uploaded.
+  const Backend::Memory mem0 = backend_->memory();
+  const bool device = mem0.total > 0;
+  const uint64_t requested = device ? uint64_t(options.gpu_memory_utilization * double(mem0.total)) : 0;
+  if (device) {
+    if (mem0.free < requested)
+      return make_error("--gpu-memory-utilization " + std::to_string(options.gpu_memory_utilization) + " asks for " +
+                        std::to_string(double(requested) / kGiB) + " GiB, but only " +
+                        std::to_string(double(mem0.free) / kGiB) + " GiB of the GPU's " +
+                        std::to_string(double(mem0.total) / kGiB) +
+                        " GiB are free (another process holds the rest): lower it");
+    const uint64_t wb = resident_weight_bytes(config, *backend_);
+    if (wb + kDeviceReserveBytes > requested)
+      return make_error("the model's weights need " + std::to_string(double(wb) / kGiB) + " GiB on the GPU; " +
+                        "--gpu-memory-utilization " + std::to_string(options.gpu_memory_utilization) + " of " +
+                        std::to_string(double(mem0.total) / kGiB) + " GiB gives " +
+                        std::to_string(double(requested) / kGiB) + " GiB (short by " +
+                        std::to_string(double(wb + kDeviceReserveBytes - requested) / kGiB) +
+                        " GiB). `muse plan` sizes deployments that fit");
+  }
 
   // The step's capacity: every buffer of a step is sized from it, once.
   StepPlanCapacity cap;
@@ -112,15 +156,57 @@ Status Engine::init(const ModelConfig& config, const EngineOptions& options, con
                            : std::min(options.max_batch_tokens, options.max_sequences + 256);
   // A step's block tables together: each sequence's, at most the pool (no
   // block is in two tables yet).
-  cap.max_blocks = std::max<int64_t>(1, std::min(cap.max_seqs * blocks_per_seq, ko.num_blocks));
+  // (On a device the pool is sized after the weights load: bound by the tables.)
+  cap.max_blocks = std::max<int64_t>(1, device && options.kv_blocks == 0 ? cap.max_seqs * blocks_per_seq
+                                                                         : std::min(cap.max_seqs * blocks_per_seq, ko.num_blocks));
   ModelOptions mo;
   mo.plan = cap;
   mo.kv_block_size = ko.block_size;
   MUSE_ASSIGN_OR_RETURN(model_, MuseModel::create(*backend_, config_, reader ? *reader : *source_, mo));
+  if (device && options.kv_blocks == 0) MUSE_RETURN_IF_ERROR(size_device_kv(mem0, requested, &ko));
   MUSE_ASSIGN_OR_RETURN(kv_, KvCache::create(*backend_, config_, ko));
   plan_ = StepPlanBuilder(cap);
   logits_.assign(size_t(cap.max_logit_rows * config_.vocab_size), 0.0f);
   item_logit_row_.reserve(size_t(cap.max_seqs) + 1);
+  return Status::Ok();
+}
+
+// The KV pool on a device: what the budget leaves once weights and
+// activations are resident (or --kv-cache-memory-bytes), less the sliding
+// rings every sequence slot holds.
+Status Engine::size_device_kv(const Backend::Memory& before, uint64_t requested, KvCacheOptions* ko) {
+  const Backend::Memory now = backend_->memory();
+  const uint64_t used = before.free > now.free ? before.free - now.free : 0;
+  const uint64_t kv_bytes = uint64_t(dtype_bits(backend_->kv_dtype()) / 8);
+  int64_t full = 0, sliding = 0;
+  for (int64_t l = 0; l < config_.num_layers; ++l) (config_.is_full(l) ? full : sliding) += 1;
+  const uint64_t row = uint64_t(config_.kv_dim()) * 2 * kv_bytes;  // K and V of one position, one layer
+  const uint64_t rings = uint64_t(sliding) * uint64_t(ko->max_sequences) * uint64_t(config_.sliding_window) * row;
+  const uint64_t per_block = uint64_t(full) * uint64_t(ko->block_size) * row;
+  const uint64_t budget = options_.kv_cache_memory_bytes > 0 ? uint64_t(options_.kv_cache_memory_bytes)
+                          : requested > used + kDeviceReserveBytes ? requested - used - kDeviceReserveBytes
+                                                                  : 0;
+  if (budget < rings)
+    return make_error("KV cache: the sliding-window rings of " + std::to_string(ko->max_sequences) +
+                      " sequences need " + std::to_string(double(rings) / kGiB) + " GiB, but only " +
+                      std::to_string(double(budget) / kGiB) +
+                      " GiB are left after the weights: lower --max-num-seqs or raise --gpu-memory-utilization");
+  const int64_t blocks_per_seq = ko->max_blocks_per_sequence;
+  if (per_block == 0) {
+    ko->num_blocks = 0;
+  } else {
+    ko->num_blocks = int64_t(std::min<uint64_t>((budget - rings) / per_block, (uint64_t(1) << 31) - 1));
+    if (ko->num_blocks < blocks_per_seq)
+      return make_error("KV cache: " + std::to_string(double(budget - rings) / kGiB) + " GiB hold " +
+                        std::to_string(ko->num_blocks * ko->block_size) + " positions, fewer than one sequence of " +
+                        "--max-model-len " + std::to_string(max_model_len_) +
+                        ": lower it, or raise --gpu-memory-utilization");
+  }
+  LOG_INFO("KV cache on the GPU: %lld blocks of %lld positions = %lld tokens in full-attention layers (%.2f GiB) + "
+           "sliding rings for %lld sequences (%.2f GiB); weights and activations %.2f GiB",
+           (long long)ko->num_blocks, (long long)ko->block_size, (long long)(ko->num_blocks * ko->block_size),
+           double(uint64_t(ko->num_blocks) * per_block) / kGiB, (long long)ko->max_sequences, double(rings) / kGiB,
+           double(used) / kGiB);
   return Status::Ok();
 }
 

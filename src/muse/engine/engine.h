@@ -31,7 +31,10 @@ struct EngineOptions {
   int64_t max_sequences = 1;      // sessions alive at once
   int64_t max_model_len = 0;      // positions per sequence; 0: min(max_position_embeddings, 8192)
   int64_t kv_block_size = 64;     // positions per full-layer KV block
-  int64_t kv_blocks = 0;          // 0: enough for max_sequences × max_model_len
+  int64_t kv_blocks = 0;          // 0: enough for max_sequences × max_model_len (CPU), or what
+                                  // the GPU budget leaves after weights and activations (GPU)
+  double gpu_memory_utilization = 0.9;  // GPU: share of the device's memory muse may take (vLLM's meaning)
+  int64_t kv_cache_memory_bytes = 0;    // GPU: a fixed KV budget instead (0: what the share leaves)
   // Rows whose logits one step can return (one per decoding sequence, the
   // last row of each prefill chunk, every row of a prompt-logprobs chunk);
   // 0: min(max_batch_tokens, max_sequences + 256). The logits buffer is
@@ -102,6 +105,7 @@ class Engine {
   // `reader`, when given, is read from instead of source_ (a wrapper over it).
   Status init(const ModelConfig& config, const EngineOptions& options, const WeightSource* reader = nullptr);
   void close(Session& s);
+  Status size_device_kv(const Backend::Memory& before, uint64_t requested, KvCacheOptions* ko);
 
   EngineOptions options_;
   ModelConfig config_;

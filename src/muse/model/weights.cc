@@ -76,6 +76,7 @@ Result<ModelWeights> upload_weights(Backend& backend, const ModelConfig& config,
     return make_error("weight " + slot_name(spec) + ": " + why);
   };
   std::vector<float> buf, alpha;
+  std::vector<uint16_t> bf16_buf;
   for (const WeightSpec& spec : describe_weights(config)) {
     Kind kind = Kind::Matrix;
     Tensor* dst = nullptr;
@@ -97,11 +98,25 @@ Result<ModelWeights> upload_weights(Backend& backend, const ModelConfig& config,
     if (kind == Kind::Matrix) {
       auto v = source.view(spec);
       if (!v.ok()) return fail(spec, v.message());
-      if (v->data && (v->dtype == DType::F32 || v->dtype == DType::BF16)) {
-        if (v->shape != spec.shape) return fail(spec, "shape disagrees with the weight table");
+      const bool plain = v->data && (v->dtype == DType::F32 || v->dtype == DType::BF16);
+      if (plain && v->shape != spec.shape) return fail(spec, "shape disagrees with the weight table");
+      if (plain && backend.matrix_dtype(v->dtype) == v->dtype) {
         auto t = import(backend, v->dtype, spec.shape, v->data, true);
         if (!t.ok()) return fail(spec, t.message());
         *dst = *t;
+        continue;
+      }
+      if (backend.matrix_dtype(plain ? v->dtype : DType::F32) == DType::BF16) {
+        // Rounded to BF16 once, here (round to nearest even, as torch's cast).
+        buf.resize(size_t(spec.numel()));
+        Status s = source.read_f32(spec, buf.data());
+        if (!s.ok()) return fail(spec, s.message());
+        bf16_buf.resize(buf.size());
+        for (size_t i = 0; i < buf.size(); ++i) bf16_buf[i] = f32_to_bf16(buf[i]);
+        auto t = import(backend, DType::BF16, spec.shape, bf16_buf.data(), false);
+        if (!t.ok()) return fail(spec, t.message());
+        *dst = *t;
+        w.owned.push_back(*t);
         continue;
       }
     }

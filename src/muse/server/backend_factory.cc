@@ -75,11 +75,19 @@ Result<ServeBackend> make_engine_backend(const EngineServeOptions& options) {
   eo.max_sequences = o.max_num_seqs;
   eo.max_model_len = max_model_len;
   if (o.block_size > 0) eo.kv_block_size = o.block_size;
-  auto blocks = kv_cache_blocks(*config, o, max_model_len, eo.kv_block_size);
-  if (!blocks.ok()) return make_error("muse serve: " + blocks.message());
-  eo.kv_blocks = *blocks;
-  // KvCache treats 0 as "enough for everything"; a model without full layers needs none.
-  if (eo.kv_blocks == 0) eo.kv_blocks = 1;
+  eo.gpu_memory_utilization = o.gpu_memory_utilization;
+  eo.kv_cache_memory_bytes = o.kv_cache_memory_bytes;
+  if (*device == Device::Cpu) {
+    auto blocks = kv_cache_blocks(*config, o, max_model_len, eo.kv_block_size);
+    if (!blocks.ok()) return make_error("muse serve: " + blocks.message());
+    eo.kv_blocks = *blocks;
+    // KvCache treats 0 as "enough for everything"; a model without full layers needs none.
+    if (eo.kv_blocks == 0) eo.kv_blocks = 1;
+  } else {
+    // On the GPU the engine sizes the pool once the weights are resident
+    // (what --gpu-memory-utilization or --kv-cache-memory-bytes leaves).
+    eo.kv_blocks = o.num_gpu_blocks_override;
+  }
   eo.load.language_model_only = o.language_model_only;
   SchedulerOptions& sc = so.scheduler;
   sc.eos_token_ids = (*adapter)->info().eos_token_ids;
