@@ -43,6 +43,7 @@ struct RunOptions {
   bool json = false;
   std::string dump_logits;
   int threads = 0;
+  std::string device = "cpu";
   bool language_model_only = false;
   bool ignore_eos = false;
   int64_t max_num_batched_tokens = 256;
@@ -87,6 +88,7 @@ int run_command(int argc, char** argv) {
               "write float32 little-endian logits [positions x vocab]: every prompt position, then every fed "
               "generated token");
   args.option("--threads", &o.threads, "N", "CPU threads (default: all available)");
+  args.option("--device", &o.device, "cpu|cuda", "where the model runs (default cpu)");
   args.option("--max-num-batched-tokens", &o.max_num_batched_tokens, "N", "prefill chunk, tokens per step (default 256)");
   args.flag("--language-model-only", &o.language_model_only, "skip vision/audio tensors in the checkpoint");
   if (int rc = parse_flags(args, argc, argv, "run"); rc >= 0) return rc;
@@ -140,7 +142,11 @@ int run_command(int argc, char** argv) {
   SamplingParams sp{o.temperature, o.top_k, o.top_p, uint64_t(o.seed)};
   if (Status s = validate(sp); !s.ok()) return fail(s.message());
 
+  auto device = parse_device(o.device);
+  if (!device.ok()) return fail(device.message());
+  if (Status st = check_device(*device); !st.ok()) return fail(st.message());
   EngineOptions eo;
+  eo.backend.device = *device;
   eo.backend.cpu.threads = o.threads;
   eo.load.language_model_only = o.language_model_only;
   eo.max_batch_tokens = o.max_num_batched_tokens;
