@@ -202,9 +202,9 @@ class ErrorReport : public ::testing::Environment {
  public:
   void TearDown() override {
     if (ErrorTable::get().rows.empty()) return;
-    std::printf("\n%-22s %12s %14s %12s\n", "op", "checked", "max |err|", "max err/tol");
+    std::printf("\n%-30s %12s %14s %12s\n", "op", "checked", "max |err|", "max err/tol");
     for (const auto& [op, r] : ErrorTable::get().rows)
-      std::printf("%-22s %12ld %14.3e %12.3f\n", op.c_str(), r.checked, r.max_abs, r.max_ratio);
+      std::printf("%-30s %12ld %14.3e %12.3f\n", op.c_str(), r.checked, r.max_abs, r.max_ratio);
   }
 };
 const auto* const kReport = ::testing::AddGlobalTestEnvironment(new ErrorReport);

@@ -48,7 +48,9 @@ struct RowSeq {
 __device__ __forceinline__ bool row_sequence(const PlanDev& P, int64_t t, RowSeq& rs, DeviceError* err, int op) {
   const int seqs = P.p[StepPlanLayout::kSeqs];
   const int s = P.p[P.row_seq + t];
-  bool ok = t < P.max_rows && seqs >= 0 && seqs <= P.max_seqs && s >= 0 && s < seqs;
+  // One block per row: the plan's row count must be the launch's.
+  bool ok = t < P.max_rows && P.p[StepPlanLayout::kRows] == int(gridDim.x) && seqs >= 0 && seqs <= P.max_seqs &&
+            s >= 0 && s < seqs;
   if (ok) {
     rs.s = s;
     rs.row_begin = P.p[P.seq_row_begin + s];

@@ -296,7 +296,7 @@ std::string describe_device_error(const DeviceError& e) {
     case kErrTokenId: return "token id " + a + " is outside the vocabulary [0, " + b + ")";
     case kErrRow: return "row " + a + " out of range (" + b + " rows)";
     case kErrExpert: return "expert id " + a + " out of range (" + b + " experts)";
-    case kErrPlanSeq: return "step plan: row " + a + " has an invalid sequence (" + b + ")";
+    case kErrPlanSeq: return "the step plan does not match this step: row " + a + " (sequence " + b + ", or the plan's row count differs from the activations')";
     case kErrRingSlot: return "ring slot " + a + " out of range (" + b + " slots)";
     case kErrBlock: return "block id " + a + " out of range (" + b + " blocks in the pool)";
     case kErrBlockTable: return "block table shorter than the sequence (position " + a + ", " + b + " blocks)";

@@ -127,6 +127,10 @@ class CudaBackend final : public Backend {
   void profile_reset() override { profile_times_.clear(); }
   DType activation_dtype() const override { return DType::BF16; }
   DType kv_dtype() const override { return DType::BF16; }
+  // Weight matrices are held in BF16 (an F32 checkpoint is rounded once, at
+  // load). Declared without `override` while Backend::matrix_dtype is being
+  // added to backend.h, so this compiles with and without it.
+  DType matrix_dtype(DType stored) const { return stored == DType::F32 ? DType::BF16 : stored; }
   Memory memory() const override;
 
   Result<Tensor> alloc(DType dtype, std::initializer_list<int64_t> shape) override;

@@ -1,0 +1,118 @@
+// Timings of the decode-shaped ops (DISABLED_: run them with
+// --gtest_also_run_disabled_tests --gtest_filter='*Timing*'). Not a
+// benchmark (issue 12 owns that): wall time of many ops in one execute(),
+// and the weight/KV bytes they must read, against ~4.4 TB/s of HBM.
+#include <chrono>
+
+#include "cuda_test_util.h"
+#include "muse/backends/step_plan.h"
+
+namespace muse::cuda_testing {
+namespace {
+
+// A cheap non-zero pattern for large timing inputs (random draws of ~10^9
+// values would take longer than the timings).
+std::vector<float> pattern(size_t n, uint32_t seed, float scale = 1.0f, float offset = 0.0f) {
+  std::vector<float> v(n);
+  uint32_t x = seed * 2654435761u + 1;
+  for (auto& f : v) {
+    x = x * 1664525u + 1013904223u;
+    f = offset + scale * (float(int32_t(x >> 8) % 2001 - 1000) + 0.5f) * 1e-3f;
+  }
+  return v;
+}
+
+class Timing : public CudaTest {
+ public:
+  // Seconds per op: `reps` enqueues of `op` in one step, after a warm-up step.
+  template <class F>
+  double time_op(F&& op, int reps = 20) {
+    op();
+    run();
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) op();
+    run();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+  }
+  static void line(const std::string& what, double s, double bytes) {
+    std::printf("%-48s %9.1f us  %7.1f GB/s\n", what.c_str(), s * 1e6, bytes / s * 1e-9);
+  }
+};
+
+TEST_F(Timing, DISABLED_DecodeShapes) {
+  for (int64_t T : {1, 8, 64, 512}) {
+    const int64_t N = 4096, K = 4096;
+    auto w = pattern(static_cast<size_t>(N * K), 1, 0.02f), x = pattern(static_cast<size_t>(T * K), 2);
+    Tensor tw = up(DType::BF16, {N, K}, w), tx = up(DType::BF16, {T, K}, x);
+    Tensor out = poisoned(DType::BF16, {T, N});
+    const double s = time_op([&] { b().matmul(out, tx, tw); });
+    line("project bf16 4096x4096, T " + std::to_string(T), s, double(N * K * 2));
+    b().release(tw);
+  }
+  {
+    const int64_t N = 32768, K = 4096;  // a head-sized product
+    auto w = pattern(static_cast<size_t>(N * K), 3, 0.02f), x = pattern(static_cast<size_t>(K), 4);
+    Tensor tw = up(DType::BF16, {N, K}, w), tx = up(DType::BF16, {1, K}, x);
+    Tensor out = poisoned(DType::F32, {1, N});
+    const double s = time_op([&] { b().matmul(out, tx, tw); });
+    line("project bf16 32768x4096 -> f32, T 1", s, double(N * K * 2));
+  }
+  for (int64_t B : {1, 64}) {
+    const int64_t d = 128, hq = 32, hk = 8, kvd = hk * d, ctx = 4096, bs = 64, nb = ctx / bs + 1;
+    KvLayerStorage cache;
+    cache.layout = KvLayout::Paged;
+    auto kvals = pattern(static_cast<size_t>(B * nb * bs * kvd), 12);
+    cache.k = up(DType::BF16, {B * nb, bs, kvd}, kvals);
+    cache.v = up(DType::BF16, {B * nb, bs, kvd}, kvals);
+    StepPlanBuilder pb(StepPlanCapacity{B, B, B, B * nb});
+    for (int64_t s = 0; s < B; ++s) {
+      std::vector<int32_t> blocks;
+      for (int64_t i = 0; i < nb; ++i) blocks.push_back(int32_t(s * nb + i));
+      std::vector<int32_t> tok = {1};
+      pb.add(tok, ctx, int32_t(s), blocks, false, true);
+    }
+    Tensor buf = *b().alloc(DType::I32, {pb.layout().total});
+    b().set_input(buf, pb.data(), pb.upload_bytes());
+    StepPlanView view;
+    view.buffer = buf, view.layout = pb.layout(), view.block_size = bs;
+    auto q = pattern(static_cast<size_t>(B * hq * d), 5), k = pattern(static_cast<size_t>(B * kvd), 6);
+    Tensor tq = up(DType::BF16, {B, hq * d}, q), tk = up(DType::BF16, {B, kvd}, k);
+    Tensor out = poisoned(DType::BF16, {B, hq * d});
+    const double s = time_op([&] { b().attention(out, tq, tk, tk, cache, view, d, 0, 0.088f); });
+    line("attention decode 32/8x128, ctx 4096, batch " + std::to_string(B), s, double(B * ctx * kvd * 2 * 2));
+  }
+  {
+    const int64_t E = 64, Kk = 8, Hm = 2048, I = 1024;
+    auto gu = pattern(static_cast<size_t>(E * 2 * I * Hm), 7, 0.02f), dn = pattern(static_cast<size_t>(E * Hm * I), 8, 0.02f);
+    auto gain = pattern(static_cast<size_t>(Hm), 9, 0.1f, 1.0f), u = pattern(static_cast<size_t>(Hm), 10), w = pattern(8, 11);
+    Tensor tgu = up(DType::BF16, {E, 2 * I, Hm}, gu), tdn = up(DType::BF16, {E, Hm, I}, dn);
+    Tensor tg = up(DType::F32, {Hm}, gain), tu = up(DType::BF16, {1, Hm}, u), tw = up(DType::F32, {1, Kk}, w);
+    Tensor ids = up_i32({1, Kk}, {3, 9, 17, 22, 40, 41, 57, 63});
+    Tensor out = poisoned(DType::BF16, {1, Hm});
+    const double s = time_op([&] { b().moe_experts(out, tu, tgu, tdn, tg, ids, tw, 1e-6f); });
+    line("moe_experts decode 8 of 64 experts 3x2048x1024", s, double(Kk * 3 * Hm * I * 2));
+  }
+}
+
+TEST_F(Timing, ProfileReportNamesTheOps) {
+#if defined(MUSE_HAVE_CUDA) && MUSE_HAVE_CUDA
+  CudaBackendOptions o;
+  o.profile = true;
+  auto r = create_cuda_backend(o);
+  ASSERT_TRUE(r.ok()) << r.message();
+  Backend& pb = **r;
+  std::vector<float> x = random_floats(64, 1);
+  auto t = pb.import_weight(DType::F32, {2, 32}, x.data(), false);
+  ASSERT_TRUE(t.ok());
+  pb.softcap(*t, 0.5f, 10.0f);
+  pb.swiglu(*t, *t, *t);
+  ASSERT_TRUE(pb.execute().ok());
+  const std::string rep = pb.profile_report();
+  EXPECT_NE(rep.find("softcap"), std::string::npos) << rep;
+  EXPECT_NE(rep.find("swiglu"), std::string::npos) << rep;
+  EXPECT_TRUE(b().profile_report().empty());
+#endif
+}
+
+}  // namespace
+}  // namespace muse::cuda_testing
