@@ -191,6 +191,11 @@ TEST_P(Attention, PagedBlockTablesWithGaps) {
   run_case(*this, c);
 }
 
+TEST_P(Attention, HeadDim256AndGroupOfEight) {
+  Case c{"d256", KvLayout::Paged, 0, 8, 8, 256, 8, 1, {{13, 1, 2}, {2, 1, 1}}, {{3, 6}, {7}}};
+  run_case(*this, c);
+}
+
 TEST_P(Attention, LongContextRing) {
   Case c{"long ring", KvLayout::Ring, 200, 200, 2, 128, 8, 2, {{150, 330, 1, 1, 100, 1}, {1, 1, 260, 1, 1, 40}}, {}};
   run_case(*this, c);

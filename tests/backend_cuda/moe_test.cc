@@ -59,6 +59,39 @@ TEST_P(Moe, RouteTopKWithBiasTiesToTheLowerIndex) {
     for (int64_t k = 0; k < K; ++k) EXPECT_EQ(gi2[size_t(t * K + k)], k) << "constant logits: ties go to lower ids";
 }
 
+TEST_P(Moe, RouteRealShape256Top8) {
+  const int64_t T = 64, E = 256, K = 8;
+  auto z = random_floats(static_cast<size_t>(T * E), 60);
+  auto bias = random_floats(static_cast<size_t>(E), 61, 0.02f);
+  Tensor tz = up(DType::F32, {T, E}, z), tb = up(DType::F32, {E}, bias);
+  Tensor ids = poisoned(DType::I32, {T, K}), w = poisoned(DType::F32, {T, K});
+  b().moe_route(ids, w, tz, tb, 1.0f, 2.5f);
+  run();
+  auto gi = get_as<int32_t>(ids);
+  auto gw = get(w);
+  std::vector<double> want_w, tol;
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<double> p(static_cast<size_t>(E)), sel(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) {
+      p[size_t(e)] = 1.0 / (1.0 + std::exp(-double(z[size_t(t * E + e)])));
+      sel[size_t(e)] = p[size_t(e)] + bias[size_t(e)];
+    }
+    std::vector<int> order(static_cast<size_t>(E));
+    for (int e = 0; e < E; ++e) order[size_t(e)] = e;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int c) { return sel[size_t(a)] > sel[size_t(c)]; });
+    // This seed has no near-tie at the k-th place (margin checked below).
+    EXPECT_GT(sel[size_t(order[size_t(K - 1)])] - sel[size_t(order[size_t(K)])], 1e-6) << "near-tie in row " << t;
+    double sum = 0;
+    for (int64_t k = 0; k < K; ++k) sum += p[size_t(order[size_t(k)])];
+    for (int64_t k = 0; k < K; ++k) {
+      EXPECT_EQ(gi[size_t(t * K + k)], order[size_t(k)]) << "row " << t << " slot " << k;
+      want_w.push_back(p[size_t(order[size_t(k)])] / (sum + 1e-15) * 2.5);
+      tol.push_back(kU * std::fabs(want_w.back()) * double(K + 12));
+    }
+  }
+  expect_close("moe_route", gw, want_w, tol, false, "router weights 256/8");
+}
+
 struct ExpertCase {
   int64_t T, E, K, Hm, I;
   DType wdt;
@@ -133,7 +166,7 @@ std::vector<int32_t> random_ids(int64_t T, int64_t E, int64_t K, uint32_t seed) 
 TEST_P(Moe, ExpertsOddShapesBothWeightDtypes) {
   const ExpertCase cases[] = {
       {1, 6, 3, 72, 40, DType::BF16}, {5, 6, 3, 72, 40, DType::F32},  {40, 6, 3, 67, 33, DType::BF16},
-      {40, 9, 4, 128, 64, DType::F32}, {70, 16, 8, 64, 24, DType::BF16},
+      {40, 9, 4, 128, 64, DType::F32}, {70, 16, 8, 64, 24, DType::BF16}, {64, 256, 8, 256, 128, DType::BF16},
   };
   uint32_t seed = 3000;
   for (const auto& c : cases) {

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# One complete pass on the GPU machine with a test binary built elsewhere
+# (build-cuda/test_backend_cuda, carried): the tests, the decode timings, and
+# compute-sanitizer memcheck, racecheck, initcheck and synccheck. Logs go to
+# $OUT (or ./gpu-logs); a summary is printed last.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+B=${1:-build-cuda/test_backend_cuda}
+OUT=${OUT:-gpu-logs}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
+CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+nvidia-smi -L
+step() {  # name, timeout, command...
+  local name=$1 limit=$2 t0=$SECONDS
+  shift 2
+  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+  echo "$name: rc=$? ($((SECONDS - t0)) s)" | tee -a "$OUT/summary.txt"
+}
+step tests 150 "$B"
+step timing 90 "$B" --gtest_also_run_disabled_tests --gtest_filter='*DISABLED_DecodeShapes*'
+small='-*LongContext*:*Timing*'
+step memcheck 150 "$CS" --tool memcheck --error-exitcode 9 "$B" --gtest_filter='-*Timing*'
+step racecheck 90 "$CS" --tool racecheck --error-exitcode 9 "$B" --gtest_filter="$small:*OddShapes*"
+step initcheck 50 "$CS" --tool initcheck --error-exitcode 9 "$B" --gtest_filter="$small:*OddShapes*"
+step synccheck 50 "$CS" --tool synccheck --error-exitcode 9 "$B" --gtest_filter="$small:*OddShapes*"
+echo "== tests"
+grep -E "^\[  (PASSED|FAILED) |tests ran|FAILED TEST" "$OUT/tests.log" | head -30
+sed -n '/^op  /,$p' "$OUT/tests.log" | head -40
+grep -B3 -A8 "Failure" "$OUT/tests.log" | head -60
+echo "== timing"
+grep -E " us " "$OUT/timing.log"
+for t in memcheck racecheck initcheck synccheck; do
+  echo "== $t"
+  grep -E "ERROR SUMMARY|RACECHECK SUMMARY|PASSED|FAILED" "$OUT/$t.log" | head -5
+done
+cat "$OUT/summary.txt"
