@@ -17,13 +17,13 @@ step() {  # name, timeout, command...
   timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
   echo "$name: rc=$? ($((SECONDS - t0)) s)" | tee -a "$OUT/summary.txt"
 }
-step tests 150 "$B"
-step timing 90 "$B" --gtest_also_run_disabled_tests --gtest_filter='*DISABLED_DecodeShapes*'
+step tests 110 "$B"
+step timing 60 "$B" --gtest_also_run_disabled_tests --gtest_filter='*DISABLED_DecodeShapes*'
 small='-*LongContext*:*Timing*'
-step memcheck 150 "$CS" --tool memcheck --error-exitcode 9 "$B" --gtest_filter='-*Timing*'
-step racecheck 90 "$CS" --tool racecheck --error-exitcode 9 "$B" --gtest_filter="$small:*OddShapes*"
-step initcheck 50 "$CS" --tool initcheck --error-exitcode 9 "$B" --gtest_filter="$small:*OddShapes*"
-step synccheck 50 "$CS" --tool synccheck --error-exitcode 9 "$B" --gtest_filter="$small:*OddShapes*"
+step memcheck 120 "$CS" --tool memcheck --error-exitcode 9 "$B" --gtest_filter='-*Timing*'
+step racecheck 60 "$CS" --tool racecheck --error-exitcode 9 "$B" --gtest_filter="$small:*OddShapes*"
+step initcheck 30 "$CS" --tool initcheck --error-exitcode 9 "$B" --gtest_filter="$small:*OddShapes*"
+step synccheck 30 "$CS" --tool synccheck --error-exitcode 9 "$B" --gtest_filter="$small:*OddShapes*"
 echo "== tests"
 grep -E "^\[  (PASSED|FAILED) |tests ran|FAILED TEST" "$OUT/tests.log" | head -30
 sed -n '/^op  /,$p' "$OUT/tests.log" | head -40
