@@ -9,8 +9,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "bench_options.h"
 #include "command.h"
 #include "muse/backends/cpu/kernels.h"
 #include "muse/backends/cpu/thread_pool.h"
@@ -23,19 +25,6 @@
 namespace muse::tool {
 namespace {
 
-struct BenchOptions {
-  std::string device = "cpu";
-  int threads = 0;
-  int runs = 5;
-  int64_t tokens = 64;   // decode tokens per run
-  int64_t prompt = 32;   // prefill tokens per run
-  int64_t hidden = 2048, layers = 12, heads = 32, kv_heads = 4, head_dim = 64;
-  int64_t experts = 64, top_k = 8, latent = 1024, expert_intermediate = 256, vocab = 32000, window = 2048;
-  int64_t bandwidth_mib = 2048;  // streaming-read buffer
-  std::string weights = "bf16";
-  bool json = false;
-  bool profile = false;
-};
 
 double now_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -106,7 +95,22 @@ int bench_command(int argc, char** argv) {
   args.option("--bandwidth-mib", &o.bandwidth_mib, "MIB", "streaming-read buffer for the DRAM measurement (default 2048)");
   args.flag("--json", &o.json, "print one JSON object");
   args.flag("--profile", &o.profile, "time every backend operation and print the breakdown (slows decode slightly)");
+  std::string batches, contexts;
+  args.option("--model", &o.model, "NAME", "--device cuda: glimmer-30b (default) or spark-slice");
+  args.option("--batch", &batches, "LIST", "--device cuda: decode batch sizes (default 1,4,16,64)");
+  args.option("--context", &contexts, "LIST", "--device cuda: decode contexts in tokens (default 1024,32768)");
+  args.option("--prefill-tokens", &o.prefill, "N", "--device cuda: prefill length (default 8192; 0 skips)");
   if (int rc = parse_flags(args, argc, argv, "bench"); rc >= 0) return rc;
+  o.layers_given = args.given("--layers");
+  for (auto [text, list, flag] : {std::tuple{&batches, &o.batches, "--batch"}, std::tuple{&contexts, &o.contexts, "--context"}}) {
+    if (text->empty()) continue;
+    auto v = parse_int_list(*text);
+    if (!v.ok()) return fail("bench", std::string(flag) + ": " + v.message());
+    for (int64_t x : *v)
+      if (x < 1) return fail("bench", std::string(flag) + " values must be >= 1");
+    if (v->empty()) return fail("bench", std::string(flag) + " is empty");
+    *list = *v;
+  }
   if (o.runs < 1 || o.tokens < 2 || o.prompt < 1 || o.bandwidth_mib < 64 || o.threads < 0)
     return std::fprintf(stderr, "muse bench: --runs >= 1, --tokens >= 2, --prompt >= 1, --bandwidth-mib >= 64\n"), 2;
   if (o.weights != "bf16" && o.weights != "f32")
@@ -114,8 +118,7 @@ int bench_command(int argc, char** argv) {
   auto device = parse_device(o.device);
   if (!device.ok()) return std::fprintf(stderr, "muse bench: %s\n", device.message().c_str()), 2;
   if (Status st = check_device(*device); !st.ok()) return std::fprintf(stderr, "muse bench: %s\n", st.message().c_str()), 2;
-  if (*device != Device::Cpu)
-    return std::fprintf(stderr, "muse bench: --device cuda: the GPU benchmark (HBM roofline) is not implemented yet\n"), 2;
+  if (*device == Device::Cuda) return bench_cuda(o);
 
   auto config = parse_model_config(spark_config_json(o), "bench config");
   if (!config.ok()) return std::fprintf(stderr, "muse bench: %s\n", config.message().c_str()), 2;

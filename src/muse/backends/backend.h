@@ -111,6 +111,12 @@ class Backend {
   virtual Result<Tensor> import_weight(DType dtype, std::initializer_list<int64_t> shape, const void* host,
                                        bool host_outlives) = 0;
   virtual void release(Tensor& t) = 0;
+  // t[i] = offset + scale · u_i, u_i uniform in [-1, 1) from a counter-based
+  // hash of (seed, i), written in place (F32 or BF16): random weights of real
+  // shapes made where they live (the GPU benchmark), not on the host.
+  virtual Status fill_uniform(const Tensor& t, uint64_t seed, float scale, float offset) {
+    return make_error(name() + " cannot fill tensors in place");
+  }
   // Copies a tensor (or view) to host memory. Call after execute().
   virtual Status download(const Tensor& t, void* host) = 0;
 

@@ -299,6 +299,18 @@ std::span<float> Engine::logits(size_t item) {
   return std::span<float>(logits_.data() + r0 * V, size_t((r1 - r0) * V));
 }
 
+Status Session::extend_uncomputed(int64_t n, int32_t filler) {
+  if (n < 0) return make_error("extend_uncomputed: negative length");
+  const int64_t end = length() + n;
+  if (end > engine_->max_model_len())
+    return make_error("sequence of " + std::to_string(end) + " tokens exceeds max_model_len " +
+                      std::to_string(engine_->max_model_len()));
+  MUSE_RETURN_IF_ERROR(engine_->kv_->reserve(kv_, end));
+  tokens_.insert(tokens_.end(), size_t(n), filler);
+  kv_.length = length();
+  return Status::Ok();
+}
+
 Session::~Session() {
   if (engine_) engine_->close(*this);
 }

@@ -135,6 +135,13 @@ class Session {
   // last position (Last), of every fed position (All), or nothing.
   Result<std::vector<float>> feed(std::span<const int32_t> tokens, LogitsWanted want = LogitsWanted::Last);
 
+  // Benchmarks only: advances the sequence by `n` positions (token id
+  // `filler`) without running the model, so decode at a long context can be
+  // timed without first prefilling it. Those positions' KV rows hold
+  // whatever the cache held (zeros when fresh): the attention reads the same
+  // bytes a real context would, but the logits mean nothing.
+  Status extend_uncomputed(int64_t n, int32_t filler = 0);
+
  private:
   friend class Engine;
   explicit Session(Engine* engine) : engine_(engine) {}

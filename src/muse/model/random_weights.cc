@@ -21,16 +21,22 @@ bool is_norm_offset(const std::string& slot) {
   return slot.rfind("norm.", 0) == 0 || slot == "moe.pre_expert_norm" || slot == "moe.post_expert_norm";
 }
 
+bool is_matrix(const WeightSpec& s) { return s.shape.size() >= 2 && s.reference_dtype != DType::F32; }
+
+// Matrices ~ U(±sqrt(3/in)) keep activations at unit scale; embeddings U(±1).
+float matrix_scale(const WeightSpec& s) { return s.slot == "embed_tokens" ? 1.0f : std::sqrt(3.0f / float(s.shape.back())); }
+
 }  // namespace
 
 RandomWeightSource::RandomWeightSource(const ModelConfig& config, const RandomWeightOptions& options)
-    : tied_(config.tie_word_embeddings) {
+    : tied_(config.tie_word_embeddings), on_backend_(options.matrices_on_backend), seed_(options.seed) {
   for (const WeightSpec& spec : describe_weights(config)) {
     if (tied_ && spec.slot == "lm_head") continue;
     Entry e;
     e.spec = spec;
-    const bool matrix = spec.shape.size() >= 2 && spec.reference_dtype != DType::F32;
+    const bool matrix = is_matrix(spec);
     e.dtype = matrix ? options.dtype : DType::F32;
+    if (matrix && on_backend_) continue;  // made by create_on, where it lives
     e.data.resize(size_t(spec.numel()) * size_t(dtype_bits(e.dtype) / 8));
     entries_.push_back(std::move(e));
   }
@@ -52,7 +58,7 @@ RandomWeightSource::RandomWeightSource(const ModelConfig& config, const RandomWe
       SplitMix64 rng{hash_slot(s, options.seed) ^ uint64_t(jobs[j].begin)};
       float scale = 1.0f, offset = 0.0f;
       if (s.shape.size() >= 2) scale = std::sqrt(3.0f / float(s.shape.back()));
-      if (s.slot == "embed_tokens") scale = 1.0f;
+      if (is_matrix(s)) scale = matrix_scale(s);
       if (is_norm_offset(s.slot)) scale = 0.1f;
       if (s.slot == "final_norm") scale = 0.1f, offset = 1.0f;
       if (s.slot.rfind("resid_gate.", 0) == 0) scale = 1.0f;
@@ -73,6 +79,19 @@ RandomWeightSource::RandomWeightSource(const ModelConfig& config, const RandomWe
   for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
   worker();
   for (auto& t : pool) t.join();
+}
+
+Result<Tensor> RandomWeightSource::create_on(Backend& backend, const WeightSpec& spec, DType dtype) const {
+  if (!on_backend_ || !is_matrix(spec)) return Tensor{};
+  Result<Tensor> t = make_error("unsupported rank");
+  if (spec.shape.size() == 2) t = backend.alloc(dtype, {spec.shape[0], spec.shape[1]});
+  if (spec.shape.size() == 3) t = backend.alloc(dtype, {spec.shape[0], spec.shape[1], spec.shape[2]});
+  if (!t.ok()) return t.error();
+  if (Status st = backend.fill_uniform(*t, hash_slot(spec, seed_), matrix_scale(spec), 0.0f); !st.ok()) {
+    backend.release(*t);
+    return st.error();
+  }
+  return t;
 }
 
 Result<HostTensor> RandomWeightSource::view(const WeightSpec& spec) const {

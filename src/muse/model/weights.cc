@@ -96,6 +96,13 @@ Result<ModelWeights> upload_weights(Backend& backend, const ModelConfig& config,
     }
 
     if (kind == Kind::Matrix) {
+      auto made = source.create_on(backend, spec, backend.matrix_dtype(DType::BF16));
+      if (!made.ok()) return fail(spec, made.message());
+      if (!made->empty()) {
+        *dst = *made;
+        w.owned.push_back(*made);
+        continue;
+      }
       auto v = source.view(spec);
       if (!v.ok()) return fail(spec, v.message());
       const bool plain = v->data && (v->dtype == DType::F32 || v->dtype == DType::BF16);

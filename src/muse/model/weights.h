@@ -37,6 +37,9 @@ class WeightSource {
   virtual Result<HostTensor> view(const WeightSpec& spec) const = 0;
   // The whole logical tensor converted to f32 (spec.numel() values).
   virtual Status read_f32(const WeightSpec& spec, float* dst) const = 0;
+  // A matrix made directly in backend memory in `dtype` (random weights for
+  // the GPU benchmark), or an empty tensor: then view()/read_f32() supply it.
+  virtual Result<Tensor> create_on(Backend& backend, const WeightSpec& spec, DType dtype) const { return Tensor{}; }
 };
 
 struct LayerWeights {

@@ -109,6 +109,26 @@ void CpuBackend::release(Tensor& t) {
   t = Tensor{};
 }
 
+Status CpuBackend::fill_uniform(const Tensor& t, uint64_t seed, float scale, float offset) {
+  if (t.dtype != DType::F32 && t.dtype != DType::BF16) return make_error("fill_uniform: F32 or BF16 only");
+  // The same counter-based values as the CUDA backend's fill (cuda_bench.cu).
+  const int64_t n = t.numel();
+  pool_.run((n + 65535) / 65536, [&](int64_t task, int) {
+    for (int64_t i = task * 65536, e = std::min(n, i + 65536); i < e; ++i) {
+      uint64_t z = seed + 0x9e3779b97f4a7c15ull * uint64_t(i + 1);
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+      z ^= z >> 31;
+      const float v = offset + scale * (float(z >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f);
+      if (t.dtype == DType::BF16)
+        static_cast<uint16_t*>(t.data)[i] = f32_to_bf16(v);
+      else
+        static_cast<float*>(t.data)[i] = v;
+    }
+  });
+  return Status::Ok();
+}
+
 Status CpuBackend::download(const Tensor& t, void* host) {
   if (!ops_.empty()) return make_error("download() with operations still queued: call execute() first");
   std::memcpy(host, t.data, t.bytes());

@@ -71,6 +71,7 @@ class CpuBackend final : public Backend {
   Result<Tensor> import_weight(DType dtype, std::initializer_list<int64_t> shape, const void* host,
                                bool host_outlives) override;
   void release(Tensor& t) override;
+  Status fill_uniform(const Tensor& t, uint64_t seed, float scale, float offset) override;
   Status download(const Tensor& t, void* host) override;
 
   void set_input(const Tensor& dst, const void* host, size_t bytes) override;

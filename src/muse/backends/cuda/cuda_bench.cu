@@ -120,8 +120,9 @@ Result<GpuCeilings> measure_gpu_ceilings(uint64_t read_bytes, int64_t gemm_n, in
     if (cudaMalloc(&A, N * N * 2) != cudaSuccess || cudaMalloc(&B, N * N * 2) != cudaSuccess ||
         cudaMalloc(&C, N * N * 2) != cudaSuccess || cudaMalloc(&ws, ws_bytes) != cudaSuccess)
       return make_error("GEMM buffers: out of GPU memory");
-    cuda_fill_uniform(A, DType::BF16, int64_t(N * N), 1, 1.0f, 0.0f);
-    cuda_fill_uniform(B, DType::BF16, int64_t(N * N), 2, 1.0f, 0.0f);
+    if (!cuda_fill_uniform(A, DType::BF16, int64_t(N * N), 1, 1.0f, 0.0f).ok() ||
+        !cuda_fill_uniform(B, DType::BF16, int64_t(N * N), 2, 1.0f, 0.0f).ok())
+      return make_error("GEMM operands: random fill failed");
     cublasLtHandle_t lt = nullptr;
     cublasLtMatmulDesc_t op = nullptr;
     cublasLtMatrixLayout_t la = nullptr, lb = nullptr, lc = nullptr;

@@ -1,0 +1,244 @@
+// muse bench --device cuda: decode and prefill of the real Muse shapes on
+// the GPU, against the ceilings measured in the same run (bench/NOTES.md).
+//
+//   --model glimmer-30b   Muse Glimmer 30B, all 52 layers, BF16 (≈61 GB)
+//   --model spark-slice   Muse Spark Open's layer shapes (hidden 8192, 128/16
+//                         heads of 64, latent 4096, 256 experts of 3×4096×4096,
+//                         top 8, the 202,048-row embedding and head), --layers
+//                         of them (default 4, ≈111 GB)
+//
+// Weights are random, made on the GPU where they live (no download, nothing
+// generated on the host). Long contexts are not prefilled first: sessions
+// are advanced without compute (Session::extend_uncomputed), so decode at
+// 32K reads the same KV bytes a real context would.
+//
+// Figures: per (batch, context) the step time, tokens/s and the bytes the
+// step must read (weights, counting the experts the batch's rows route to —
+// the expected distinct count under uniform routing, E·(1 − (1 − k/E)^b) —
+// plus every KV row attention reads) per second as a fraction of the HBM read
+// bandwidth; prefill FLOP/s as a fraction of the bf16 GEMM rate.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "bench_options.h"
+#include "muse/backends/cuda/cuda_bench.h"
+#include "muse/core/json.h"
+#include "muse/engine/engine.h"
+#include "muse/model/random_weights.h"
+#include "muse/model/weight_table.h"
+#include "muse/sampling/sampler.h"
+
+namespace muse::tool {
+namespace {
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
+
+std::string glimmer_30b_json(int64_t layers) {
+  return R"({"model_type": "muse_glimmer", "text_config": {
+    "vocab_size": 202048, "hidden_size": 6656, "num_hidden_layers": )" + std::to_string(layers) + R"(,
+    "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128, "intermediate_size": 19968,
+    "rms_norm_eps": 1e-5, "post_norm_eps": 1e-8, "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0},
+    "sliding_window": 2048, "max_position_embeddings": 131072, "qk_scale_factor": 3.87,
+    "output_multiplier": 0.19611613513818404, "final_logit_softcapping": 20.0, "tie_word_embeddings": false,
+    "bos_token_id": 1, "eos_token_id": 2}})";
+}
+
+std::string spark_slice_json(int64_t layers) {
+  return R"({"model_type": "muse_spark", "text_config": {
+    "vocab_size": 202048, "hidden_size": 8192, "num_hidden_layers": )" + std::to_string(layers) + R"(,
+    "num_attention_heads": 128, "num_key_value_heads": 16, "head_dim": 64, "rms_norm_eps": 1e-5,
+    "post_norm_eps": 1e-8, "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0},
+    "sliding_window": 2048, "max_position_embeddings": 1048576, "num_local_experts": 256, "num_experts_per_tok": 8,
+    "moe_hidden_size": 4096, "moe_intermediate_size": 4096, "num_shared_experts": 0, "routed_scaling_factor": 1.0,
+    "residual_gate_temperature": 0.3, "qk_scale_factor": 5.4730064863875, "output_multiplier": 0.17677669529663687,
+    "final_logit_softcapping": 20.0, "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}})";
+}
+
+// Weight bytes a step of `batch` decode rows reads.
+double step_weight_bytes(const ModelConfig& c, const DecodeTraffic& t, int64_t batch) {
+  if (t.expert_bytes == 0) return double(t.total());
+  const double E = double(c.num_experts), k = double(c.num_experts_per_tok);
+  const double distinct = E * (1.0 - std::pow(1.0 - k / E, double(batch)));
+  return double(t.dense_bytes + t.head_bytes) + double(t.expert_bytes) * distinct / k;
+}
+
+// KV bytes attention reads for one sequence at `context` positions.
+double kv_bytes(const ModelConfig& c, int64_t context, int64_t kv_elem_bytes) {
+  double b = 0;
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const int64_t keys = c.is_full(l) ? context : std::min(context, c.sliding_window);
+    b += double(keys) * double(c.kv_dim()) * 2.0 * double(kv_elem_bytes);
+  }
+  return b;
+}
+
+}  // namespace
+
+int bench_cuda(const BenchOptions& o) {
+  std::string json;
+  if (o.model == "glimmer-30b") json = glimmer_30b_json(o.layers_given ? o.layers : 52);
+  else if (o.model == "spark-slice") json = spark_slice_json(o.layers_given ? o.layers : 4);
+  else return fail("bench", "--device cuda: --model must be glimmer-30b or spark-slice");
+  auto config = parse_model_config(json, "bench config");
+  if (!config.ok()) return fail("bench", config.message());
+  const int64_t params = count_parameters(describe_weights(*config));
+
+  auto ceil0 = measure_gpu_ceilings(uint64_t(8) << 30, 8192, 5);
+  if (!ceil0.ok()) return fail("bench", ceil0.message());
+  if (!o.json)
+    std::fprintf(stderr, "muse bench: %s; HBM read %.0f GB/s, bf16 GEMM %.0f TFLOP/s; %.2fB parameters (%s)\n",
+                 ceil0->device.c_str(), ceil0->hbm_read_gbps, ceil0->bf16_tflops, double(params) / 1e9,
+                 o.model.c_str());
+
+  int64_t max_batch = 1, max_ctx = 1;
+  for (int64_t b : o.batches) max_batch = std::max(max_batch, b);
+  for (int64_t c : o.contexts) max_ctx = std::max(max_ctx, c);
+  RandomWeightOptions ro;
+  ro.matrices_on_backend = true;
+  EngineOptions eo;
+  eo.backend.device = Device::Cuda;
+  eo.backend.gpu_profile = o.profile;
+  eo.max_sequences = max_batch;
+  // Each timed run decodes --tokens more positions on the same sessions.
+  eo.max_model_len = std::max(max_ctx, o.prefill) + int64_t(o.runs + 1) * o.tokens + 2;
+  eo.max_batch_tokens = std::max(o.prefill, max_batch);
+  eo.gpu_memory_utilization = 0.95;
+  const double t_load = now_s();
+  auto engine = Engine::create(*config, std::make_unique<RandomWeightSource>(*config, ro), eo);
+  if (!engine.ok()) return fail("bench", engine.message());
+  const double load_s = now_s() - t_load;
+  Engine& e = **engine;
+  const DecodeTraffic traffic = decode_traffic(*config, e.model().weights());
+  const int64_t kv_elem = dtype_bits(e.backend().kv_dtype()) / 8;
+
+  Json out = Json::object();
+  out.set("device", ceil0->device);
+  out.set("model", o.model);
+  out.set("layers", config->num_layers);
+  out.set("parameters", params);
+  out.set("weight_bytes", int64_t(traffic.dense_bytes + traffic.head_bytes) +
+                              int64_t(double(traffic.expert_bytes) * double(config->num_experts) /
+                                      double(std::max<int64_t>(1, config->num_experts_per_tok))));
+  out.set("weights_made_on_gpu_seconds", load_s);
+  Json rows = Json::array();
+  if (!o.json)
+    std::printf("%-6s %-8s %10s %10s %12s %10s %8s\n", "batch", "context", "step ms", "tok/s", "bytes/step", "GB/s",
+                "of HBM");
+  std::string profile;
+  for (int64_t ctx : o.contexts) {
+    for (int64_t batch : o.batches) {
+      std::vector<std::unique_ptr<Session>> sessions;
+      std::vector<int32_t> next(size_t(batch), 5);
+      bool ok = true;
+      for (int64_t i = 0; i < batch && ok; ++i) {
+        auto s = e.new_session();
+        ok = s.ok() && (*s)->extend_uncomputed(ctx - 1, 7).ok();
+        if (ok) sessions.push_back(std::move(s).value());
+      }
+      if (!ok) return fail("bench", "could not open " + std::to_string(batch) + " sessions at context " + std::to_string(ctx));
+      std::vector<StepItem> items;
+      for (int64_t i = 0; i < batch; ++i) items.push_back({sessions[size_t(i)].get(), std::span<const int32_t>(&next[size_t(i)], 1)});
+      Status st = e.step(items);  // warm-up (first use of each kernel shape)
+      if (!st.ok()) return fail("bench", st.message());
+      std::vector<double> step_s;
+      const bool profile_here = o.profile && ctx == o.contexts.front() && batch == o.batches.front();
+      for (int r = 0; r < o.runs; ++r) {
+        if (profile_here && r + 1 == o.runs) e.backend().profile_reset();
+        const double t0 = now_s();
+        for (int64_t k = 0; k < o.tokens; ++k) {
+          st = e.step(items);
+          if (!st.ok()) return fail("bench", st.message());
+        }
+        step_s.push_back((now_s() - t0) / double(o.tokens));
+      }
+      if (profile_here) profile = e.backend().profile_report();
+      const double t = median_of(step_s);
+      const double bytes = step_weight_bytes(*config, traffic, batch) + double(batch) * kv_bytes(*config, ctx, kv_elem);
+      const double gbs = bytes / t / 1e9;
+      Json r = Json::object();
+      r.set("batch", batch);
+      r.set("context", ctx);
+      r.set("step_ms", t * 1e3);
+      r.set("tokens_per_second", double(batch) / t);
+      r.set("bytes_per_step", bytes);
+      r.set("read_gb_per_second", gbs);
+      r.set("fraction_of_hbm", gbs / ceil0->hbm_read_gbps);
+      rows.push_back(r);
+      if (!o.json)
+        std::printf("%-6lld %-8lld %10.3f %10.1f %12.3e %10.1f %7.1f%%\n", (long long)batch, (long long)ctx, t * 1e3,
+                    double(batch) / t, bytes, gbs, 100.0 * gbs / ceil0->hbm_read_gbps);
+      std::fflush(stdout);
+    }
+  }
+  out.set("decode", rows);
+
+  // Prefill: one sequence of --prefill tokens in one step.
+  if (o.prefill > 0) {
+    auto s = e.new_session();
+    if (!s.ok()) return fail("bench", s.message());
+    std::vector<int32_t> prompt;
+    for (int64_t i = 0; i < o.prefill; ++i) prompt.push_back(int32_t(3 + (i * 7919) % 200000));
+    std::vector<double> ts;
+    for (int r = 0; r < std::max(2, o.runs / 2 + 1); ++r) {
+      auto fresh = e.new_session();
+      if (!fresh.ok()) return fail("bench", fresh.message());
+      const double t0 = now_s();
+      auto l = (*fresh)->feed(prompt);
+      if (!l.ok()) return fail("bench", l.message());
+      if (r > 0) ts.push_back(now_s() - t0);  // the first is a warm-up
+    }
+    const double t = median_of(ts);
+    // FLOPs: 2 per weight per token over the dense weights (and k experts),
+    // plus causal attention (QKᵀ and PV over the visible keys).
+    double attn = 0;
+    for (int64_t l = 0; l < config->num_layers; ++l) {
+      const double P = double(o.prefill), W = double(config->sliding_window);
+      const double keys = config->is_full(l) ? P * (P + 1) / 2 : (P <= W ? P * (P + 1) / 2 : W * (W + 1) / 2 + (P - W) * W);
+      attn += 4.0 * keys * double(config->q_dim());
+    }
+    const double flops = traffic.flops * double(o.prefill) + attn;
+    const double tf = flops / t / 1e12;
+    Json p = Json::object();
+    p.set("tokens", o.prefill);
+    p.set("seconds", t);
+    p.set("tokens_per_second", double(o.prefill) / t);
+    p.set("tflops", tf);
+    p.set("fraction_of_bf16_gemm", tf / ceil0->bf16_tflops);
+    out.set("prefill", p);
+    if (!o.json)
+      std::printf("prefill %lld tokens: %.3f s, %.0f tok/s, %.1f TFLOP/s = %.1f%% of the bf16 GEMM rate\n",
+                  (long long)o.prefill, t, double(o.prefill) / t, tf, 100.0 * tf / ceil0->bf16_tflops);
+  }
+
+  auto ceil1 = measure_gpu_ceilings(uint64_t(8) << 30, 8192, 5);
+  Json c = Json::object();
+  c.set("hbm_read_gb_per_second_before", ceil0->hbm_read_gbps);
+  c.set("bf16_gemm_tflops_before", ceil0->bf16_tflops);
+  if (ceil1.ok()) {
+    c.set("hbm_read_gb_per_second_after", ceil1->hbm_read_gbps);
+    c.set("bf16_gemm_tflops_after", ceil1->bf16_tflops);
+  }
+  out.set("ceilings", c);
+  if (!profile.empty()) out.set("profile", profile);
+  if (o.json) {
+    std::printf("%s\n", out.dump().c_str());
+  } else {
+    if (ceil1.ok())
+      std::printf("ceilings after: HBM read %.0f GB/s, bf16 GEMM %.0f TFLOP/s\n", ceil1->hbm_read_gbps, ceil1->bf16_tflops);
+    if (!profile.empty()) std::printf("\nprofile (batch %lld, context %lld)\n%s", (long long)o.batches.front(),
+                                      (long long)o.contexts.front(), profile.c_str());
+  }
+  return 0;
+}
+
+}  // namespace muse::tool

@@ -1,0 +1,36 @@
+// `muse bench` options, shared by the CPU benchmark (cmd_bench.cc) and the
+// GPU one (bench_cuda.cc).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "command.h"
+
+namespace muse::tool {
+
+struct BenchOptions {
+  std::string device = "cpu";
+  int threads = 0;
+  int runs = 5;
+  int64_t tokens = 64;   // decode tokens per run
+  int64_t prompt = 32;   // prefill tokens per run
+  int64_t hidden = 2048, layers = 12, heads = 32, kv_heads = 4, head_dim = 64;
+  int64_t experts = 64, top_k = 8, latent = 1024, expert_intermediate = 256, vocab = 32000, window = 2048;
+  int64_t bandwidth_mib = 2048;  // streaming-read buffer
+  std::string weights = "bf16";
+  bool json = false;
+  bool profile = false;
+  // --device cuda (bench_cuda.cc): a real shape, batch sizes, contexts, prefill.
+  std::string model = "glimmer-30b";
+  bool layers_given = false;
+  std::vector<int64_t> batches{1, 4, 16, 64};
+  std::vector<int64_t> contexts{1024, 32768};
+  int64_t prefill = 8192;
+};
+
+// The GPU benchmark (muse bench --device cuda).
+int bench_cuda(const BenchOptions& o);
+
+}  // namespace muse::tool
