@@ -288,6 +288,33 @@ TEST_P(Rowwise, Softcap) {
   }
 }
 
+// fill_uniform makes the same counter-based values as the CPU backend's
+// (offset 0: bitwise; with an offset the GPU may fuse the multiply-add: 1 ulp).
+TEST_P(Rowwise, FillUniformMatchesTheCounterHash) {
+  const int64_t n = 100003;
+  for (float offset : {0.0f, 0.5f}) {
+    auto t = b().alloc(act(), {n});
+    ASSERT_TRUE(t.ok());
+    Status st = b().fill_uniform(*t, 1234567, 0.02f, offset);
+    ASSERT_TRUE(st.ok()) << st.message();
+    auto got = get(*t);
+    std::vector<double> want(static_cast<size_t>(n)), tol(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      uint64_t z = 1234567 + 0x9e3779b97f4a7c15ull * uint64_t(i + 1);
+      z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+      z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+      z ^= z >> 31;
+      const float u = float(z >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f;
+      const float v = offset + 0.02f * u;
+      want[size_t(i)] = bf() ? double(round_bf16(v)) : double(v);
+      // A fused multiply-add moves v by an fp32 ulp, which can move its bf16 rounding by one bf16 ulp.
+      tol[size_t(i)] = offset == 0.0f ? 0.0 : (bf() ? 2 * kBf16Store : 2 * kU) * std::fabs(v);
+    }
+    expect_close("fill_uniform", got, want, tol, false, "fill_uniform offset " + std::to_string(offset));
+    b().release(*t);
+  }
+}
+
 TEST_P(Rowwise, ReportsTheBackend) {
   EXPECT_NE(b().name().find("cuda"), std::string::npos);
   EXPECT_EQ(b().activation_dtype(), DType::BF16);

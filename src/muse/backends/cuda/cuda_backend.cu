@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "muse/backends/cuda/cuda_bench.h"
 #include "muse/backends/cuda/cuda_impl.cuh"
 
 namespace muse {
@@ -178,6 +179,17 @@ Result<Tensor> CudaBackend::import_weight(DType dtype, std::initializer_list<int
     return make_error(cuda_failure("import_weight", e));
   }
   return t;
+}
+
+Status CudaBackend::fill_uniform(const Tensor& t, uint64_t seed, float scale, float offset) {
+  if (!is_float_dtype(t.dtype)) return make_error("cuda backend: fill_uniform: F32 or BF16 only, not " + describe(t));
+  cudaError_t e = cudaStreamSynchronize(stream_);  // nothing of ours may still use t
+  if (e != cudaSuccess) return make_error(cuda_failure("fill_uniform", e));
+  MUSE_RETURN_IF_ERROR(cuda_fill_uniform(t.data, t.dtype, t.numel(), seed, scale, offset));
+  // cuda_fill_uniform launches on the legacy default stream, which our
+  // non-blocking stream does not wait for: finish it here.
+  if ((e = cudaDeviceSynchronize()) != cudaSuccess) return make_error(cuda_failure("fill_uniform", e));
+  return Status::Ok();
 }
 
 void CudaBackend::release(Tensor& t) {

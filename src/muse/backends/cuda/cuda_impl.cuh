@@ -127,16 +127,17 @@ class CudaBackend final : public Backend {
   void profile_reset() override { profile_times_.clear(); }
   DType activation_dtype() const override { return DType::BF16; }
   DType kv_dtype() const override { return DType::BF16; }
-  // Weight matrices are held in BF16 (an F32 checkpoint is rounded once, at
-  // load). Declared without `override` while Backend::matrix_dtype is being
-  // added to backend.h, so this compiles with and without it.
-  DType matrix_dtype(DType stored) const { return stored == DType::F32 ? DType::BF16 : stored; }
+  // Weight matrices are held in BF16 (an F32 checkpoint is rounded once, at load).
+  DType matrix_dtype(DType stored) const override { return stored == DType::F32 ? DType::BF16 : stored; }
   Memory memory() const override;
 
   Result<Tensor> alloc(DType dtype, std::initializer_list<int64_t> shape) override;
   Result<Tensor> import_weight(DType dtype, std::initializer_list<int64_t> shape, const void* host,
                                bool host_outlives) override;
   void release(Tensor& t) override;
+  // In place, now (not enqueued): cuda_fill_uniform (cuda_bench.cu), then a
+  // device synchronisation, so later steps on the stream see the values.
+  Status fill_uniform(const Tensor& t, uint64_t seed, float scale, float offset) override;
   Status download(const Tensor& t, void* host) override;
 
   void set_input(const Tensor& dst, const void* host, size_t bytes) override;
