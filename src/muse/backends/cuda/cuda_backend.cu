@@ -47,6 +47,11 @@ namespace cuda {
 
 CudaBackend::CudaBackend(int device, bool profile) : device_(device), profile_(profile) {}
 
+// The CUDA device is per host thread: the engine may create the backend on
+// one thread and run steps on another, so every entry point that talks to
+// the driver makes ours current first (cheap when it already is).
+void CudaBackend::use_device() const { cudaSetDevice(device_); }
+
 std::string CudaBackend::cuda_failure(const char* what, cudaError_t e) {
   return std::string("cuda backend: ") + what + ": " + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
 }
@@ -75,6 +80,7 @@ Status CudaBackend::init() {
 }
 
 CudaBackend::~CudaBackend() {
+  use_device();
   if (stream_) cudaStreamSynchronize(stream_);
   for (auto& [key, plan] : lt_plans_) {
     if (plan.op) cublasLtMatmulDescDestroy(plan.op);
@@ -99,6 +105,7 @@ CudaBackend::~CudaBackend() {
 }
 
 Backend::Memory CudaBackend::memory() const {
+  use_device();
   size_t free = 0, total = 0;
   if (cudaMemGetInfo(&free, &total) != cudaSuccess) {
     cudaGetLastError();
@@ -128,6 +135,7 @@ std::string CudaBackend::profile_report() const {
 // ---------------------------------------------------------------------------
 
 Result<Tensor> CudaBackend::alloc(DType dtype, std::initializer_list<int64_t> shape) {
+  use_device();
   Tensor t;
   t.dtype = dtype;
   if (shape.size() < 1 || shape.size() > 4) return make_error("tensor rank must be 1..4");
@@ -182,6 +190,7 @@ Result<Tensor> CudaBackend::import_weight(DType dtype, std::initializer_list<int
 }
 
 Status CudaBackend::fill_uniform(const Tensor& t, uint64_t seed, float scale, float offset) {
+  use_device();
   if (!is_float_dtype(t.dtype)) return make_error("cuda backend: fill_uniform: F32 or BF16 only, not " + describe(t));
   cudaError_t e = cudaStreamSynchronize(stream_);  // nothing of ours may still use t
   if (e != cudaSuccess) return make_error(cuda_failure("fill_uniform", e));
@@ -193,6 +202,7 @@ Status CudaBackend::fill_uniform(const Tensor& t, uint64_t seed, float scale, fl
 }
 
 void CudaBackend::release(Tensor& t) {
+  use_device();
   auto it = owned_.find(t.data);
   if (it != owned_.end()) {
     cudaStreamSynchronize(stream_);
@@ -203,6 +213,7 @@ void CudaBackend::release(Tensor& t) {
 }
 
 Status CudaBackend::download(const Tensor& t, void* host) {
+  use_device();
   if (!ops_.empty()) return make_error("download() with operations still queued: call execute() first");
   cudaError_t e = cudaMemcpyAsync(host, t.data, t.bytes(), cudaMemcpyDeviceToHost, stream_);
   if (e == cudaSuccess) e = cudaStreamSynchronize(stream_);
@@ -212,6 +223,7 @@ Status CudaBackend::download(const Tensor& t, void* host) {
 
 void CudaBackend::reserve_scratch(size_t bytes) {
   if (bytes <= scratch_bytes_) return;
+  use_device();
   // Nothing runs between steps (execute() ends synchronized), so the old
   // buffer is idle; queued ops read scratch_ when they run.
   if (scratch_) cudaFree(scratch_);
@@ -231,6 +243,7 @@ const float* CudaBackend::inv_freq(double theta, int64_t head_dim) {
   auto key = std::make_pair(theta, head_dim);
   auto it = inv_freq_.find(key);
   if (it != inv_freq_.end()) return it->second;
+  use_device();
   // As transformers computes it: fp32 exponent, power, fp32 reciprocal (the CPU backend's formula).
   const int64_t half = head_dim / 2;
   std::vector<float> inv(static_cast<size_t>(half));
@@ -319,6 +332,7 @@ std::string describe_device_error(const DeviceError& e) {
 }  // namespace
 
 Status CudaBackend::execute() {
+  use_device();
   auto ops = std::move(ops_);
   ops_.clear();
   const size_t arena_used = arena_used_;

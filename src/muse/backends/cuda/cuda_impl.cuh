@@ -189,6 +189,7 @@ class CudaBackend final : public Backend {
   cudaError_t launch_project(cudaStream_t s, const Tensor& x, const Projection& p);
   cudaError_t launch_cublaslt(cudaStream_t s, const Tensor& x, const Projection& p);
   std::string cuda_failure(const char* what, cudaError_t e);
+  void use_device() const;
 
   int device_ = 0;
   bool profile_ = false;
