@@ -101,21 +101,28 @@ TEST_P(CudaFixture, WithinTwiceTheReferenceBf16Gap) {
               f.name.c_str(), rel, (long long)worst_row, gap, rel / gap);
   EXPECT_LE(rel, 2 * gap) << f.name << ": worst row " << worst_row;
 
-  // Greedy picks along the recorded continuation.
+  // Greedy picks along the recorded continuation. Where the engine picks
+  // another id than the fp32 reference, that id must be a near-tie at bf16
+  // precision: its fp32 reference logit within the bf16 reference's own gap
+  // (2× gap × max|logit|) of the reference's best. (A chaotic random fixture
+  // makes that gap large; scripts/cuda/random_large_check.py holds the
+  // contractive models where it is small.)
   const int64_t P = int64_t(f.prompt.size());
   const int64_t sampled = e->config().sampled_vocab_size > 0 ? e->config().sampled_vocab_size : f.vocab;
   int differ = 0;
   for (size_t k = 0; k < f.generated.size(); ++k) {
-    std::span<const float> row(got.data() + size_t((P - 1 + int64_t(k)) * f.vocab), size_t(f.vocab));
-    const int32_t id = argmax(row, sampled);
+    const size_t row = size_t((P - 1 + int64_t(k)) * f.vocab);
+    std::span<const float> mine(got.data() + row, size_t(f.vocab));
+    const int32_t id = argmax(mine, sampled);
     if (id == f.generated[k]) continue;
     ++differ;
-    EXPECT_NE(std::find(near_ties.begin(), near_ties.end(), int64_t(k)), near_ties.end())
-        << f.name << ": greedy step " << k << " picks " << id << ", the reference " << f.generated[k]
-        << " (not a recorded near-tie)";
+    const double margin = double(f.logits[row + size_t(f.generated[k])]) - f.logits[row + size_t(id)];
+    EXPECT_LE(margin, 2 * gap * max_ref) << f.name << ": greedy step " << k << " picks " << id << ", the reference "
+                                         << f.generated[k] << " by a margin of " << margin << " (beyond bf16 noise)";
   }
-  std::printf("[ cuda     ] %-10s greedy picks equal at %zu of %zu steps\n", f.name.c_str(),
-              f.generated.size() - size_t(differ), f.generated.size());
+  std::printf("[ cuda     ] %-10s greedy picks equal at %zu of %zu steps (the bf16 reference's own: %zu)\n",
+              f.name.c_str(), f.generated.size() - size_t(differ), f.generated.size(),
+              f.generated.size() - near_ties.size());
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, CudaFixture, ::testing::ValuesIn(fixture_names()),

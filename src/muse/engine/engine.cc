@@ -195,18 +195,21 @@ Status Engine::size_device_kv(const Backend::Memory& before, uint64_t requested,
   if (per_block == 0) {
     ko->num_blocks = 0;
   } else {
-    ko->num_blocks = int64_t(std::min<uint64_t>((budget - rings) / per_block, (uint64_t(1) << 31) - 1));
-    if (ko->num_blocks < blocks_per_seq)
+    const int64_t fit = int64_t(std::min<uint64_t>((budget - rings) / per_block, (uint64_t(1) << 31) - 1));
+    // No more than every sequence at full length can use: a pool beyond that
+    // would hold memory (and a free list) nothing can ever fill.
+    ko->num_blocks = std::min(fit, ko->max_sequences * blocks_per_seq);
+    if (fit < blocks_per_seq)
       return make_error("KV cache: " + std::to_string(double(budget - rings) / kGiB) + " GiB hold " +
-                        std::to_string(ko->num_blocks * ko->block_size) + " positions, fewer than one sequence of " +
+                        std::to_string(fit * ko->block_size) + " positions, fewer than one sequence of " +
                         "--max-model-len " + std::to_string(max_model_len_) +
                         ": lower it, or raise --gpu-memory-utilization");
   }
-  LOG_INFO("KV cache on the GPU: %lld blocks of %lld positions = %lld tokens in full-attention layers (%.2f GiB) + "
-           "sliding rings for %lld sequences (%.2f GiB); weights and activations %.2f GiB",
+  LOG_INFO("KV cache on the GPU: %lld blocks of %lld positions = %lld tokens in full-attention layers (%.2f GiB; "
+           "the budget holds %.2f GiB) + sliding rings for %lld sequences (%.2f GiB); weights and activations %.2f GiB",
            (long long)ko->num_blocks, (long long)ko->block_size, (long long)(ko->num_blocks * ko->block_size),
-           double(uint64_t(ko->num_blocks) * per_block) / kGiB, (long long)ko->max_sequences, double(rings) / kGiB,
-           double(used) / kGiB);
+           double(uint64_t(ko->num_blocks) * per_block) / kGiB, double(budget - rings) / kGiB,
+           (long long)ko->max_sequences, double(rings) / kGiB, double(used) / kGiB);
   return Status::Ok();
 }
 
