@@ -11,7 +11,7 @@
 // tensors. Threading contract: the server calls these from its I/O thread;
 // GenerationSink methods are called from the service's own thread(s) and must
 // only enqueue (the server's sink does: a mutex-protected append and a wake-up).
-// fake_model.h implements both deterministically for tests (`--fake-model`).
+// tests/support/fake_model/ implements both deterministically for tests.
 #pragma once
 
 #include <cstdint>
