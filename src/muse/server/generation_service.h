@@ -70,6 +70,10 @@ struct GenerationRequest {
   // "tools":[...],"parallel_tool_calls":bool} for tool_choice required (null)
   // / named.
   Json constraint;
+  // Not from HTTP: `muse run --dump-logits` reads every position's raw
+  // logits through it (engine/scheduler.h, GenerateRequest::logits_observer;
+  // the real engine only). Empty: none.
+  std::function<void(int index, std::span<const float> rows)> logits_observer;
 };
 
 // ---------------------------------------------------------------------------
