@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "command.h"
+#include "muse/backends/factory/backend_factory.h"
 #include "muse/chat/request_render.h"
 #include "muse/core/cli.h"
 #include "muse/core/json.h"
@@ -224,8 +225,9 @@ int run_command(int argc, char** argv) {
     so.scheduler.sampled_vocab_size = files.tokenizer.id_limit();
     so.tokenizer = files.tokenizer;
   }
-  // --dump-logits: prompt chunks of --max-num-batched-tokens rows, as every other step.
-  so.scheduler.max_logit_rows = o.max_num_batched_tokens;
+  // --dump-logits: every prompt row, in chunks of --max-num-batched-tokens as
+  // without it (the engine's logits buffer grows to match).
+  if (!o.dump_logits.empty()) so.engine.max_logit_rows = so.scheduler.max_logit_rows = o.max_num_batched_tokens;
   set_log_level(LogLevel::Warn);  // run prints its own summary line
   auto service = server::make_engine_service(std::move(so));
 
