@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "engine_test_util.h"
-#include "muse/sampling/sampler.h"
+#include "muse/sampling/sequence_sampler.h"
 
 namespace muse::testing {
 namespace {
@@ -12,17 +12,18 @@ namespace {
 class BothFamilies : public ::testing::TestWithParam<bool> {};
 
 // Greedy and seeded sampling: two independent runs give the same ids.
-std::vector<int32_t> generate(Engine& e, const std::vector<int32_t>& prompt, int n, const SamplingParams& sp,
+std::vector<int32_t> generate(Engine& e, const std::vector<int32_t>& prompt, int n, const SamplingConfig& sc,
                               std::vector<float>* all_logits = nullptr) {
   auto s = e.new_session();
   EXPECT_TRUE(s.ok());
   auto logits = (*s)->feed(prompt);
   EXPECT_TRUE(logits.ok());
-  Sampler sampler(sp);
+  SequenceSampler sampler(sc, e.config().sampled_vocab_size);
   std::vector<int32_t> out;
   for (int i = 0; i < n; ++i) {
     if (all_logits) all_logits->insert(all_logits->end(), logits->begin(), logits->end());
-    out.push_back(sampler.sample(*logits, e.config().sampled_vocab_size));
+    out.push_back(sampler.sample(*logits).id);
+    sampler.accept(out.back());
     logits = (*s)->feed(std::span<const int32_t>(&out.back(), 1));
     EXPECT_TRUE(logits.ok()) << (logits.ok() ? "" : logits.message());
   }
@@ -33,7 +34,8 @@ TEST_P(BothFamilies, RunToRunAndThreadCountIdentical) {
   const bool spark = GetParam();
   auto prompt = some_tokens(19);
   for (double temperature : {0.0, 0.8}) {
-    SamplingParams sp{temperature, 0, 1.0, 42};
+    SamplingConfig sp;
+    sp.temperature = temperature, sp.seed = 42;
     std::vector<float> l1, l2, l3;
     auto e1 = tiny_engine(spark, 2), e2 = tiny_engine(spark, 2), e3 = tiny_engine(spark, 1);
     auto a = generate(*e1, prompt, 24, sp, &l1);

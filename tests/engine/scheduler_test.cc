@@ -350,6 +350,53 @@ TEST(Scheduler, PromptLogprobsAreTheModelsLogSoftmax) {
   EXPECT_EQ(c->logprobs.size(), 2u);
 }
 
+// The logits observer (muse run --dump-logits) sees each position's raw row
+// exactly once and in order, through chunked prefill, shared steps and
+// preemption (recomputed rows are not delivered again): the rows equal the
+// sequence's tokens fed alone.
+TEST(Scheduler, LogitsObserverSeesEveryPositionOnceInOrder) {
+  EngineOptions o;
+  o.max_sequences = 4;
+  o.max_batch_tokens = 16;
+  o.kv_block_size = 4;
+  o.kv_blocks = 20;  // one sequence needs up to 10 blocks: preemption
+  auto e = tiny_engine(true, 2, o);
+  const int64_t V = e->config().vocab_size;
+  std::vector<std::vector<float>> rows(6);
+  std::vector<std::shared_ptr<Collector>> got;
+  std::vector<std::vector<int32_t>> prompts;
+  SchedulerOptions so;
+  so.max_logit_rows = 8;
+  Scheduler sched(*e, so);
+  for (int i = 0; i < 6; ++i) {
+    prompts.push_back(some_tokens(size_t(11 + 3 * i), 70 + i));
+    GenerateRequest r = request("o" + std::to_string(i), prompts.back(), 12, i % 2 ? sampled(3) : SamplingConfig{});
+    r.logits_observer = [&rows, i](int index, std::span<const float> x) {
+      EXPECT_EQ(index, 0);
+      rows[size_t(i)].insert(rows[size_t(i)].end(), x.begin(), x.end());
+    };
+    got.push_back(std::make_shared<Collector>());
+    ASSERT_EQ(sched.submit(r, got.back()).status, Scheduler::SubmitStatus::Ok);
+  }
+  int64_t preempted = 0;
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(got[size_t(i)]->wait());
+    preempted += got[size_t(i)]->summary.preemptions;
+  }
+  for (int i = 0; i < 6; ++i) {
+    // Every prompt position, then each generated token but the last (never fed).
+    std::vector<int32_t> fed = prompts[size_t(i)];
+    fed.insert(fed.end(), got[size_t(i)]->tokens[0].begin(), got[size_t(i)]->tokens[0].end() - 1);
+    auto s = e->new_session();
+    ASSERT_TRUE(s.ok());
+    auto want = (*s)->feed(fed, LogitsWanted::All);
+    ASSERT_TRUE(want.ok());
+    ASSERT_EQ(rows[size_t(i)].size(), fed.size() * size_t(V)) << "request " << i;
+    EXPECT_EQ(rows[size_t(i)], *want) << "request " << i;
+  }
+  EXPECT_GT(preempted, 0) << "the pool was meant to run out";
+}
+
 TEST(Scheduler, StoppingAbortsEverythingLeft) {
   EngineOptions o;
   o.max_sequences = 1;

@@ -13,11 +13,11 @@
 
 #include "muse/core/json.h"
 #include "muse/server/api_server.h"
-#include "muse/server/fake_model.h"
 
 using namespace muse;
 using namespace muse::server;
 
+#include "../support/fake_model/fake_model.h"
 #include "../support/loopback_client.h"
 
 namespace {

@@ -2,9 +2,10 @@
 #include <gtest/gtest.h>
 
 #include "muse/server/api_request.h"
-#include "muse/server/fake_model.h"
 #include "muse/server/response_writer.h"
 #include "muse/server/stop_matcher.h"
+
+#include "../support/fake_model/fake_model.h"
 
 using namespace muse;
 using namespace muse::server;

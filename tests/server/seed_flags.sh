@@ -2,9 +2,10 @@
 # Every `vllm serve` flag used by the deployment recipes in shared/seeds is
 # recognised by `muse serve`: implemented ones start the server (which then
 # exits 0 on SIGINT), the others are refused at start with a message naming
-# the flag. Usage: seed_flags.sh MUSE_BINARY
+# the flag. Usage: seed_flags.sh MUSE_FAKE_BINARY (build/muse_fake: the same
+# `serve` flags over the fake model, so no weights load).
 set -u
-muse=${1:?usage: seed_flags.sh MUSE_BINARY}
+muse=${1:?usage: seed_flags.sh MUSE_FAKE_BINARY}
 fail=0
 
 accepted=(
@@ -25,7 +26,7 @@ refused=(
 # All accepted flags at once (as the recipes combine them): the server must
 # come up and exit 0 on SIGINT. (--max-model-len appears twice: the last wins.)
 # shellcheck disable=SC2046
-timeout --preserve-status -s INT 3 "$muse" serve --fake-model $(printf '%s ' "${accepted[@]}") >/tmp/muse_seed_$$.log 2>&1
+timeout --preserve-status -s INT 3 "$muse" serve $(printf '%s ' "${accepted[@]}") >/tmp/muse_seed_$$.log 2>&1
 rc=$?
 if [ $rc -ne 0 ] || ! grep -q "ready" /tmp/muse_seed_$$.log; then
   echo "FAIL: the accepted flags should start the server (exit $rc)"; cat /tmp/muse_seed_$$.log; fail=1
@@ -35,7 +36,7 @@ fi
 for args in "${refused[@]}"; do
   flag=${args%% *}
   # shellcheck disable=SC2086
-  out=$(timeout 5 "$muse" serve --fake-model --host 127.0.0.1 --port 0 $args 2>&1)
+  out=$(timeout 5 "$muse" serve --host 127.0.0.1 --port 0 $args 2>&1)
   rc=$?
   if [ $rc -ne 2 ] || ! grep -q -- "$flag" <<<"$out"; then
     echo "FAIL: '$args' should be refused naming $flag (exit $rc): $out"; fail=1

@@ -1,7 +1,7 @@
 # Client-library tests: the official `openai` and `@anthropic-ai/sdk` npm
-# packages against `muse serve --fake-model` on a free loopback port.
+# packages against `muse_fake serve` on a free loopback port.
 add_test(NAME server_clients_js
-         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/server/js/run.sh $<TARGET_FILE:muse>
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/server/js/run.sh $<TARGET_FILE:muse_fake>
          WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
 set_tests_properties(server_clients_js PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS "node")
 # The same clients against the real engine on models/muse-tiny (~10 s).
@@ -15,9 +15,13 @@ set_tests_properties(server_clients_js_real PROPERTIES SKIP_RETURN_CODE 77 TIMEO
 # server must still answer (run under -DMUSE_SANITIZE=address,undefined too).
 add_executable(server_load_test ${CMAKE_CURRENT_SOURCE_DIR}/tests/server/load/load_test.cc)
 target_link_libraries(server_load_test PRIVATE muse_all)
-add_test(NAME server_load COMMAND server_load_test --muse $<TARGET_FILE:muse> --clients 256)
+add_test(NAME server_load COMMAND server_load_test --muse $<TARGET_FILE:muse_fake> --clients 256)
 set_tests_properties(server_load PROPERTIES TIMEOUT 300 LABELS "load")
 
 # Every vllm flag of the shared/seeds recipes is recognised (acts or is refused by name).
-add_test(NAME server_seed_flags COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/server/seed_flags.sh $<TARGET_FILE:muse>)
+# (muse_fake parses exactly `muse serve`'s flags, and needs no model to start.)
+add_test(NAME server_seed_flags COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/server/seed_flags.sh $<TARGET_FILE:muse_fake>)
 set_tests_properties(server_seed_flags PROPERTIES TIMEOUT 120)
+
+# The fake model (tests/support/fake_model/) for the in-process server tests.
+target_link_libraries(test_server PRIVATE muse_fake_model)

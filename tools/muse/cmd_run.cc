@@ -5,23 +5,33 @@
 // (--temperature 0) so runs are reproducible; --dump-logits writes every
 // prompt and fed position's logits for checking against a reference. Without
 // a model, the embedded models/muse-tiny is used.
+//
+// Generation is the server's: one request to the engine service
+// (server/engine_service.h), which runs the scheduler and each sequence's
+// SequenceSampler, detokenizes and reports the finish; the same seed gives
+// the same tokens as a server request with that seed.
 #include <sys/stat.h>
 
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <cmath>
+#include <condition_variable>
 #include <cstdio>
+#include <limits>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "command.h"
-#include "muse/core/cli.h"
+#include "muse/backends/factory/backend_factory.h"
 #include "muse/chat/request_render.h"
+#include "muse/core/cli.h"
 #include "muse/core/json.h"
+#include "muse/core/log.h"
 #include "muse/engine/default_model.h"
 #include "muse/engine/engine.h"
-#include "muse/sampling/sampler.h"
-#include "muse/tokenizer/streaming_detokenizer.h"
+#include "muse/server/engine_service.h"
 #include "muse/tokenizer/tokenizer_files.h"
 
 namespace muse::tool {
@@ -62,6 +72,38 @@ int fail(const std::string& message) {
   std::fprintf(stderr, "muse run: %s\n", message.c_str());
   return 1;
 }
+
+// The request's deliveries, handed from the engine thread to the main thread
+// (which writes them), as the server's sink does.
+class RunSink : public server::GenerationSink {
+ public:
+  void on_output(server::GenerationOutput output) override {
+    std::lock_guard lock(mu_);
+    outputs_.push_back(std::move(output));
+    cv_.notify_one();
+  }
+  void on_complete(server::GenerationSummary summary) override {
+    std::lock_guard lock(mu_);
+    summary_ = std::move(summary);
+    done_ = true;
+    cv_.notify_one();
+  }
+  // Waits for deliveries; true once the request is complete (then `summary` is set).
+  bool wait(std::vector<server::GenerationOutput>* outputs, server::GenerationSummary* summary) {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return done_ || !outputs_.empty(); });
+    outputs->swap(outputs_);
+    if (done_) *summary = summary_;
+    return done_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<server::GenerationOutput> outputs_;
+  server::GenerationSummary summary_;
+  bool done_ = false;
+};
 
 int run_command(int argc, char** argv) {
   RunOptions o;
@@ -139,8 +181,11 @@ int run_command(int argc, char** argv) {
   if (ids->empty()) return fail(text_mode ? "--prompt: the prompt is empty" : "--prompt-ids: the prompt is empty");
   if (o.threads < 0) return fail("--threads must be >= 0 (0 = all CPUs)");
   if (o.seed < 0) return fail("--seed must be >= 0");
-  SamplingParams sp{o.temperature, o.top_k, o.top_p, uint64_t(o.seed)};
-  if (Status s = validate(sp); !s.ok()) return fail(s.message());
+  if (!(o.temperature >= 0.0) || !std::isfinite(o.temperature))
+    return fail("temperature must be a finite number >= 0 (got " + std::to_string(o.temperature) + ")");
+  if (o.top_k < 0) return fail("top_k must be >= 0 (0 disables it)");
+  if (!(o.top_p > 0.0 && o.top_p <= 1.0)) return fail("top_p must be in (0, 1]");
+  if (o.max_tokens > std::numeric_limits<int>::max()) return fail("--max-tokens is too large");
 
   auto device = parse_device(o.device);
   if (!device.ok()) return fail(device.message());
@@ -155,79 +200,93 @@ int run_command(int argc, char** argv) {
   // Read the config first so bad ids fail before the weights load.
   auto config = load_model_config(o.model);
   if (!config.ok()) return fail(config.message());
-  const int64_t V = config->vocab_size;
+  const ModelConfig& c = *config;
+  const int64_t V = c.vocab_size;
   std::vector<int32_t> prompt;
   for (int64_t id : *ids) {
     if (id < 0 || id >= V)
       return fail("--prompt-ids: id " + std::to_string(id) + " is outside the vocabulary [0, " + std::to_string(V) + ")");
     prompt.push_back(int32_t(id));
   }
-  if (config->max_position_embeddings > 0 && eo.max_model_len > config->max_position_embeddings)
+  if (c.max_position_embeddings > 0 && eo.max_model_len > c.max_position_embeddings)
     return fail("prompt + --max-tokens (" + std::to_string(eo.max_model_len) + ") exceeds the model's " +
-                "max_position_embeddings (" + std::to_string(config->max_position_embeddings) + ")");
+                "max_position_embeddings (" + std::to_string(c.max_position_embeddings) + ")");
+
+  // The server's generation path: engine service -> scheduler -> sequence sampler.
+  server::EngineServiceOptions so;
+  so.model_dir = o.model;
+  so.engine = eo;
+  std::vector<int32_t>& eos = so.scheduler.eos_token_ids;
+  for (int64_t id : c.eos_token_ids) eos.push_back(int32_t(id));
+  if (text_mode) {
+    for (int32_t id : files.eos_token_ids)
+      if (std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
+    // Never sample an id the tokenizer has no token for (muse-tiny's padding rows).
+    so.scheduler.sampled_vocab_size = files.tokenizer.id_limit();
+    so.tokenizer = files.tokenizer;
+  }
+  // --dump-logits: every prompt row, in chunks of --max-num-batched-tokens as
+  // without it (the engine's logits buffer grows to match).
+  if (!o.dump_logits.empty()) so.engine.max_logit_rows = so.scheduler.max_logit_rows = o.max_num_batched_tokens;
+  set_log_level(LogLevel::Warn);  // run prints its own summary line
+  auto service = server::make_engine_service(std::move(so));
 
   auto t0 = std::chrono::steady_clock::now();
-  auto engine = Engine::open(o.model, eo);
-  if (!engine.ok()) return fail(engine.message());
+  if (Status s = service->load({}); !s.ok()) return fail(s.message());
   const double load_s = seconds_since(t0);
-  auto session = (*engine)->new_session();
-  if (!session.ok()) return fail(session.message());
-  const ModelConfig& c = (*engine)->config();
 
   FILE* dump = nullptr;
   if (!o.dump_logits.empty()) {
     dump = std::fopen(o.dump_logits.c_str(), "wb");
     if (!dump) return fail("cannot write --dump-logits file '" + o.dump_logits + "'");
   }
-  auto write_rows = [&](const std::vector<float>& rows) {
-    return !dump || std::fwrite(rows.data(), sizeof(float), rows.size(), dump) == rows.size();
-  };
+  bool dump_ok = true;
 
-  t0 = std::chrono::steady_clock::now();
-  auto logits = (*session)->feed(prompt, dump ? LogitsWanted::All : LogitsWanted::Last);
-  if (!logits.ok()) return fail(logits.message());
-  const double prefill_s = seconds_since(t0);
-  if (!write_rows(*logits)) return fail("writing --dump-logits failed");
-  std::vector<float> last(logits->end() - V, logits->end());
+  server::GenerationRequest req;
+  req.request_id = "run";
+  req.prompt_ids = prompt;
+  req.sampling.temperature = o.temperature;
+  req.sampling.top_k = int(std::min<int64_t>(o.top_k, std::numeric_limits<int>::max()));
+  req.sampling.top_p = o.top_p;
+  req.sampling.seed = o.seed;
+  req.sampling.ignore_eos = o.ignore_eos;
+  req.stop.max_tokens = int(o.max_tokens);
+  req.skip_special_tokens = o.skip_special_tokens;
+  // On the scheduler thread, which then completes the request: done before the sink says so.
+  if (dump)
+    req.logits_observer = [&](int, std::span<const float> rows) {
+      dump_ok = dump_ok && std::fwrite(rows.data(), sizeof(float), rows.size(), dump) == rows.size();
+    };
+  auto sink = std::make_shared<RunSink>();
+  if (auto e = service->submit(std::move(req), sink)) return fail(e->message);
 
-  Sampler sampler(sp);
   std::vector<int32_t> out;
-  std::string finish = "length";
-  int64_t sampled_vocab = c.sampled_vocab_size > 0 ? c.sampled_vocab_size : V;
-  // Never sample an id the tokenizer has no token for (muse-tiny's padding rows).
-  if (text_mode) sampled_vocab = std::min<int64_t>(sampled_vocab, files.tokenizer.id_limit());
-  std::vector<int64_t> eos = c.eos_token_ids;
-  if (text_mode)
-    for (int32_t id : files.eos_token_ids)
-      if (std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
-  StreamingDetokenizer detok(files.tokenizer, o.skip_special_tokens);
   std::string text;
-  auto emit = [&](const std::string& piece) {
-    if (piece.empty()) return;
-    text += piece;
-    if (!o.json) {
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
+  server::FinishReason finish = server::FinishReason::None;
+  server::GenerationSummary summary;
+  for (bool done = false; !done;) {
+    std::vector<server::GenerationOutput> outputs;
+    done = sink->wait(&outputs, &summary);
+    for (const auto& d : outputs) {
+      out.insert(out.end(), d.token_ids.begin(), d.token_ids.end());
+      if (!d.text.empty()) {
+        text += d.text;
+        if (!o.json) {
+          std::fwrite(d.text.data(), 1, d.text.size(), stdout);
+          std::fflush(stdout);
+        }
+      }
+      if (d.finish != server::FinishReason::None) finish = d.finish;
     }
-  };
-  t0 = std::chrono::steady_clock::now();
-  for (;;) {
-    const int32_t tok = sampler.sample(last, sampled_vocab);
-    out.push_back(tok);
-    if (!o.ignore_eos && std::find(eos.begin(), eos.end(), tok) != eos.end()) {
-      finish = "stop";
-      break;
-    }
-    if (text_mode) emit(detok.feed(tok));
-    if (int64_t(out.size()) >= o.max_tokens) break;
-    auto next = (*session)->feed(std::span<const int32_t>(&tok, 1), LogitsWanted::Last);
-    if (!next.ok()) return fail(next.message());
-    if (!write_rows(*next)) return fail("writing --dump-logits failed");
-    last = std::move(*next);
   }
-  const double decode_s = seconds_since(t0);
-  if (text_mode) emit(detok.flush());
-  if (dump && std::fclose(dump) != 0) return fail("writing --dump-logits failed");
+  if (dump && std::fclose(dump) != 0) dump_ok = false;
+  if (!summary.error.empty()) return fail(summary.error);
+  if (finish != server::FinishReason::Stop && finish != server::FinishReason::Length)
+    return fail("generation ended without a finish reason");
+  if (!dump_ok) return fail("writing --dump-logits failed");
+  const std::string finish_name = finish == server::FinishReason::Stop ? "stop" : "length";
+  const std::string backend = service->backend_name();
+  const double prefill_s = summary.prefill_seconds, decode_s = summary.decode_seconds;
   const int64_t decoded = int64_t(out.size()) - 1;  // tokens fed back through the model
 
   if (o.json) {
@@ -238,8 +297,8 @@ int run_command(int argc, char** argv) {
     j.set("prompt_tokens", int64_t(prompt.size()));
     j.set("generated_tokens", int64_t(out.size()));
     if (text_mode) j.set("text", text);
-    j.set("finish_reason", finish);
-    j.set("backend", (*engine)->backend().name());
+    j.set("finish_reason", finish_name);
+    j.set("backend", backend);
     j.set("load_seconds", load_s);
     j.set("prefill_seconds", prefill_s);
     j.set("prefill_tokens_per_second", double(prompt.size()) / std::max(prefill_s, 1e-9));
@@ -256,7 +315,7 @@ int run_command(int argc, char** argv) {
       std::printf("%s\n", s.c_str());
     }
     std::fprintf(stderr, "muse run: %zu prompt + %zu generated (%s) on %s; prefill %.1f tok/s, decode %.1f tok/s\n",
-                 prompt.size(), out.size(), finish.c_str(), (*engine)->backend().name().c_str(),
+                 prompt.size(), out.size(), finish_name.c_str(), backend.c_str(),
                  double(prompt.size()) / std::max(prefill_s, 1e-9),
                  decoded > 0 ? double(decoded) / std::max(decode_s, 1e-9) : 0.0);
   }

@@ -18,6 +18,7 @@
 #include "muse/server/backend_factory.h"
 #include "muse/server/load_progress.h"
 #include "muse/server/serve_options.h"
+#include "serve_command.h"
 
 namespace muse::tool {
 namespace {
@@ -128,7 +129,9 @@ void declare_refused(ArgParser& args) {
   for (const auto& r : kRefused) args.unsupported(r.name, r.value, r.why);
 }
 
-int serve_command(int argc, char** argv) {
+}  // namespace
+
+int serve_main(int argc, char** argv, const ServeBackendOverride* override) {
   ServeOptions o;
   o.api.http.max_body_bytes = 64u << 20;
   std::string positional_model, max_model_len, served_names, origins, methods, headers, reasoning_field = "both";
@@ -137,8 +140,6 @@ int serve_command(int argc, char** argv) {
   bool disable_log_requests = false, enable_auto_tool_choice = false;
   int64_t max_body_mb = 64;
   std::string kv_cache_memory;
-  double fake_step_ms = 2.0;
-  int fake_load_ms = 0;
 
   ArgParser args("serve", "Serve a Muse checkpoint over the OpenAI (/v1/chat/completions, /v1/completions) and Anthropic "
                           "(/v1/messages) APIs. Flags follow `vllm serve`.");
@@ -191,15 +192,13 @@ int serve_command(int argc, char** argv) {
   args.option("--sse-keepalive-interval", &o.api.sse_keepalive_seconds, "S", "SSE keep-alive comment after S silent seconds (default 15)");
   args.option("--shutdown-timeout", &o.api.shutdown_grace_seconds, "S", "on SIGINT/SIGTERM, wait S seconds for running requests before cancelling them (default 30)");
   args.option("--log-level", &o.log_level, "L", "debug, info, warn, error (default info)");
-  args.flag("--fake-model", &o.fake_model, "(testing) serve a deterministic fake model instead of MODEL");
-  args.option("--fake-step-ms", &fake_step_ms, "MS", "(testing) fake engine step time (default 2)");
-  args.option("--fake-load-ms", &fake_load_ms, "MS", "(testing) fake loading time (default 0)");
   declare_refused(args);
+  if (override && override->add_flags) override->add_flags(args);
 
   if (int rc = parse_flags(args, argc, argv, "serve"); rc >= 0) return rc;
   if (o.engine.model.empty()) o.engine.model = positional_model;
   bool default_model = false;
-  if (o.engine.model.empty() && !o.fake_model) {
+  if (o.engine.model.empty() && !override) {
     auto dir = default_model_dir();
     if (!dir.ok()) return fail(dir.message());
     o.engine.model = *dir;
@@ -262,9 +261,9 @@ int serve_command(int argc, char** argv) {
     if (!list.ok() || list->empty()) return fail("--served-model-name: expected one or more names");
     o.api.served_model_names = *list;
   } else {
-    o.api.served_model_names = {o.fake_model && o.engine.model.empty() ? std::string("muse-fake")
-                                : default_model                      ? std::string("muse-tiny")
-                                                                     : o.engine.model};
+    o.api.served_model_names = {override && o.engine.model.empty() ? override->model_name
+                                : default_model                    ? std::string("muse-tiny")
+                                                                   : o.engine.model};
   }
   o.api.reasoning_fields = reasoning_field == "reasoning" ? ReasoningFields::Reasoning
                            : reasoning_field == "reasoning_content" ? ReasoningFields::ReasoningContent
@@ -273,26 +272,15 @@ int serve_command(int argc, char** argv) {
   o.api.log_requests = !disable_log_requests;
   (void)enable_auto_tool_choice;  // always on: muse always has the Muse tool parser
 
-  ServeBackend backend;
-  if (o.fake_model) {
-    o.fake.max_model_len = o.engine.max_model_len > 0 ? o.engine.max_model_len : 4096;
-    o.fake.max_num_seqs = o.engine.max_num_seqs;
-    o.fake.max_num_batched_tokens = o.engine.max_num_batched_tokens;
-    o.fake.step_ms = fake_step_ms;
-    o.fake.load_ms = fake_load_ms;
-    o.fake.default_seed = o.engine.seed;
-    backend = make_fake_backend(o.fake);
-  } else {
-    auto b = make_engine_backend(o.engine);
-    if (!b.ok()) return std::fprintf(stderr, "%s\n", b.message().c_str()), 1;
-    backend = std::move(b).value();
-  }
+  auto b = override ? override->make_backend(o) : make_engine_backend(o.engine);
+  if (!b.ok()) return std::fprintf(stderr, "%s\n", b.message().c_str()), 1;
+  ServeBackend backend = std::move(b).value();
 
   raise_fd_limit();
   auto server = std::make_unique<ApiServer>(o.api, backend);
   if (Status s = server->listen(); !s.ok()) return std::fprintf(stderr, "muse serve: %s\n", s.message().c_str()), 1;
   LOG_INFO("muse serve: listening on %s:%d (model %s%s)", o.api.http.host.c_str(), server->port(), o.api.served_model_names[0].c_str(),
-           o.fake_model ? ", fake" : "");
+           override ? ", fake" : "");
 
   // Load on a side thread: /health says 503 until it is done.
   std::atomic<int> load_state{0};  // 0 loading, 1 ready, 2 failed
@@ -330,6 +318,8 @@ int serve_command(int argc, char** argv) {
   return code;
 }
 
+namespace {
+int serve_command(int argc, char** argv) { return serve_main(argc, argv); }
 }  // namespace
 
 MUSE_COMMAND("serve", "serve a model over the OpenAI and Anthropic HTTP APIs", serve_command, 20);

@@ -1,9 +1,10 @@
 // The `muse` executable is a set of subcommands, one file each
 // (cmd_run.cc, cmd_serve.cc, ...). A file registers its command with
-// MUSE_COMMAND; main.cc dispatches on argv[1].
+// MUSE_COMMAND; main.cc dispatches on argv[1] (the registry is in command.cc).
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "muse/core/cli.h"
 
@@ -15,6 +16,15 @@ using CommandFn = int (*)(int argc, char** argv);
 struct CommandRegistrar {
   CommandRegistrar(const char* name, const char* summary, CommandFn fn, int order = 100);
 };
+
+struct Command {
+  const char* name;
+  const char* summary;
+  CommandFn fn;
+  int order;
+};
+// Every registered command, in registration order.
+const std::vector<Command>& commands();
 
 // Parses a command's flags: on a bad flag prints "muse COMMAND: message" on
 // stderr and returns 2; after --help prints the usage and returns 0;

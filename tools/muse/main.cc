@@ -10,20 +10,8 @@
 namespace muse::tool {
 namespace {
 
-struct Command {
-  const char* name;
-  const char* summary;
-  CommandFn fn;
-  int order;
-};
-
-std::vector<Command>& registry() {
-  static std::vector<Command> commands;
-  return commands;
-}
-
 void print_usage(FILE* out) {
-  auto commands = registry();
+  std::vector<Command> commands = muse::tool::commands();
   std::sort(commands.begin(), commands.end(), [](const Command& a, const Command& b) {
     return a.order != b.order ? a.order < b.order : std::strcmp(a.name, b.name) < 0;
   });
@@ -39,22 +27,6 @@ int version_command(int, char**) {
 
 }  // namespace
 
-CommandRegistrar::CommandRegistrar(const char* name, const char* summary, CommandFn fn, int order) {
-  registry().push_back({name, summary, fn, order});
-}
-
-int parse_flags(ArgParser& args, int argc, char** argv, const char* command) {
-  Status st = args.parse(argc, argv);
-  if (!st.ok()) return fail(command, st.message());
-  if (args.help_requested()) return std::printf("%s", args.usage().c_str()), 0;
-  return -1;
-}
-
-int fail(const char* command, const std::string& message) {
-  std::fprintf(stderr, "muse %s: %s\n", command, message.c_str());
-  return 2;
-}
-
 MUSE_COMMAND("version", "print the version", version_command, 1000);
 
 }  // namespace muse::tool
@@ -66,7 +38,7 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   if (!std::strcmp(argv[1], "--version")) argv[1] = const_cast<char*>("version");
-  for (const auto& c : registry()) {
+  for (const auto& c : commands()) {
     if (!std::strcmp(c.name, argv[1])) return c.fn(argc - 1, argv + 1);
   }
   std::fprintf(stderr, "muse: unknown command '%s'\n\n", argv[1]);

@@ -26,11 +26,17 @@ struct Scheduler::Sequence {
   // Prompt logprobs: collected during the first prefill, sent with the first token.
   bool want_prompt_logprobs = false, prompt_logprobs_done = false, prompt_logprobs_sent = false;
   std::vector<PromptTokenLogprob> prompt_logprobs;
+  // The logits observer: positions whose rows it has seen (not again after a preemption).
+  bool observed = false;
+  int64_t rows_observed = 0;
 
   Sequence(SamplingConfig config, int64_t vocab) : sampler(std::move(config), vocab) {}
   int64_t generated() const { return int64_t(tokens.size()) - prompt_len; }
-  // Every row's logits are wanted while prompt logprobs are being collected.
-  bool all_rows() const { return want_prompt_logprobs && !prompt_logprobs_done; }
+  // Every row's logits are wanted while prompt logprobs are being collected,
+  // and while the observer has not seen every prompt row.
+  bool all_rows() const {
+    return (want_prompt_logprobs && !prompt_logprobs_done) || (observed && rows_observed < prompt_len);
+  }
 };
 
 struct Scheduler::Request {
@@ -173,6 +179,7 @@ void Scheduler::admit(std::unique_ptr<Request> req) {
     s->sampler.set_prompt(r->r.prompt);
     if (r->r.make_constraint) s->sampler.set_constraint(r->r.make_constraint());
     s->want_prompt_logprobs = r->r.prompt_logprobs >= 0;
+    s->observed = bool(r->r.logits_observer);
     waiting_.push_back(s.get());
     r->seqs.push_back(std::move(s));
   }
@@ -344,6 +351,15 @@ void Scheduler::iterate() {
     const int64_t start = plan[k].start, take = plan[k].take;
     local_.prompt_tokens_computed += uint64_t(take);
     std::span<float> rows = engine_.logits(k);
+    if (s->observed && !rows.empty()) {
+      // The rows end at the chunk's last position; skip any seen before a preemption.
+      const int64_t n = int64_t(rows.size()) / V, first = start + take - n;
+      const int64_t skip = std::max<int64_t>(0, s->rows_observed - first);
+      if (skip < n) {
+        r->r.logits_observer(s->index, std::span<const float>(rows.data() + skip * V, size_t((n - skip) * V)));
+        s->rows_observed = first + n;
+      }
+    }
     if (s->all_rows()) {
       // Row j predicts position start + j + 1.
       if (start == 0) s->prompt_logprobs.push_back({s->tokens[0], std::nanf(""), {}});

@@ -29,6 +29,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <unordered_set>
@@ -60,6 +61,12 @@ struct GenerateRequest {
   // Builds each sequence's TokenConstraint (a forced tool call, a grammar);
   // empty: unconstrained.
   std::function<std::unique_ptr<TokenConstraint>()> make_constraint;
+  // Sees the raw logits of every position of each sequence, each position
+  // once and in order ([rows x vocab] floats): the prompt's rows (row i
+  // predicts token i + 1), then one per generated token fed back. Called on
+  // the scheduler thread, before the row is sampled from. Empty: only the
+  // rows that are sampled from are computed. (`muse run --dump-logits`.)
+  std::function<void(int index, std::span<const float> rows)> logits_observer;
 };
 
 enum class SeqFinish { None, Stop, Length, Abort, Error };

@@ -99,9 +99,12 @@ Result<ServeBackend> make_engine_backend(const EngineServeOptions& options) {
   LOG_INFO("model %s: %s, chat profile %s, %zu EOS ids, tokenizer %s", o.model.c_str(), config->model_type.c_str(),
            (*adapter)->profile_name().c_str(), sc.eos_token_ids.size(), (*adapter)->tokenizer().describe().c_str());
 
+  so.tokenizer = (*adapter)->tokenizer();
+  so.constraints = [a = *adapter](const Json& c) { return a->constraint_factory(c); };
+
   ServeBackend b;
   b.adapter = *adapter;
-  b.service = make_engine_service(std::move(so), *adapter);
+  b.service = make_engine_service(std::move(so));
   return b;
 }
 

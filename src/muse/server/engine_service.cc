@@ -113,14 +113,13 @@ class SinkObserver : public RequestObserver {
   std::vector<Choice> choices_;
 };
 
-class EngineService : public GenerationService {
+class SchedulerService final : public EngineService {
  public:
-  EngineService(EngineServiceOptions o, std::shared_ptr<const MuseModelAdapter> adapter)
-      : opt_(std::move(o)), adapter_(std::move(adapter)) {
+  explicit SchedulerService(EngineServiceOptions o) : opt_(std::move(o)) {
     if (opt_.seed != 0) seeds_.seed(uint64_t(opt_.seed));
     else seeds_.seed(std::random_device{}() ^ (uint64_t(std::random_device{}()) << 32));
   }
-  ~EngineService() override {
+  ~SchedulerService() override {
     // Aborts what is left (sinks get their completions) before the engine goes.
     if (scheduler_) scheduler_->stop();
     scheduler_.reset();
@@ -151,7 +150,8 @@ class EngineService : public GenerationService {
     if (!sched) return SubmitError{SubmitError::Kind::Unavailable, "the model is not loaded"};
     GenerateRequest g;
     if (!req.constraint.is_null()) {
-      auto make = adapter_->constraint_factory(req.constraint);
+      if (!opt_.constraints) return SubmitError{SubmitError::Kind::Invalid, "constrained generation is not available"};
+      auto make = opt_.constraints(req.constraint);
       if (!make.ok()) return SubmitError{SubmitError::Kind::Invalid, make.message()};
       g.make_constraint = std::move(make).value();
     }
@@ -175,7 +175,8 @@ class EngineService : public GenerationService {
     g.ignore_eos = s.ignore_eos;
     g.logprobs = req.logprobs;
     g.prompt_logprobs = req.prompt_logprobs;
-    auto observer = std::make_shared<SinkObserver>(adapter_->tokenizer(), req, std::move(sink));
+    g.logits_observer = std::move(req.logits_observer);
+    auto observer = std::make_shared<SinkObserver>(opt_.tokenizer, req, std::move(sink));
     auto r = sched->submit(std::move(g), std::move(observer));
     switch (r.status) {
       case Scheduler::SubmitStatus::Ok: return std::nullopt;
@@ -184,6 +185,11 @@ class EngineService : public GenerationService {
       case Scheduler::SubmitStatus::Stopped: return SubmitError{SubmitError::Kind::Unavailable, r.message};
     }
     return std::nullopt;
+  }
+
+  std::string backend_name() const override {
+    std::lock_guard lock(mu_);
+    return ready_ ? engine_->backend().name() : std::string();
   }
 
   void cancel(const std::string& request_id) override {
@@ -216,7 +222,6 @@ class EngineService : public GenerationService {
   }
 
   EngineServiceOptions opt_;
-  std::shared_ptr<const MuseModelAdapter> adapter_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<Scheduler> scheduler_;
   mutable std::mutex mu_;
@@ -226,9 +231,8 @@ class EngineService : public GenerationService {
 
 }  // namespace
 
-std::shared_ptr<GenerationService> make_engine_service(EngineServiceOptions options,
-                                                       std::shared_ptr<const MuseModelAdapter> adapter) {
-  return std::make_shared<EngineService>(std::move(options), std::move(adapter));
+std::shared_ptr<EngineService> make_engine_service(EngineServiceOptions options) {
+  return std::make_shared<SchedulerService>(std::move(options));
 }
 
 }  // namespace muse::server

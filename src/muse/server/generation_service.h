@@ -11,7 +11,7 @@
 // tensors. Threading contract: the server calls these from its I/O thread;
 // GenerationSink methods are called from the service's own thread(s) and must
 // only enqueue (the server's sink does: a mutex-protected append and a wake-up).
-// fake_model.h implements both deterministically for tests (`--fake-model`).
+// tests/support/fake_model/ implements both deterministically for tests.
 #pragma once
 
 #include <cstdint>
@@ -70,6 +70,10 @@ struct GenerationRequest {
   // "tools":[...],"parallel_tool_calls":bool} for tool_choice required (null)
   // / named.
   Json constraint;
+  // Not from HTTP: `muse run --dump-logits` reads every position's raw
+  // logits through it (engine/scheduler.h, GenerateRequest::logits_observer;
+  // the real engine only). Empty: none.
+  std::function<void(int index, std::span<const float> rows)> logits_observer;
 };
 
 // ---------------------------------------------------------------------------

@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "muse/server/api_server.h"
-#include "muse/server/fake_model.h"
 
 namespace muse::server {
 
@@ -40,8 +39,6 @@ struct EngineServeOptions {
 struct ServeOptions {
   ApiServerOptions api;
   EngineServeOptions engine;
-  bool fake_model = false;           // hidden: serve the deterministic fake (tests)
-  FakeModelOptions fake;
   std::string log_level = "info";
 };
 

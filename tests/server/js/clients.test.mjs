@@ -1,6 +1,6 @@
-// `muse serve --fake-model` driven by the official `openai` and
+// `muse_fake serve` (the fake model) driven by the official `openai` and
 // `@anthropic-ai/sdk` packages, plus raw HTTP for every bad input of
-// server-api.md §3.3. Run by tests/server/js/run.sh (MUSE_BIN = the binary).
+// server-api.md §3.3. Run by tests/server/js/run.sh (MUSE_BIN = build/muse_fake).
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -12,9 +12,9 @@ const KEY = 'test-key';
 let server, base, openai, anthropic;
 
 before(async () => {
-  server = spawn(process.env.MUSE_BIN, ['serve', '--fake-model', '--host', '127.0.0.1', '--port', '0',
+  server = spawn(process.env.MUSE_BIN, ['serve', '--host', '127.0.0.1', '--port', '0',
     '--served-model-name', 'muse-fake,muse-alias', '--api-key', KEY, '--max-model-len', '2048',
-    '--max-request-body-mb', '1', '--fake-step-ms', '0.5', '--disable-log-requests'], { stdio: ['ignore', 'ignore', 'pipe'] });
+    '--max-request-body-mb', '1', '--step-ms', '0.5', '--disable-log-requests'], { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   const port = await new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error('server did not start:\n' + log)), 15000);

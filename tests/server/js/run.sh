@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the client-library tests (default: clients.test.mjs, against
-# `muse serve --fake-model`; real_engine.test.mjs and tests/tiny/gates.test.mjs
-# start the real engine on models/muse-tiny).
+# `muse_fake serve`, the fake model: give build/muse_fake; real_engine.test.mjs
+# and tests/tiny/gates.test.mjs start the real engine on models/muse-tiny:
+# give build/muse).
 # Usage: run.sh MUSE_BINARY [TEST_FILE...]. Exits 77 (ctest SKIP) when node/npm
 # or the npm registry is unavailable.
 set -uo pipefail

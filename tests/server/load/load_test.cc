@@ -4,12 +4,15 @@
 // alone, that the engine ends idle, that the server still answers, and that it
 // exits 0 on SIGTERM (under ASan/LSan a leak or error makes that fail).
 //
-//   server_load_test --muse build/muse [--clients 256] [--disconnect 0.3] [--seed 1]
-//                    [--real] [--max-tokens 64] [-- SERVER_FLAGS...]
+//   server_load_test --muse build/muse_fake [--clients 256] [--disconnect 0.3] [--seed 1]
+//                    [--max-tokens 64] [-- SERVER_FLAGS...]
+//   server_load_test --muse build/muse --real ...
 //
-// --real serves the real engine on the embedded model (models/muse-tiny)
-// instead of --fake-model; flags after `--` go to `muse serve` (e.g. a small
-// KV cache so that sequences are preempted and recomputed under load).
+// --muse names the server binary: by default `muse_fake` (`muse serve` over
+// the fake model, tests/support/fake_model/); with --real, `muse` itself,
+// serving the real engine on the embedded model (models/muse-tiny). Flags
+// after `--` go to `serve` (e.g. a small KV cache so that sequences are
+// preempted and recomputed under load).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -130,7 +133,7 @@ int main(int argc, char** argv) {
   // Start the server on a free port; read the port from its log.
   std::vector<std::string> flags = {"--disable-log-requests", "--shutdown-timeout", "10"};
   if (!real) {  // the fake: every client streams at once
-    for (const char* a : {"--fake-model", "--fake-step-ms", "1", "--max-num-seqs"}) flags.push_back(a);
+    for (const char* a : {"--step-ms", "1", "--max-num-seqs"}) flags.push_back(a);
     flags.push_back(std::to_string(clients));
   }
   flags.insert(flags.end(), server_flags.begin(), server_flags.end());

@@ -14,8 +14,8 @@
 #include <thread>
 #include <unordered_set>
 
+#include "fake_model_internal.h"
 #include "muse/core/log.h"
-#include "muse/server/fake_model_internal.h"
 #include "muse/server/stop_matcher.h"
 
 namespace muse::server::fake {

@@ -1,6 +1,8 @@
-// A deterministic stand-in for the model, behind the same interfaces as the
-// real engine (generation_service.h), so the server's tests and `muse serve
-// --fake-model` run without weights.
+// Test-only: a deterministic stand-in for the model, behind the same
+// interfaces as the real engine (generation_service.h), so the server's tests
+// run without weights: in process (tests/server), and over HTTP through
+// `muse_fake serve` (fake_serve.cc: `muse serve`'s flags and loop over this
+// backend). Never linked into the `muse` binary.
 //
 // Vocabulary: ids 0..255 are bytes; 256.. are specials (below). The chat
 // "template" writes a line per message; the "model" reads its own prompt and

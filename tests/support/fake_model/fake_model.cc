@@ -1,10 +1,10 @@
 // The fake model's adapter half: byte vocabulary, line-per-message "template",
 // and the response parser for its <|think|>/<|tool|> framing.
-#include "muse/server/fake_model.h"
+#include "fake_model.h"
 
 #include <cstring>
 
-#include "muse/server/fake_model_internal.h"
+#include "fake_model_internal.h"
 
 namespace muse::server {
 

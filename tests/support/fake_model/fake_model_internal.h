@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "muse/server/fake_model.h"
+#include "fake_model.h"
 
 namespace muse::server::fake {
 
