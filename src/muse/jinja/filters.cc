@@ -1,5 +1,5 @@
 // Jinja's built-in filters on strings and scalars (jinja2.filters), plus
-// transformers' tojson. Sequence filters are in jinja_filters_seq.cc.
+// transformers' tojson. Sequence filters are in filters_seq.cc.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -7,10 +7,10 @@
 #include <string>
 #include <unordered_map>
 
-#include "muse/chat/jinja_builtins.h"
-#include "muse/chat/jinja_filters_internal.h"
-#include "muse/chat/jinja_interpreter.h"
-#include "muse/chat/jinja_unicode.h"
+#include "muse/jinja/builtins.h"
+#include "muse/jinja/filters_internal.h"
+#include "muse/jinja/interpreter.h"
+#include "muse/jinja/unicode.h"
 
 namespace muse::jinja {
 

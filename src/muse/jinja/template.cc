@@ -1,4 +1,4 @@
-#include "muse/chat/jinja.h"
+#include "muse/jinja/jinja.h"
 
 namespace muse::jinja {
 

@@ -1,4 +1,4 @@
-#include "muse/chat/jinja_unicode.h"
+#include "muse/jinja/unicode.h"
 
 #include "muse/core/json.h"
 

@@ -6,8 +6,8 @@
 
 #include <string_view>
 
-#include "muse/chat/jinja_ast.h"
 #include "muse/core/status.h"
+#include "muse/jinja/ast.h"
 
 namespace muse::jinja {
 

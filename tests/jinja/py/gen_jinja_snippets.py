@@ -1,8 +1,8 @@
-"""Generates tests/chat/data/jinja_snippets.json: small templates rendered by
+"""Generates tests/jinja/data/jinja_snippets.json: small templates rendered by
 Python jinja2 under transformers' settings (hf_jinja.py), the reference our
 C++ renderer must match byte for byte (or fail where Python fails).
 
-Run from the repository root: python3 tests/chat/py/gen_jinja_snippets.py
+Run from the repository root: python3 tests/jinja/py/gen_jinja_snippets.py
 """
 import json
 import os
@@ -165,7 +165,7 @@ def main():
         out.append(entry)
     root = os.path.join(os.path.dirname(__file__), "..")
     with open(os.path.join(root, "data", "jinja_snippets.json"), "w", encoding="utf-8") as f:
-        json.dump({"generator": "tests/chat/py/gen_jinja_snippets.py (jinja2 " + __import__("jinja2").__version__ + ")",
+        json.dump({"generator": "tests/jinja/py/gen_jinja_snippets.py (jinja2 " + __import__("jinja2").__version__ + ")",
                    "context": CTX, "cases": out}, f, ensure_ascii=False, indent=1)
         f.write("\n")
     print(f"{len(out)} snippets, {sum(1 for e in out if not e['ok'])} expected to fail")

@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <unordered_set>
 
-#include "muse/chat/jinja_builtins.h"
-#include "muse/chat/jinja_filters_internal.h"
-#include "muse/chat/jinja_interpreter.h"
-#include "muse/chat/jinja_unicode.h"
+#include "muse/jinja/builtins.h"
+#include "muse/jinja/filters_internal.h"
+#include "muse/jinja/interpreter.h"
+#include "muse/jinja/unicode.h"
 
 namespace muse::jinja {
 

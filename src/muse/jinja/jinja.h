@@ -17,12 +17,12 @@
 #include <string_view>
 #include <vector>
 
-#include "muse/chat/jinja_error.h"
-#include "muse/chat/jinja_interpreter.h"
-#include "muse/chat/jinja_parser.h"
-#include "muse/chat/jinja_value.h"
 #include "muse/core/json.h"
 #include "muse/core/status.h"
+#include "muse/jinja/error.h"
+#include "muse/jinja/interpreter.h"
+#include "muse/jinja/parser.h"
+#include "muse/jinja/value.h"
 
 namespace muse::jinja {
 

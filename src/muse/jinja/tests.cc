@@ -2,10 +2,10 @@
 #include <cmath>
 #include <unordered_map>
 
-#include "muse/chat/jinja_builtins.h"
-#include "muse/chat/jinja_filters_internal.h"
-#include "muse/chat/jinja_interpreter.h"
-#include "muse/chat/jinja_unicode.h"
+#include "muse/jinja/builtins.h"
+#include "muse/jinja/filters_internal.h"
+#include "muse/jinja/interpreter.h"
+#include "muse/jinja/unicode.h"
 
 namespace muse::jinja {
 

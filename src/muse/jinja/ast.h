@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include "muse/chat/jinja_value.h"
+#include "muse/jinja/value.h"
 
 namespace muse::jinja {
 

@@ -1,9 +1,9 @@
-#include "muse/chat/jinja_parser.h"
+#include "muse/jinja/parser.h"
 
 #include <initializer_list>
 
-#include "muse/chat/jinja_builtins.h"
-#include "muse/chat/jinja_lexer.h"
+#include "muse/jinja/builtins.h"
+#include "muse/jinja/lexer.h"
 
 namespace muse::jinja {
 namespace {

@@ -1,12 +1,12 @@
-#include "muse/chat/jinja_value.h"
+#include "muse/jinja/value.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 
-#include "muse/chat/jinja_error.h"
-#include "muse/chat/jinja_interpreter.h"
-#include "muse/chat/jinja_unicode.h"
+#include "muse/jinja/error.h"
+#include "muse/jinja/interpreter.h"
+#include "muse/jinja/unicode.h"
 
 namespace muse::jinja {
 

@@ -4,9 +4,9 @@
 #include <ctime>
 #include <functional>
 
-#include "muse/chat/jinja_builtins.h"
-#include "muse/chat/jinja_filters_internal.h"
-#include "muse/chat/jinja_interpreter.h"
+#include "muse/jinja/builtins.h"
+#include "muse/jinja/filters_internal.h"
+#include "muse/jinja/interpreter.h"
 
 namespace muse::jinja {
 

@@ -1,9 +1,9 @@
-// Statements, scopes, macros and calls. Expressions are in jinja_eval.cc.
-#include "muse/chat/jinja_interpreter.h"
+// Statements, scopes, macros and calls. Expressions are in eval.cc.
+#include "muse/jinja/interpreter.h"
 
 #include <ctime>
 
-#include "muse/chat/jinja_builtins.h"
+#include "muse/jinja/builtins.h"
 
 namespace muse::jinja {
 

@@ -1,11 +1,11 @@
 // Registries of the built-in filters, tests, global functions and Python
 // methods (str/dict/list) a template can use. Implemented across
-// jinja_filters*.cc, jinja_tests.cc, jinja_methods.cc and jinja_globals.cc.
+// filters*.cc, tests.cc, methods.cc and globals.cc.
 #pragma once
 
 #include <string_view>
 
-#include "muse/chat/jinja_ast.h"
+#include "muse/jinja/ast.h"
 
 namespace muse::jinja {
 

@@ -59,7 +59,7 @@ struct NamespaceData {
   DictData attrs;
 };
 
-struct LoopData;  // defined by the interpreter (jinja_interpreter.h)
+struct LoopData;  // defined by the interpreter (interpreter.h)
 
 class Callable {
  public:
@@ -141,7 +141,7 @@ class Value {
 
 // ---------------------------------------------------------------------------
 // Python semantics. Functions that can fail raise a TemplateRuntimeError
-// (jinja_error.h) caught at the render boundary.
+// (error.h) caught at the render boundary.
 // ---------------------------------------------------------------------------
 
 // Python type name as in error messages: "str", "int", "NoneType", "dict", ...

@@ -4,9 +4,9 @@
 #include <cmath>
 #include <cstdio>
 
-#include "muse/chat/jinja_builtins.h"
-#include "muse/chat/jinja_interpreter.h"
-#include "muse/chat/jinja_unicode.h"
+#include "muse/jinja/builtins.h"
+#include "muse/jinja/interpreter.h"
+#include "muse/jinja/unicode.h"
 
 namespace muse::jinja {
 

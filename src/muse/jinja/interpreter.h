@@ -14,9 +14,9 @@
 #include <string_view>
 #include <vector>
 
-#include "muse/chat/jinja_ast.h"
-#include "muse/chat/jinja_error.h"
-#include "muse/chat/jinja_value.h"
+#include "muse/jinja/ast.h"
+#include "muse/jinja/error.h"
+#include "muse/jinja/value.h"
 
 namespace muse::jinja {
 

@@ -6,7 +6,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "muse/chat/jinja_ast.h"
+#include "muse/jinja/ast.h"
 
 namespace muse::jinja {
 namespace filters {

@@ -1,13 +1,13 @@
 // Renders template/context cases with muse's Jinja engine, for the
-// differential tests against Python jinja2 (tests/chat/py/hf_jinja.py) and
-// @huggingface/jinja (tests/chat/js/). Same line protocol as hf_jinja.py:
+// differential tests against Python jinja2 (tests/jinja/py/hf_jinja.py) and
+// @huggingface/jinja (tests/jinja/js/). Same line protocol as hf_jinja.py:
 // stdin lines {"template", "context", "now"?: "YYYY-MM-DD"}; stdout lines
 // {"ok": true, "text"} or {"ok": false, "error"}.
 #include <ctime>
 #include <iostream>
 #include <string>
 
-#include "muse/chat/jinja.h"
+#include "muse/jinja/jinja.h"
 
 int main() {
   std::ios::sync_with_stdio(false);

@@ -1,12 +1,12 @@
-#include "muse/chat/jinja_lexer.h"
+#include "muse/jinja/lexer.h"
 
 #include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
 
-#include "muse/chat/jinja_unicode.h"
 #include "muse/core/json.h"
+#include "muse/jinja/unicode.h"
 
 namespace muse::jinja {
 

@@ -1,7 +1,7 @@
 // Jinja conformance: every chat template x every conversation, rendered by
-// muse's C++ engine (tests/chat/tools/jinja_render_cases.cc) and by
+// muse's C++ engine (tests/jinja/tools/jinja_render_cases.cc) and by
 // @huggingface/jinja; they must agree byte for byte. Where Python jinja2 is
-// installed, it renders too (tests/chat/py/hf_jinja.py, transformers'
+// installed, it renders too (tests/jinja/py/hf_jinja.py, transformers'
 // settings) and is the truth: a difference between JS and C++ is accepted
 // only when C++ equals Python (a documented @huggingface/jinja deviation).
 // Without Python, only the pairs listed in JS_DEVIATIONS may differ.
@@ -34,7 +34,7 @@ let Template;
 try {
   ({ Template } = await import("@huggingface/jinja"));
 } catch (e) {
-  console.log(`SKIP: @huggingface/jinja is not installed (npm ci in tests/chat/js): ${e.message}`);
+  console.log(`SKIP: @huggingface/jinja is not installed (npm ci in tests/jinja/js): ${e.message}`);
   process.exit(77);
 }
 
@@ -69,7 +69,7 @@ for (const pkg of existsSync(lenmlDir) ? readdirSync(lenmlDir).sort() : []) {
   templates.push({ name: pkg.replace("tokenizer-", ""), source: cfg.chat_template, tokens });
 }
 if (templates.length === 0) {
-  console.log("SKIP: no chat templates found (install tests/chat/js dependencies)");
+  console.log("SKIP: no chat templates found (install tests/jinja/js dependencies)");
   process.exit(77);
 }
 
@@ -263,7 +263,7 @@ const cpp = runLines(renderBinary, [], input);
 let python = null;
 try {
   execFileSync("python3", ["-c", "import jinja2"], { stdio: "ignore" });
-  python = runLines("python3", [join(repoRoot, "tests", "chat", "py", "hf_jinja.py")], input);
+  python = runLines("python3", [join(repoRoot, "tests", "jinja", "py", "hf_jinja.py")], input);
 } catch {
   console.log("note: Python jinja2 not available; JS deviations are taken from the explicit list");
 }
