@@ -12,7 +12,7 @@ if(MUSE_NODE)
            COMMAND ${MUSE_NODE} ${CMAKE_CURRENT_LIST_DIR}/js/conformance.mjs $<TARGET_FILE:jinja_render>
                    ${CMAKE_CURRENT_SOURCE_DIR}
            WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
-  set_tests_properties(jinja_conformance PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS "conformance")
+  set_tests_properties(jinja_conformance PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 900 LABELS "conformance" COST 30)
 else()
   message(STATUS "muse: node not found; the Jinja conformance test is not registered")
 endif()
