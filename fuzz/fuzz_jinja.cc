@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "muse/chat/jinja.h"
+#include "muse/jinja/jinja.h"
 
 namespace {
 

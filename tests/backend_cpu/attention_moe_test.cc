@@ -211,7 +211,8 @@ TEST_P(AttentionMoe, LatentExpertsMatchReferenceAndAreBatchInvariant) {
         for (int64_t j = 0; j < Hm; ++j) want[size_t(t * Hm + j)] += w[size_t(t * K + k)] * y[size_t(j)] * r;
       }
     }
-    expect_close(got, want, 2e-5, std::string("moe ") + std::string(dtype_name(dt)));
+    // Measured at most 3.1e-7 (BF16) on every ISA; was 2e-5 (65× above).
+    expect_close(got, want, 1.5e-6, std::string("moe ") + std::string(dtype_name(dt)));
     // Token by token: bit-identical to the batched result.
     for (int64_t t = 0; t < T; ++t) {
       Tensor o1 = zeros(b(), DType::F32, {1, Hm});

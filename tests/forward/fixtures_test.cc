@@ -2,9 +2,10 @@
 // tests/data/fixtures (tiny Glimmer models from transformers 5.17, tiny Spark
 // models from the project's PyTorch reference, and the shipped muse-tiny on a
 // rendered chat prompt, scripts/tiny/record_reference.py): prefill rows and 32 decode
-// rows within tolerance_rel × max|logit| (2e-3), the 33 greedy ids
-// identical; chunked prefill and thread count change nothing, bit for bit;
-// and `muse run --dump-logits` reproduces the same rows from the command line.
+// rows within a bound × max|logit| (kCpuBound: ~4× what the CPU backend achieves;
+// the fixture's own tolerance_rel, 2e-3, for a fixture not listed there), the 33
+// greedy ids identical; chunked prefill and thread count change nothing, bit for
+// bit; and `muse run --dump-logits` reproduces the same rows from the command line.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -57,6 +58,29 @@ RunResult run_greedy(const Fixture& f, int threads, int64_t chunk) {
   return r;
 }
 
+// The bound on max |engine - reference| / max|logit| per fixture: about 4× the
+// worst the CPU backend achieves over its three ISAs (scalar / AVX2 / AVX-512,
+// measured 2026-12-01 with cpu.isa forced; each differs from the others only by
+// rounding), so a 10× regression fails. The fixtures' tolerance_rel (2e-3) is
+// what any backend must reach; it sits 40-1100× above these.
+struct CpuBound {
+  const char* fixture;
+  double achieved, bound;
+};
+constexpr CpuBound kCpuBound[] = {
+    {"glimmer-a", 1.08e-5, 4e-5},  //
+    {"glimmer-b", 9.39e-6, 4e-5},  //
+    {"muse-tiny", 1.76e-6, 6e-6},  //
+    {"spark-a", 4.94e-5, 2e-4},    //
+    {"spark-b", 1.03e-5, 4e-5},
+};
+
+double bound_for(const Fixture& f) {
+  for (const CpuBound& b : kCpuBound)
+    if (f.name == b.fixture) return std::min(b.bound, f.tolerance_rel);
+  return f.tolerance_rel;
+}
+
 // Max |a - b| / max|ref| over all rows, and the worst row.
 void expect_rows_close(const Fixture& f, const std::vector<float>& got, const std::string& what) {
   ASSERT_EQ(got.size(), f.logits.size()) << f.name << " " << what;
@@ -71,9 +95,9 @@ void expect_rows_close(const Fixture& f, const std::vector<float>& got, const st
     }
   }
   const double rel = worst / max_ref;
-  std::printf("[ fixture  ] %-10s %-28s max |engine - reference| / max|logit| = %.3e (row %lld of %lld)\n",
-              f.name.c_str(), what.c_str(), rel, (long long)worst_row, (long long)f.num_rows);
-  EXPECT_LE(rel, f.tolerance_rel) << f.name << " " << what << ": worst row " << worst_row;
+  std::printf("[ fixture  ] %-10s %-28s max |engine - reference| / max|logit| = %.3e (bound %.0e; row %lld of %lld)\n",
+              f.name.c_str(), what.c_str(), rel, bound_for(f), (long long)worst_row, (long long)f.num_rows);
+  EXPECT_LE(rel, bound_for(f)) << f.name << " " << what << ": worst row " << worst_row;
 }
 
 class FixtureForward : public ::testing::TestWithParam<std::string> {};

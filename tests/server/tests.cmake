@@ -1,15 +1,24 @@
+# The npm packages of tests/server/js, installed once before the tests that
+# use them (server_clients_js*, tiny_gates), so that ctest -j never runs two
+# installs into the same node_modules.
+add_test(NAME server_js_npm_install COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/server/js/install.sh)
+set_tests_properties(server_js_npm_install PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS "node"
+                     FIXTURES_SETUP server_js_npm)
+
 # Client-library tests: the official `openai` and `@anthropic-ai/sdk` npm
 # packages against `muse_fake serve` on a free loopback port.
 add_test(NAME server_clients_js
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/server/js/run.sh $<TARGET_FILE:muse_fake>
          WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
-set_tests_properties(server_clients_js PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS "node")
+set_tests_properties(server_clients_js PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS "node"
+                     FIXTURES_REQUIRED server_js_npm)
 # The same clients against the real engine on models/muse-tiny (~10 s).
 add_test(NAME server_clients_js_real
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/server/js/run.sh $<TARGET_FILE:muse>
                  ${CMAKE_CURRENT_SOURCE_DIR}/tests/server/js/real_engine.test.mjs
          WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
-set_tests_properties(server_clients_js_real PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS "node")
+set_tests_properties(server_clients_js_real PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS "node"
+                     FIXTURES_REQUIRED server_js_npm)
 
 # Load test: 256 concurrent streams, random client disconnects, then the
 # server must still answer (run under -DMUSE_SANITIZE=address,undefined too).

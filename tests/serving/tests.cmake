@@ -11,7 +11,7 @@ target_link_libraries(muse_serving_bench PRIVATE Threads::Threads)
 add_test(NAME serving_load_real
          COMMAND server_load_test --muse $<TARGET_FILE:muse> --clients 256 --real --max-tokens 24
                  -- --max-num-seqs 64 --max-model-len 512 --kv-cache-memory-bytes 4M --block-size 16)
-set_tests_properties(serving_load_real PROPERTIES TIMEOUT 600 LABELS "load")
+set_tests_properties(serving_load_real PROPERTIES TIMEOUT 600 LABELS "load" COST 70)  # starts first (COST)
 
 # `muse run` with no model (the embedded one), --prompt/--raw/--json.
 add_test(NAME serving_muse_run COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/serving/muse_run.sh $<TARGET_FILE:muse>)

@@ -30,4 +30,5 @@ add_test(NAME tiny_gates
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/server/js/run.sh $<TARGET_FILE:muse>
                  ${CMAKE_CURRENT_SOURCE_DIR}/tests/tiny/gates.test.mjs
          WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
-set_tests_properties(tiny_gates PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS "node")
+set_tests_properties(tiny_gates PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS "node"
+                     FIXTURES_REQUIRED server_js_npm)  # tests/server/tests.cmake

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "muse/chat/chat_profile.h"
-#include "muse/chat/jinja.h"
 #include "muse/core/json.h"
 #include "muse/core/status.h"
+#include "muse/jinja/jinja.h"
 
 namespace muse {
 struct TokenizerFiles;

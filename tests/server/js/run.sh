@@ -17,10 +17,6 @@ if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
 fi
 major=$(node -p 'process.versions.node.split(".")[0]')
 if [ "$major" -lt 18 ]; then echo "SKIP: node $major is older than 18"; exit 77; fi
+"$here/install.sh" || exit $?
 cd "$here"
-if [ ! -d node_modules/openai ] || [ ! -d node_modules/@anthropic-ai/sdk ] || [ package-lock.json -nt node_modules ]; then
-  if ! timeout 300 npm ci --no-audit --no-fund --loglevel=error; then
-    echo "SKIP: could not install the npm packages (offline?)"; exit 77
-  fi
-fi
 exec node --test --test-reporter=spec "${files[@]}"
