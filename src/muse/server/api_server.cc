@@ -3,6 +3,7 @@
 #include "muse/server/api_server.h"
 
 #include <algorithm>
+#include <cctype>
 #include <csignal>
 #include <ctime>
 #include <random>
@@ -100,12 +101,13 @@ ValidationLimits ApiServer::State::limits() const {
   ValidationLimits l;
   l.vocab_size = backend.adapter->info().vocab_size;
   l.max_logprobs = opt.max_logprobs;
+  l.max_model_len = backend.adapter->info().max_model_len;
   return l;
 }
 
 HttpResponse ApiServer::State::error_response(const ApiError& e, std::string_view path) const {
   HttpResponse r = json_response(e.status, is_messages_path(path) ? anthropic_error_body(e) : openai_error_body(e));
-  if (e.status == 429) r.headers.emplace_back("Retry-After", "1");
+  if (e.status == 429 || e.status == 503) r.headers.emplace_back("Retry-After", "1");
   if (e.status == 401 && !is_messages_path(path)) r.headers.emplace_back("WWW-Authenticate", "Bearer");
   return r;
 }
@@ -113,6 +115,16 @@ HttpResponse ApiServer::State::error_response(const ApiError& e, std::string_vie
 void ApiServer::State::respond_error(HttpExchange& ex, const ApiError& e) { ex.respond(error_response(e, ex.request().path)); }
 
 void ApiServer::State::finish_job(const std::shared_ptr<GenerationJob>& job) { jobs.erase(job); }
+
+void internal_error(ApiServer::State& s, HttpExchange& ex, const char* what) {
+  const HttpRequest& req = ex.request();
+  LOG_ERROR("internal error while handling %s %s from %s (request #%llu): %s; answered 500, server continues",
+            req.method.c_str(), req.path.c_str(), req.remote.c_str(), static_cast<unsigned long long>(req.id), what);
+  if (ex.finished()) return;
+  s.respond_error(ex, ApiError{500, "server_error", "Internal server error while handling this request (it has been logged).",
+                               "", "internal_error"});
+  ex.end_stream();  // a stream already started cannot change its status: end it
+}
 
 namespace {
 
@@ -194,6 +206,65 @@ void handle_detokenize(State& s, HttpExchange& ex, const Json& body) {
   ex.respond(json_response(200, out.dump()));
 }
 
+// Metric label: the route, never the raw path (unknown paths would make
+// unbounded label sets).
+std::string route_label(std::string_view path) {
+  static const char* kRoutes[] = {"/health", "/metrics", "/version", "/v1/models", "/v1/chat/completions", "/v1/completions",
+                                  "/v1/messages", "/v1/messages/count_tokens", "/v1/responses", "/tokenize", "/detokenize"};
+  for (const char* r : kRoutes)
+    if (path == r) return r;
+  return path.starts_with("/v1/models/") ? "/v1/models/{model}" : path.starts_with("/v1/responses/") ? "/v1/responses/{id}" : "other";
+}
+
+bool is_json_route(std::string_view path) {
+  static const char* kPost[] = {"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/messages/count_tokens",
+                                "/v1/responses", "/tokenize", "/detokenize"};
+  for (const char* p : kPost)
+    if (path == p) return true;
+  return false;
+}
+
+bool is_json_media_type(const std::string* content_type) {
+  if (!content_type) return false;
+  std::string_view v = *content_type;
+  v = v.substr(0, v.find(';'));
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+  static constexpr std::string_view kJson = "application/json";
+  if (v.size() != kJson.size()) return false;
+  for (size_t i = 0; i < v.size(); ++i)
+    if (char(std::tolower(static_cast<unsigned char>(v[i]))) != kJson[i]) return false;
+  return true;
+}
+
+}  // namespace
+
+// What can be decided from the head alone: the API key, then the media type.
+// HttpServer runs it before reading (or 100-continuing) any body, so neither
+// a keyless client nor a cross-site form post gets a body buffered; route()
+// runs it again for requests that arrive whole.
+std::optional<ApiError> check_request_head(const State& s, const HttpRequest& req) {
+  // /health and /metrics are open: monitoring must not need the key (vLLM
+  // protects only /v1/*; here every other route stays protected).
+  if (req.method == "OPTIONS" || req.path == "/health" || req.path == "/metrics") return std::nullopt;
+  if (!s.opt.api_key.empty()) {
+    std::string given;
+    if (const std::string* auth = req.header("authorization"); auth && auth->starts_with("Bearer ")) given = auth->substr(7);
+    else if (const std::string* key = req.header("x-api-key")) given = *key;
+    if (!constant_time_equal(given, s.opt.api_key))
+      return ApiError{401, "authentication_error", "Invalid or missing API key. Send it as 'Authorization: Bearer <key>' (or 'x-api-key').", "", "invalid_api_key"};
+  }
+  // A browser may post text/plain or a form cross-site without a preflight;
+  // only application/json bodies are read (as vLLM does).
+  if (req.method == "POST" && is_json_route(req.path) && !is_json_media_type(req.header("content-type")))
+    return ApiError{415, "invalid_request_error", "Unsupported Media Type: only 'application/json' is allowed (got " +
+                                                      (req.header("content-type") ? "'" + *req.header("content-type") + "'" : std::string("none")) + ").",
+                    "", "unsupported_media_type"};
+  return std::nullopt;
+}
+
+namespace {
+
 void route(const std::shared_ptr<State>& sp, std::shared_ptr<HttpExchange> raw) {
   State& s = *sp;
   const HttpRequest& req = raw->request();
@@ -213,16 +284,7 @@ void route(const std::shared_ptr<State>& sp, std::shared_ptr<HttpExchange> raw) 
       if (s.opt.allow_credentials) extra.emplace_back("Access-Control-Allow-Credentials", "true");
     }
   }
-  // Metric label: the route, never the raw path (unknown paths would make
-  // unbounded label sets).
-  static const char* kRoutes[] = {"/health", "/metrics", "/version", "/v1/models", "/v1/chat/completions", "/v1/completions",
-                                  "/v1/messages", "/v1/messages/count_tokens", "/v1/responses", "/tokenize", "/detokenize"};
-  std::string handler = path.starts_with("/v1/models/")      ? "/v1/models/{model}"
-                        : path.starts_with("/v1/responses/") ? "/v1/responses/{id}"
-                                                             : "other";
-  for (const char* r : kRoutes)
-    if (path == r) handler = r;
-  auto ex = std::make_shared<TrackedExchange>(std::move(raw), extra, s.metrics.get(), handler);
+  auto ex = std::make_shared<TrackedExchange>(std::move(raw), extra, s.metrics.get(), route_label(path));
   if (method == "OPTIONS") {
     if (!cors) return s.respond_error(*ex, ApiError{405, "invalid_request_error", "CORS is not enabled for this origin.", "", "method_not_allowed"});
     HttpResponse r;
@@ -246,14 +308,7 @@ void route(const std::shared_ptr<State>& sp, std::shared_ptr<HttpExchange> raw) 
     return ex->respond(std::move(r));
   }
 
-  // Every other route needs the key when one is configured.
-  if (!s.opt.api_key.empty()) {
-    std::string given;
-    if (const std::string* auth = req.header("authorization"); auth && auth->starts_with("Bearer ")) given = auth->substr(7);
-    else if (const std::string* key = req.header("x-api-key")) given = *key;
-    if (!constant_time_equal(given, s.opt.api_key))
-      return s.respond_error(*ex, ApiError{401, "authentication_error", "Invalid or missing API key. Send it as 'Authorization: Bearer <key>' (or 'x-api-key').", "", "invalid_api_key"});
-  }
+  if (auto e = check_request_head(s, req)) return s.respond_error(*ex, *e);
 
   auto expect_method = [&](const char* m) {
     if (method == m || (std::string_view(m) == "GET" && method == "HEAD")) return true;
@@ -330,17 +385,43 @@ ApiServer::ApiServer(ApiServerOptions options, ServeBackend backend) : state_(st
   state_->http = std::make_unique<HttpServer>(
       state_->opt.http,
       [weak](std::shared_ptr<HttpExchange> ex) {
-        if (auto s = weak.lock()) route(s, std::move(ex));
+        auto s = weak.lock();
+        if (!s) return;
+        // Defence in depth: a bug that throws while handling one request
+        // costs that request a 500, never the process.
+        try {
+          route(s, ex);
+        } catch (const std::exception& e) {
+          internal_error(*s, *ex, e.what());
+        } catch (...) {
+          internal_error(*s, *ex, "unknown exception");
+        }
       },
       [weak](int status, std::string_view path, std::string message) {
         ApiError e;
         e.status = status;
         e.message = std::move(message);
-        e.code = status == 413 ? "request_too_large" : status == 431 ? "headers_too_large" : status == 503 ? "too_many_connections" : "invalid_http";
-        if (status >= 500) e.type = "service_unavailable";
+        e.code = status == 413   ? "request_too_large"
+                 : status == 431 ? "headers_too_large"
+                 : status == 408 ? "request_timeout"
+                 : status == 501 ? "unsupported_transfer_encoding"
+                 : status == 503 ? "server_overloaded"  // too many connections, or the request-buffer budget
+                                 : "invalid_http";
+        if (status == 503) e.type = "service_unavailable";
         auto s = weak.lock();
         return s ? s->error_response(e, path) : HttpResponse{status, "application/json", {}, openai_error_body(e)};
       });
+  // The key and the media type are checked from the head, before any body
+  // is read (no 100 Continue for a keyless client).
+  state_->http->on_head([weak](const HttpRequest& head) -> std::optional<HttpResponse> {
+    auto s = weak.lock();
+    if (!s) return std::nullopt;
+    auto e = check_request_head(*s, head);
+    if (!e) return std::nullopt;
+    s->metrics->http_request(route_label(head.path), head.method, e->status);
+    MUSE_LOG(Info, "http %s %s from %s -> %d (before the body)", head.method.c_str(), head.path.c_str(), head.remote.c_str(), e->status);
+    return s->error_response(*e, head.path);
+  });
   state_->poster->http = state_->http.get();
 }
 

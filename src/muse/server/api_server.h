@@ -32,6 +32,10 @@ struct ApiServerOptions {
   int max_logprobs = 20;
   double sse_keepalive_seconds = 15;      // ": keep-alive" comments while a stream is silent
   int shutdown_grace_seconds = 30;        // running requests may finish within this
+  // A whole (non-streamed) response is built in memory before it is sent:
+  // requests whose worst case (choices x max_tokens x logprobs) exceeds this
+  // are refused up front (400, naming the limit); streaming has no limit.
+  size_t max_response_bytes = 512u << 20;
   bool log_requests = true;
 };
 

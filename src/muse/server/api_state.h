@@ -7,6 +7,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_set>
 
@@ -48,6 +49,11 @@ struct ApiServer::State {
   void respond_error(HttpExchange& ex, const ApiError& e);
   void finish_job(const std::shared_ptr<GenerationJob>& job);
 };
+
+// The API key and the media type, from the head only (401 / 415), or nullopt.
+std::optional<ApiError> check_request_head(const ApiServer::State& state, const HttpRequest& req);
+// Something threw while handling `ex`: logs it and answers 500 if still possible.
+void internal_error(ApiServer::State& state, HttpExchange& ex, const char* what);
 
 // Entry points of generation_job.cc; the body is already parsed.
 void handle_generation(const std::shared_ptr<ApiServer::State>& state, std::shared_ptr<HttpExchange> ex, Endpoint endpoint,

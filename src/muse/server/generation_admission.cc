@@ -99,6 +99,28 @@ GenerationRequest engine_request(const State& s, const ApiRequest& req, std::vec
   return g;
 }
 
+// Bytes a whole response can reach, generously: per generated token its
+// text and framing, and per logprob entry a JSON object with its bytes.
+std::optional<ApiError> check_response_size(const State& s, const ApiRequest& req, const std::vector<GenerationJob::Part>& parts) {
+  if (req.stream) return std::nullopt;
+  constexpr double kPerToken = 32, kPerLogprob = 96;
+  double worst = 0;
+  for (const auto& p : parts) {
+    const int k = p.request.logprobs;
+    double per_token = kPerToken + (k >= 0 ? (k + 1) * kPerLogprob : 0);
+    worst += double(p.request.n) * double(p.request.stop.max_tokens) * per_token;
+    if (p.request.prompt_logprobs >= 0)
+      worst += double(p.request.n) * double(p.request.prompt_ids.size()) * (p.request.prompt_logprobs + 1) * kPerLogprob;
+  }
+  if (worst <= double(s.opt.max_response_bytes)) return std::nullopt;
+  const std::string limit = std::to_string(s.opt.max_response_bytes >> 20) + " MiB";
+  return invalid_param(req.endpoint == Endpoint::Completions || req.endpoint == Endpoint::Messages ? "max_tokens" : "n",
+                       "This request's whole response could reach " + std::to_string(int64_t(worst / (1 << 20))) +
+                           " MiB, over this server's limit of " + limit +
+                           " for a non-streamed response. Lower n, max_tokens or the logprobs count, or set \"stream\": true.",
+                       "response_too_large");
+}
+
 }  // namespace
 
 void handle_generation(const std::shared_ptr<State>& sp, std::shared_ptr<HttpExchange> ex, Endpoint endpoint, Json body) {
@@ -163,6 +185,8 @@ void handle_generation(const std::shared_ptr<State>& sp, std::shared_ptr<HttpExc
     if (!rendered.ok()) return s.respond_error(*ex, invalid_param(prompt_param, rendered.message()));
     if (auto e = add_part(std::move(rendered->ids), "")) return s.respond_error(*ex, *e);
   }
+
+  if (auto e = check_response_size(s, req, parts)) return s.respond_error(*ex, *e);
 
   auto job = std::make_shared<GenerationJob>(&s, ex, std::move(req), id, prompt_tokens);
   s.jobs.insert(job);

@@ -164,6 +164,34 @@ UsageInfo GenerationJob::usage() const {
 }
 
 void GenerationJob::drain() {
+  // Defence in depth: an exception from the parser or a writer fails this
+  // request (500, or an error frame on a stream), never the server.
+  try {
+    drain_events();
+  } catch (const std::exception& e) {
+    internal_failure(e.what());
+  } catch (...) {
+    internal_failure("unknown exception");
+  }
+}
+
+void GenerationJob::internal_failure(const char* what) {
+  LOG_ERROR("[%s] internal error while producing the response: %s; the request fails, the server continues", id_.c_str(), what);
+  if (!failed_) {
+    failed_ = true;
+    cancel();
+  }
+  if (engine_error_.empty()) engine_error_ = std::string("internal error: ") + what;
+  if (finalized_) {  // finalize() itself threw part-way: close what it could not
+    if (!ex_->finished()) {
+      if (req_.stream) ex_->end_stream();
+      else internal_error(*state_, *ex_, what);
+    }
+    state_->finish_job(shared_from_this());
+  }
+}
+
+void GenerationJob::drain_events() {
   std::vector<Inbox::Event> events;
   {
     std::lock_guard lock(inbox_->mu);
@@ -177,7 +205,7 @@ void GenerationJob::drain() {
 }
 
 void GenerationJob::on_output(int part, GenerationOutput out) {
-  if (out.index < 0 || out.index >= req_.n) return;
+  if (failed_ || out.index < 0 || out.index >= req_.n) return;
   int index = part * req_.n + out.index;
   Choice& c = choices_[size_t(index)];
   if (c.finished) return;
@@ -272,8 +300,6 @@ void GenerationJob::finalize() {
   fr.queue_seconds = queue_s_;
   fr.prefill_seconds = prefill_s_;
   fr.decode_seconds = decode_s_;
-  fr.finished_reason = !engine_error_.empty() ? "error" : aborted ? "abort" : length ? "length" : "stop";
-  state_->metrics->request_finished(fr);
 
   if (!engine_error_.empty()) {
     LOG_ERROR("[%s] engine error: %s", id_.c_str(), engine_error_.c_str());
@@ -293,6 +319,11 @@ void GenerationJob::finalize() {
     r.headers.emplace_back("X-Request-Id", id_);
     ex_->respond(std::move(r));
   }
+  // Counted once the answer is handed over: a response that could not be
+  // (the client went away first) is an abort, never a success.
+  aborted |= ex_->closed();
+  fr.finished_reason = !engine_error_.empty() ? "error" : aborted ? "abort" : length ? "length" : "stop";
+  state_->metrics->request_finished(fr);
   if (state_->opt.log_requests)
     LOG_INFO("[%s] finished%s: %d prompt + %d completion tokens in %.3f s", id_.c_str(), aborted ? " (client gone)" : "",
              u.prompt_tokens, u.completion_tokens, fr.e2e_seconds);

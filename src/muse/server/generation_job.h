@@ -44,6 +44,8 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
     std::optional<std::chrono::steady_clock::time_point> last_token;
   };
 
+  void drain_events();
+  void internal_failure(const char* what);
   void on_output(int part, GenerationOutput out);
   void on_summary(int part, const GenerationSummary& summary);
   void finalize();
@@ -65,6 +67,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   double queue_s_ = 0, prefill_s_ = 0, decode_s_ = 0;
   bool client_gone_ = false;
   bool finalized_ = false;
+  bool failed_ = false;  // an internal error: later outputs are ignored
   std::chrono::steady_clock::time_point arrival_, last_write_;
   std::optional<std::chrono::steady_clock::time_point> first_token_;
 };
