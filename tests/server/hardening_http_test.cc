@@ -156,6 +156,47 @@ TEST_F(RealServer, ImpossiblyLargeWholeResponsesAreRefusedUpFront) {
   EXPECT_EQ(r.status, 200) << "the same request streamed is fine";
 }
 
+// Item 4: parsing, rendering and tokenizing run off the I/O thread, and a
+// prompt that cannot fit is refused before it is tokenized: /health stays
+// fast and other requests keep being served while huge ones are handled.
+TEST_F(RealServer, OneLargeRequestFreezesNoOne) {
+  ApiServerOptions o;
+  o.http.max_body_bytes = 64u << 20;
+  start(o);
+  std::string ids = "[1";
+  ids.reserve(8u << 20);
+  while (ids.size() < (8u << 20)) ids += ",1";
+  ids += "]";
+  const std::string big_ids = R"({"prompt":)" + ids + R"(,"max_tokens":1})";
+  const std::string big_text = R"({"messages":[{"role":"user","content":")" + std::string(12u << 20, 'a') + R"("}]})";
+  std::vector<Reply> big(4);
+  std::vector<double> big_s(4);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 4; ++i)
+    clients.emplace_back([&, i] {
+      auto t0 = std::chrono::steady_clock::now();
+      big[size_t(i)] = i % 2 ? request(port_, "POST", "/v1/chat/completions", big_text) : request(port_, "POST", "/v1/completions", big_ids);
+      big_s[size_t(i)] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    });
+  double worst_health = 0;
+  int small_ok = 0;
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  for (int i = 0; i < 60 && std::chrono::steady_clock::now() < until; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(request(port_, "GET", "/health").status, 200);
+    worst_health = std::max(worst_health, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (i % 10 == 0) small_ok += request(port_, "POST", "/v1/completions", R"({"prompt":"hi","max_tokens":1})").status == 200;
+  }
+  for (auto& c : clients) c.join();
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(big[size_t(i)].status, 400) << big[size_t(i)].body.substr(0, 200);
+    EXPECT_EQ(error_code(big[size_t(i)]), "context_length_exceeded") << big[size_t(i)].body.substr(0, 300);
+    EXPECT_LT(big_s[size_t(i)], 20.0);
+  }
+  EXPECT_LT(worst_health, 0.5) << "/health waited on request parsing";
+  EXPECT_GE(small_ok, 1);
+}
+
 // Item 7: HTTP conformance.
 TEST_F(RealServer, Http10StreamsWithoutChunkedEncoding) {
   start();

@@ -21,3 +21,10 @@ set_tests_properties(server_load PROPERTIES TIMEOUT 300 LABELS "load")
 # Every vllm flag of the shared/seeds recipes is recognised (acts or is refused by name).
 add_test(NAME server_seed_flags COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/server/seed_flags.sh $<TARGET_FILE:muse>)
 set_tests_properties(server_seed_flags PROPERTIES TIMEOUT 120)
+
+# Issue 17: accept() at the descriptor limit backs off and logs once per
+# interval; max_connections is capped by RLIMIT_NOFILE (~5 s).
+add_executable(server_fd_limit_test ${CMAKE_CURRENT_SOURCE_DIR}/tests/server/load/fd_limit_test.cc)
+target_link_libraries(server_fd_limit_test PRIVATE muse_all)
+add_test(NAME server_fd_limit COMMAND server_fd_limit_test)
+set_tests_properties(server_fd_limit PROPERTIES TIMEOUT 60)

@@ -167,6 +167,10 @@ void handle_tokenize(State& s, HttpExchange& ex, const Json& body) {
     if (auto e = parse_chat_request(body, s.limits(), &req)) return s.respond_error(ex, *e);
     auto rendered = s.backend.adapter->render_chat(body, ChatApi::OpenAI);
     if (!rendered.ok()) return s.respond_error(ex, invalid_param("messages", rendered.message(), "invalid_value"));
+    if (rendered->exceeds_context)
+      return s.respond_error(ex, invalid_param("messages", "The messages are longer than the context of " +
+                                                               std::to_string(s.backend.adapter->info().max_model_len) + " tokens can hold.",
+                                               "context_length_exceeded"));
     ids = rendered->ids;
   } else {
     const Json* prompt = body.find("prompt");
@@ -264,6 +268,81 @@ std::optional<ApiError> check_request_head(const State& s, const HttpRequest& re
 }
 
 namespace {
+
+// Collects what a handler answers on a request-pool thread; the I/O thread
+// replays it on the real exchange. Reads the request (immutable) only.
+class DeferredExchange : public HttpExchange {
+ public:
+  explicit DeferredExchange(const HttpRequest& req) : req_(req) {}
+  const HttpRequest& request() const override { return req_; }
+  void respond(HttpResponse r) override {
+    if (!response) response = std::move(r);
+  }
+  void start_stream(int, std::string, HttpHeaders) override {}
+  void write(std::string) override {}
+  void end_stream() override {}
+  bool closed() const override { return false; }
+  void on_close(std::function<void()>) override {}
+  size_t queued_bytes() const override { return 0; }
+  bool finished() const override { return response.has_value(); }
+  std::optional<HttpResponse> response;
+
+ private:
+  const HttpRequest& req_;
+};
+
+// What a pool thread hands back to the I/O thread.
+struct Prepared {
+  std::optional<HttpResponse> response;          // answered (an error, or /tokenize ...)
+  std::optional<PreparedGeneration> generation;  // or ready to start
+  std::string failure;                           // or it threw
+};
+
+// The body-parsing endpoints run on the request pool; the I/O thread only
+// replays the answer or starts the generation. A full pool is a 503.
+void dispatch(const std::shared_ptr<State>& sp, std::shared_ptr<HttpExchange> ex, std::optional<Endpoint> endpoint) {
+  State& s = *sp;
+  std::weak_ptr<State> weak = sp;
+  RequestPool& pool = ex->request().body.size() > State::kLargeBody ? *s.large_pool : *s.pool;
+  auto work = [weak, ex, endpoint] {
+    auto s = weak.lock();
+    if (!s) return;
+    auto out = std::make_shared<Prepared>();
+    DeferredExchange d(ex->request());
+    const std::string& path = d.request().path;
+    try {
+      Json body;
+      if (auto e = parse_json_body(d.request().body, &body)) s->respond_error(d, *e);
+      else if (path == "/tokenize") handle_tokenize(*s, d, body);
+      else if (path == "/detokenize") handle_detokenize(*s, d, body);
+      else if (path == "/v1/messages/count_tokens") handle_count_tokens(*s, d, body);
+      else out->generation = prepare_generation(*s, d, *endpoint, std::move(body));
+    } catch (const std::exception& e) {
+      out->failure = e.what();
+    } catch (...) {
+      out->failure = "unknown exception";
+    }
+    out->response = std::move(d.response);
+    s->poster->post([weak, ex, out] {
+      auto s = weak.lock();
+      if (!s) return;
+      --s->pending;
+      try {
+        if (!out->failure.empty()) return internal_error(*s, *ex, out->failure.c_str());
+        if (out->response) return ex->respond(std::move(*out->response));
+        if (out->generation) start_generation(s, ex, std::move(*out->generation));
+      } catch (const std::exception& e) {
+        internal_error(*s, *ex, e.what());
+      }
+    });
+  };
+  ++s.pending;
+  if (!pool.try_submit(std::move(work))) {
+    --s.pending;
+    s.respond_error(*ex, ApiError{503, "service_unavailable", "The server has too many requests waiting to be prepared; retry shortly.",
+                                  "", "server_overloaded"});
+  }
+}
 
 void route(const std::shared_ptr<State>& sp, std::shared_ptr<HttpExchange> raw) {
   State& s = *sp;
@@ -366,12 +445,7 @@ void route(const std::shared_ptr<State>& sp, std::shared_ptr<HttpExchange> raw) 
   if (!gen && !is_tokenize) return s.respond_error(*ex, not_found_route(req));
   if (!expect_method("POST")) return;
   if (!s.ready || (s.shutting_down && gen)) return s.respond_error(*ex, unavailable(s));
-  Json body;
-  if (auto e = parse_json_body(req.body, &body)) return s.respond_error(*ex, *e);
-  if (path == "/tokenize") return handle_tokenize(s, *ex, body);
-  if (path == "/detokenize") return handle_detokenize(s, *ex, body);
-  if (path == "/v1/messages/count_tokens") return handle_count_tokens(s, *ex, body);
-  handle_generation(sp, ex, gen->second, std::move(body));
+  dispatch(sp, std::move(ex), gen ? std::optional<Endpoint>(gen->second) : std::nullopt);
 }
 
 }  // namespace
@@ -381,6 +455,8 @@ ApiServer::ApiServer(ApiServerOptions options, ServeBackend backend) : state_(st
   if (state_->opt.served_model_names.empty()) state_->opt.served_model_names.push_back("muse");
   state_->backend = std::move(backend);
   state_->metrics = std::make_unique<ServerMetrics>(state_->served_name(), state_->backend.adapter->info().max_model_len);
+  state_->pool = std::make_unique<RequestPool>(state_->opt.request_workers, size_t(std::max(1, state_->opt.max_queued_requests)));
+  state_->large_pool = std::make_unique<RequestPool>(1, size_t(std::max(1, state_->opt.max_queued_requests / 16)));
   std::weak_ptr<State> weak = state_;
   state_->http = std::make_unique<HttpServer>(
       state_->opt.http,
@@ -430,6 +506,9 @@ ApiServer::~ApiServer() {
     std::lock_guard lock(state_->poster->mu);
     state_->poster->http = nullptr;
   }
+  // Joined first: a pool thread may hold the state while it finishes a task.
+  state_->pool.reset();
+  state_->large_pool.reset();
   state_->jobs.clear();
 }
 
@@ -468,7 +547,7 @@ void ApiServer::run() {
     send_keepalives(*s);
     if (!s->shutting_down) return;
     double waited = std::chrono::duration<double>(Clock::now() - s->shutdown_started).count();
-    if (s->jobs.empty()) {
+    if (s->jobs.empty() && s->pending == 0) {
       LOG_INFO("shutdown: all requests finished; stopping");
       s->http->stop();
     } else if (!s->cancelled_for_shutdown && waited >= s->opt.shutdown_grace_seconds) {

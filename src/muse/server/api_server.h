@@ -36,6 +36,10 @@ struct ApiServerOptions {
   // requests whose worst case (choices x max_tokens x logprobs) exceeds this
   // are refused up front (400, naming the limit); streaming has no limit.
   size_t max_response_bytes = 512u << 20;
+  // Threads that parse, validate, render and tokenize requests (plus one for
+  // bodies over 4 MiB), and how many requests may wait for them (then 503).
+  int request_workers = 2;
+  int max_queued_requests = 256;
   bool log_requests = true;
 };
 

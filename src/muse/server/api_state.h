@@ -14,6 +14,7 @@
 #include "muse/server/api_request.h"
 #include "muse/server/api_server.h"
 #include "muse/server/metrics.h"
+#include "muse/server/request_pool.h"
 
 namespace muse::server {
 
@@ -41,6 +42,12 @@ struct ApiServer::State {
   std::chrono::steady_clock::time_point shutdown_started;
   bool cancelled_for_shutdown = false;
   std::unordered_set<std::shared_ptr<GenerationJob>> jobs;  // running generations
+  // Parsing, validation, rendering and tokenizing run here, off the I/O
+  // thread; bodies over kLargeBody take the one-thread lane, so a few huge
+  // requests can neither starve the small ones nor multiply their memory.
+  std::unique_ptr<RequestPool> pool, large_pool;
+  static constexpr size_t kLargeBody = 4u << 20;
+  int pending = 0;  // requests handed to a pool and not yet back (I/O thread)
 
   const std::string& served_name() const { return opt.served_model_names.front(); }
   ValidationLimits limits() const;
@@ -55,9 +62,6 @@ std::optional<ApiError> check_request_head(const ApiServer::State& state, const 
 // Something threw while handling `ex`: logs it and answers 500 if still possible.
 void internal_error(ApiServer::State& state, HttpExchange& ex, const char* what);
 
-// Entry points of generation_job.cc; the body is already parsed.
-void handle_generation(const std::shared_ptr<ApiServer::State>& state, std::shared_ptr<HttpExchange> ex, Endpoint endpoint,
-                       Json body);
 // Cancels every running generation (shutdown after the grace period).
 void cancel_all_jobs(ApiServer::State& state);
 // Writes keep-alive comments on streams that have been silent too long.

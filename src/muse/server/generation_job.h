@@ -72,7 +72,23 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   std::optional<std::chrono::steady_clock::time_point> first_token_;
 };
 
-// POST /v1/messages/count_tokens
+// A generation request ready for the engine: validated, rendered,
+// tokenized, within the context.
+struct PreparedGeneration {
+  ApiRequest request;
+  std::string id;
+  std::vector<GenerationJob::Part> parts;
+  int prompt_tokens = 0;
+};
+
+// Request-pool thread: validation, rendering, tokenizing, the context and
+// response-size checks. A refusal is answered on `ex` (a deferred exchange
+// the I/O thread replays) and nullopt returned. Reads only immutable state.
+std::optional<PreparedGeneration> prepare_generation(const ApiServer::State& state, HttpExchange& ex, Endpoint endpoint, Json body);
+// I/O thread: the job is registered, submitted and (if streaming) started.
+void start_generation(const std::shared_ptr<ApiServer::State>& state, std::shared_ptr<HttpExchange> ex, PreparedGeneration p);
+
+// POST /v1/messages/count_tokens (request-pool thread, like prepare_generation)
 void handle_count_tokens(ApiServer::State& state, HttpExchange& ex, const Json& body);
 
 }  // namespace muse::server
