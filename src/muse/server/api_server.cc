@@ -9,16 +9,15 @@
 #include <random>
 
 #include "muse/core/log.h"
-#include "muse/server/api_state.h"
 #include "muse/server/generation_job.h"
+#include "muse/server/request_pool.h"
+#include "muse/server/server_context.h"
 
 namespace muse::server {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-bool is_messages_path(std::string_view path) { return path.starts_with("/v1/messages"); }
 
 // Compares every byte whatever the first difference, so response time does
 // not reveal how much of a guessed key was right.
@@ -89,42 +88,22 @@ std::string join(const std::vector<std::string>& v) {
 
 }  // namespace
 
-std::string random_id(const char* prefix, size_t length) {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  static const char kChars[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
-  std::string id = prefix;
-  for (size_t i = 0; i < length; ++i) id.push_back(kChars[rng() % 62]);
-  return id;
-}
-
-ValidationLimits ApiServer::State::limits() const {
-  ValidationLimits l;
-  l.vocab_size = backend.adapter->info().vocab_size;
-  l.max_logprobs = opt.max_logprobs;
-  l.max_model_len = backend.adapter->info().max_model_len;
-  return l;
-}
-
-HttpResponse ApiServer::State::error_response(const ApiError& e, std::string_view path) const {
-  HttpResponse r = json_response(e.status, is_messages_path(path) ? anthropic_error_body(e) : openai_error_body(e));
-  if (e.status == 429 || e.status == 503) r.headers.emplace_back("Retry-After", "1");
-  if (e.status == 401 && !is_messages_path(path)) r.headers.emplace_back("WWW-Authenticate", "Bearer");
-  return r;
-}
-
-void ApiServer::State::respond_error(HttpExchange& ex, const ApiError& e) { ex.respond(error_response(e, ex.request().path)); }
-
-void ApiServer::State::finish_job(const std::shared_ptr<GenerationJob>& job) { jobs.erase(job); }
-
-void internal_error(ApiServer::State& s, HttpExchange& ex, const char* what) {
-  const HttpRequest& req = ex.request();
-  LOG_ERROR("internal error while handling %s %s from %s (request #%llu): %s; answered 500, server continues",
-            req.method.c_str(), req.path.c_str(), req.remote.c_str(), static_cast<unsigned long long>(req.id), what);
-  if (ex.finished()) return;
-  s.respond_error(ex, ApiError{500, "server_error", "Internal server error while handling this request (it has been logged).",
-                               "", "internal_error"});
-  ex.end_stream();  // a stream already started cannot change its status: end it
-}
+// The server's own state: the request context handlers see, plus what only
+// the server itself uses (the HTTP server, the request pools, readiness and
+// shutdown). I/O thread only, except the atomics.
+struct ApiServer::State : ServerContext {
+  std::unique_ptr<HttpServer> http;
+  std::atomic<bool> ready{false};
+  std::atomic<bool> shutting_down{false};
+  std::chrono::steady_clock::time_point shutdown_started;
+  bool cancelled_for_shutdown = false;
+  // Parsing, validation, rendering and tokenizing run here, off the I/O
+  // thread; bodies over kLargeBody take the one-thread lane, so a few huge
+  // requests can neither starve the small ones nor multiply their memory.
+  std::unique_ptr<RequestPool> pool, large_pool;
+  static constexpr size_t kLargeBody = 4u << 20;
+  int pending = 0;  // requests handed to a pool and not yet back (I/O thread)
+};
 
 namespace {
 
@@ -241,8 +220,6 @@ bool is_json_media_type(const std::string* content_type) {
   return true;
 }
 
-}  // namespace
-
 // What can be decided from the head alone: the API key, then the media type.
 // HttpServer runs it before reading (or 100-continuing) any body, so neither
 // a keyless client nor a cross-site form post gets a body buffered; route()
@@ -266,8 +243,6 @@ std::optional<ApiError> check_request_head(const State& s, const HttpRequest& re
                     "", "unsupported_media_type"};
   return std::nullopt;
 }
-
-namespace {
 
 // Collects what a handler answers on a request-pool thread; the I/O thread
 // replays it on the real exchange. Reads the request (immutable) only.
@@ -330,7 +305,10 @@ void dispatch(const std::shared_ptr<State>& sp, std::shared_ptr<HttpExchange> ex
       try {
         if (!out->failure.empty()) return internal_error(*s, *ex, out->failure.c_str());
         if (out->response) return ex->respond(std::move(*out->response));
-        if (out->generation) start_generation(s, ex, std::move(*out->generation));
+        if (!out->generation) return;
+        if (s->shutting_down)
+          return s->respond_error(*ex, ApiError{503, "service_unavailable", "The server is shutting down.", "", "server_shutting_down"});
+        start_generation(*s, ex, std::move(*out->generation));
       } catch (const std::exception& e) {
         internal_error(*s, *ex, e.what());
       }

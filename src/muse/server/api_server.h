@@ -57,7 +57,9 @@ class ApiServer {
   // period, then cancel them; run() returns when all are done.
   void shutdown();
 
-  struct State;  // shared with generation_job.cc
+  // api_server.cc: the ServerContext the handlers see (server_context.h)
+  // plus the HTTP server, request pools, readiness and shutdown.
+  struct State;
 
  private:
   std::shared_ptr<State> state_;

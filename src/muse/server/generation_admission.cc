@@ -6,7 +6,7 @@
 
 namespace muse::server {
 
-using State = ApiServer::State;
+using State = ServerContext;
 
 namespace {
 
@@ -211,17 +211,14 @@ std::optional<PreparedGeneration> prepare_generation(const State& s, HttpExchang
   return PreparedGeneration{std::move(req), std::move(id), std::move(parts), prompt_tokens};
 }
 
-void start_generation(const std::shared_ptr<State>& sp, std::shared_ptr<HttpExchange> ex, PreparedGeneration p) {
-  State& s = *sp;
+void start_generation(ServerContext& s, std::shared_ptr<HttpExchange> ex, PreparedGeneration p) {
   if (ex->closed()) return;  // the client left while the request was prepared
-  if (s.shutting_down)
-    return s.respond_error(*ex, ApiError{503, "service_unavailable", "The server is shutting down.", "", "server_shutting_down"});
   auto job = std::make_shared<GenerationJob>(&s, ex, std::move(p.request), p.id, p.prompt_tokens);
   s.jobs.insert(job);
   if (!job->start(std::move(p.parts), s.poster)) s.jobs.erase(job);
 }
 
-void handle_count_tokens(State& s, HttpExchange& ex, const Json& body) {
+void handle_count_tokens(const State& s, HttpExchange& ex, const Json& body) {
   Json with_max = body;
   if (!with_max.find("max_tokens")) with_max.set("max_tokens", 1);
   ApiRequest req;

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "muse/server/api_state.h"
+#include "muse/server/server_context.h"
 
 namespace muse::server {
 
@@ -22,7 +22,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
     std::string echo_text;  // completions with echo
   };
 
-  GenerationJob(ApiServer::State* state, std::shared_ptr<HttpExchange> ex, ApiRequest req, std::string id, int prompt_tokens);
+  GenerationJob(ServerContext* ctx, std::shared_ptr<HttpExchange> ex, ApiRequest req, std::string id, int prompt_tokens);
   // Submits every part; on failure answers the error and returns false.
   bool start(std::vector<Part> parts, const std::shared_ptr<IoPoster>& poster);
   void drain();             // I/O thread: handle what the engine delivered
@@ -52,7 +52,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   void write(std::string bytes);
   UsageInfo usage() const;
 
-  ApiServer::State* state_;
+  ServerContext* ctx_;
   std::shared_ptr<HttpExchange> ex_;
   ApiRequest req_;
   std::string id_;
@@ -84,11 +84,15 @@ struct PreparedGeneration {
 // Request-pool thread: validation, rendering, tokenizing, the context and
 // response-size checks. A refusal is answered on `ex` (a deferred exchange
 // the I/O thread replays) and nullopt returned. Reads only immutable state.
-std::optional<PreparedGeneration> prepare_generation(const ApiServer::State& state, HttpExchange& ex, Endpoint endpoint, Json body);
+std::optional<PreparedGeneration> prepare_generation(const ServerContext& ctx, HttpExchange& ex, Endpoint endpoint, Json body);
 // I/O thread: the job is registered, submitted and (if streaming) started.
-void start_generation(const std::shared_ptr<ApiServer::State>& state, std::shared_ptr<HttpExchange> ex, PreparedGeneration p);
+void start_generation(ServerContext& ctx, std::shared_ptr<HttpExchange> ex, PreparedGeneration p);
 
 // POST /v1/messages/count_tokens (request-pool thread, like prepare_generation)
-void handle_count_tokens(ApiServer::State& state, HttpExchange& ex, const Json& body);
+void handle_count_tokens(const ServerContext& ctx, HttpExchange& ex, const Json& body);
+// Cancels every running generation (shutdown after the grace period).
+void cancel_all_jobs(ServerContext& ctx);
+// Writes keep-alive comments on streams that have been silent too long.
+void send_keepalives(ServerContext& ctx);
 
 }  // namespace muse::server
