@@ -87,6 +87,23 @@ TEST_F(RealServer, KeyIsCheckedBeforeAnyBodyIsRead) {
   EXPECT_EQ(request(port_, "GET", "/health").status, 200);
 }
 
+// Item 2: routes that take no body refuse one from the head (the open
+// routes, /health and /metrics, cannot be used to buffer bytes either).
+TEST_F(RealServer, BodylessRoutesRefuseABodyFromTheHead) {
+  ApiServerOptions o;
+  o.api_key = "sekret";
+  start(o);
+  for (const char* path : {"/health", "/metrics", "/v1/models", "/nope"}) {
+    const char* want = std::string_view(path) == "/nope" ? "HTTP/1.1 404" : "HTTP/1.1 413";
+    int fd = connect_loopback(port_, 5);
+    send_all(fd, std::string("POST ") + path + " HTTP/1.1\r\nHost: x\r\nContent-Length: 20000000\r\nExpect: 100-continue\r\n\r\n");
+    std::string got = read_for(fd, 1500);
+    close(fd);
+    EXPECT_TRUE(got.starts_with(want)) << path << ": " << got.substr(0, 120);
+  }
+  EXPECT_EQ(request(port_, "GET", "/health").status, 200);
+}
+
 // Item 2: the server-wide budget for buffered request bytes.
 TEST_F(RealServer, BufferedRequestBytesHaveAGlobalBudget) {
   ApiServerOptions o;

@@ -225,6 +225,14 @@ bool is_json_media_type(const std::string* content_type) {
 // a keyless client nor a cross-site form post gets a body buffered; route()
 // runs it again for requests that arrive whole.
 std::optional<ApiError> check_request_head(const State& s, const HttpRequest& req) {
+  // Only the JSON routes read a body: any other route refuses one from the
+  // head, so the open routes cannot be used to make the server buffer bytes.
+  const std::string* length = req.header("content-length");
+  bool has_body = (length && *length != "0") || req.header("transfer-encoding");
+  if (has_body && !is_json_route(req.path)) {
+    if (route_label(req.path) == "other") return not_found_route(req);
+    return ApiError{413, "invalid_request_error", req.method + " " + req.path + " takes no request body.", "", "request_too_large"};
+  }
   // /health and /metrics are open: monitoring must not need the key (vLLM
   // protects only /v1/*; here every other route stays protected).
   if (req.method == "OPTIONS" || req.path == "/health" || req.path == "/metrics") return std::nullopt;
