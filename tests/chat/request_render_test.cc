@@ -176,10 +176,22 @@ TEST_F(GlimmerRequest, ToolValidation) {
   const std::string msgs = R"("messages": [{"role": "user", "content": "Hi"}])";
   fails("{" + msgs + R"(, "tools": [{"type": "function", "function": {"name": "bad name!", "description": "", "parameters": {}}}]})",
         "must match [A-Za-z0-9_.-]+");
-  fails("{" + msgs + R"(, "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]})",
-        "tools[0].function needs a string 'description'");
-  fails("{" + msgs + R"(, "tools": [{"type": "function", "function": {"name": "f", "description": ""}}]})",
-        "tools[0].function needs a 'parameters' object");
+  fails("{" + msgs + R"(, "tools": [{"type": "function", "function": {"name": "f", "description": 5}}]})",
+        "tools[0].function.description must be a string");
+  fails("{" + msgs + R"(, "tools": [{"type": "function", "function": {"name": "f", "parameters": []}}]})",
+        "tools[0].function.parameters must be an object");
+  // Both are optional in the APIs: absent ones render as empty (issue 17).
+  std::string bare = ok("{" + msgs + R"(, "tools": [{"type": "function", "function": {"name": "f"}}]})");
+  EXPECT_NE(bare.find("{\"name\": \"f\", \"description\": \"\", \"parameters\": {\"type\": \"object\", \"properties\": {}}}"),
+            std::string::npos)
+      << bare;
+  // Reserved template variables keep their types whatever chat_template_kwargs says.
+  fails("{" + msgs + R"(, "chat_template_kwargs": {"add_generation_prompt": "yes"}})",
+        "chat_template_kwargs.add_generation_prompt must be a boolean");
+  fails("{" + msgs + R"(, "chat_template_kwargs": {"continue_final_message": 1}})",
+        "chat_template_kwargs.continue_final_message must be a boolean");
+  fails("{" + msgs + R"(, "chat_template_kwargs": {"tools": 1}})", "cannot replace 'tools'");
+  EXPECT_FALSE(ok("{" + msgs + R"(, "chat_template_kwargs": {"add_generation_prompt": false}})").ends_with("<|start|>assistant"));
   fails("{" + msgs + R"(, "tools": [{"type": "function", "function": {"name": "f", "description": "", "parameters": {}}}],
          "tool_choice": {"type": "function", "function": {"name": "g"}}})",
         "tool_choice names 'g'");

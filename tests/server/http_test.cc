@@ -176,7 +176,7 @@ TEST_F(ServerFixture, BodyLimit) {
   EXPECT_EQ(error_code(r), "request_too_large");
   // Actually too large, chunked.
   std::string chunk(512 * 1024, 'a');
-  std::string req = "POST /v1/messages HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+  std::string req = "POST /v1/messages HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n";
   for (int i = 0; i < 3; ++i) req += "80000\r\n" + chunk + "\r\n";
   req += "0\r\n\r\n";
   r = raw(port_, req);
@@ -192,7 +192,7 @@ TEST_F(ServerFixture, ApiKeyAndHealth) {
   o.api_key = "sekret";
   start(o);
   EXPECT_EQ(request(port_, "GET", "/health").status, 200);  // health stays open
-  for (const char* path : {"/v1/models", "/metrics", "/version"}) {
+  for (const char* path : {"/v1/models", "/version"}) {  // /metrics is open (issue 17)
     Reply r = request(port_, "GET", path);
     EXPECT_EQ(r.status, 401) << path;
     EXPECT_EQ(error_code(r), "invalid_api_key");
@@ -273,7 +273,7 @@ TEST_F(ServerFixture, KeepAliveConnectionServesTwoRequests) {
   start();
   int fd = connect_to(port_);
   std::string body = R"({"prompt":"echo: x","max_tokens":3})";
-  std::string one = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  std::string one = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
   send_all(fd, one + one);  // pipelined
   std::string all;
   char buf[8192];
@@ -292,7 +292,7 @@ TEST_F(ServerFixture, DisconnectCancelsAndServerStillAnswers) {
   for (int i = 0; i < 5; ++i) {
     int fd = connect_to(port_);
     std::string body = R"({"messages":[{"role":"user","content":"sleep:200 go"}],"stream":true,"max_tokens":400,"ignore_eos":true})";
-    send_all(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+    send_all(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
     char buf[256];
     (void)recv(fd, buf, sizeof buf, 0);
     close(fd);

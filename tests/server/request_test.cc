@@ -139,7 +139,7 @@ TEST(ServerRequest, Completions) {
   EXPECT_EQ(*r.max_tokens, 16);
   auto e = parse_completion_request(parse(R"({"prompt":[5,6000]})"), limits, &r);
   ASSERT_TRUE(e);
-  EXPECT_EQ(e->param, "prompt");
+  EXPECT_EQ(e->param, "prompt[1]");
   e = parse_completion_request(parse(R"({"prompt":"x","suffix":"y"})"), limits, &r);
   ASSERT_TRUE(e);
   EXPECT_EQ(e->code, "unsupported_parameter");
@@ -156,7 +156,7 @@ TEST(ServerRequest, Completions) {
 TEST(ServerRequest, AnthropicMessages) {
   ApiRequest r;
   ValidationLimits limits;
-  auto ok = parse_messages_request(parse(R"({"model":"m","max_tokens":10,"system":"be brief","stop_sequences":["x"],
+  auto ok = parse_messages_request(parse(R"({"model":"m","max_tokens":4096,"system":"be brief","stop_sequences":["x"],
       "messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],
       "tools":[{"name":"get","input_schema":{"type":"object"}}],"tool_choice":{"type":"any","disable_parallel_tool_use":true},
       "thinking":{"type":"enabled","budget_tokens":2048},"output_config":{"effort":"high"}})"),
@@ -186,7 +186,7 @@ TEST(ServerRequest, ResponsesBecomeTheEquivalentChatRequest) {
     "reasoning":{"effort":"low"},"text":{"format":{"type":"json_schema","name":"x","schema":{"type":"object"}}},
     "tools":[{"type":"function","name":"f","description":"d","parameters":{"type":"object"}}],"tool_choice":{"type":"function","name":"f"},
     "include":["reasoning.encrypted_content"],"store":false,
-    "input":[{"role":"user","content":[{"type":"input_text","text":"hi"},{"type":"input_image","image_url":"data:image/png;base64,AA=="}]},
+    "input":[{"role":"user","content":[{"type":"input_text","text":"hi"},{"type":"input_text","text":"there"}]},
              {"type":"reasoning","summary":[],"content":[{"type":"reasoning_text","text":"think"}]},
              {"type":"function_call","call_id":"c1","name":"f","arguments":"{\"a\":1}"},
              {"type":"function_call","call_id":"c2","name":"f","arguments":"{}"},
@@ -202,7 +202,7 @@ TEST(ServerRequest, ResponsesBecomeTheEquivalentChatRequest) {
   const Json& m = *r.body.find("messages");
   ASSERT_EQ(m.size(), 6u);
   EXPECT_EQ(m.as_array()[0].dump(), R"({"role":"system","content":"Be brief."})");
-  EXPECT_EQ(m.as_array()[1].find("content")->as_array()[1].get_string("type", ""), "image_url");
+  EXPECT_EQ(m.as_array()[1].find("content")->as_array()[1].get_string("text", ""), "there");
   const Json& calls = m.as_array()[2];
   EXPECT_EQ(calls.get_string("reasoning_content", ""), "think");
   ASSERT_EQ(calls.find("tool_calls")->size(), 2u) << "consecutive calls are one assistant turn";
@@ -221,6 +221,7 @@ TEST(ServerRequest, ResponsesBecomeTheEquivalentChatRequest) {
              {R"({"input":[]})", "input"},
              {R"({"input":[{"type":"web_search_call"}]})", "input.0.type"},
              {R"({"input":[{"role":"tool","content":"x"}]})", "input.0.role"},
+             {R"({"input":[{"role":"user","content":[{"type":"input_image","image_url":"data:image/png;base64,AA=="}]}]})", "input.0.content.0"},
              {R"({"input":"hi","tools":[{"type":"web_search"}]})", "tools.0.type"},
              {R"({"input":"hi","max_output_tokens":0})", "max_output_tokens"},
              {R"({"input":[{"type":"function_call","name":"f","arguments":{}}]})", "input.0.arguments"}};

@@ -34,3 +34,9 @@ set_tests_properties(server_seed_flags PROPERTIES TIMEOUT 120)
 
 # The fake model (tests/support/fake_model/) for the in-process server tests.
 target_link_libraries(test_server PRIVATE muse_fake_model)
+# Issue 17: accept() at the descriptor limit backs off and logs once per
+# interval; max_connections is capped by RLIMIT_NOFILE (~5 s).
+add_executable(server_fd_limit_test ${CMAKE_CURRENT_SOURCE_DIR}/tests/server/load/fd_limit_test.cc)
+target_link_libraries(server_fd_limit_test PRIVATE muse_all)
+add_test(NAME server_fd_limit COMMAND server_fd_limit_test)
+set_tests_properties(server_fd_limit PROPERTIES TIMEOUT 60)

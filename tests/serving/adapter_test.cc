@@ -53,7 +53,7 @@ TEST(MuseAdapter, RenderIsTheChatLayersPromptTokenizedWithoutSpecials) {
   EXPECT_EQ(p->ids, a->tokenizer().encode(p->text, false));
   EXPECT_EQ(p->ids.front(), 3968) << "the template writes BOS";
   EXPECT_TRUE(p->text.ends_with("<|start|>assistant"));
-  auto bad = Json::parse(R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f"}}]})");
+  auto bad = Json::parse(R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f","description":5}}]})");
   EXPECT_FALSE(a->render_chat(*bad, ChatApi::OpenAI).ok()) << "template errors pass through (HTTP 400)";
 }
 

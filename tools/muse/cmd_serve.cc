@@ -139,6 +139,7 @@ int serve_main(int argc, char** argv, const ServeBackendOverride* override) {
   std::vector<std::string> served_repeated;
   bool disable_log_requests = false, enable_auto_tool_choice = false;
   int64_t max_body_mb = 64;
+  int64_t max_buffered_mb = 0;  // 0: 4 x max_body_mb
   std::string kv_cache_memory;
 
   ArgParser args("serve", "Serve a Muse checkpoint over the OpenAI (/v1/chat/completions, /v1/completions) and Anthropic "
@@ -189,6 +190,8 @@ int serve_main(int argc, char** argv, const ServeBackendOverride* override) {
   args.flag("--disable-log-requests", &disable_log_requests, "do not log each request at info level");
   args.option("--reasoning-field", &reasoning_field, "F", "reasoning output field: both (default), reasoning or reasoning_content");
   args.option("--max-request-body-mb", &max_body_mb, "N", "largest request body in MiB (default 64); larger get 413");
+  args.option("--max-buffered-request-mb", &max_buffered_mb, "N",
+              "request bytes held across all connections in MiB (default 4 x --max-request-body-mb); beyond it 503");
   args.option("--sse-keepalive-interval", &o.api.sse_keepalive_seconds, "S", "SSE keep-alive comment after S silent seconds (default 15)");
   args.option("--shutdown-timeout", &o.api.shutdown_grace_seconds, "S", "on SIGINT/SIGTERM, wait S seconds for running requests before cancelling them (default 30)");
   args.option("--log-level", &o.log_level, "L", "debug, info, warn, error (default info)");
@@ -236,6 +239,10 @@ int serve_main(int argc, char** argv, const ServeBackendOverride* override) {
   if (o.api.http.port < 0 || o.api.http.port > 65535) return fail("--port must be in [0, 65535]");
   if (max_body_mb < 1 || max_body_mb > 4096) return fail("--max-request-body-mb must be in [1, 4096]");
   o.api.http.max_body_bytes = size_t(max_body_mb) << 20;
+  if (max_buffered_mb == 0) max_buffered_mb = 4 * max_body_mb;
+  if (max_buffered_mb < max_body_mb || max_buffered_mb > 65536)
+    return fail("--max-buffered-request-mb must be in [--max-request-body-mb, 65536]");
+  o.api.http.max_buffered_bytes = size_t(max_buffered_mb) << 20;
   if (!kv_cache_memory.empty()) {
     auto n = parse_bytes("--kv-cache-memory-bytes", kv_cache_memory);
     if (!n.ok()) return fail(n.message());

@@ -204,13 +204,34 @@ Status validate_tools(const Json& tools, const ChatProfile& p) {
     if (!p.is_muse) continue;
     if (!is_valid_tool_name(name->as_string()))
       return make_error(w + ".function.name '" + name->as_string() + "' must match [A-Za-z0-9_.-]+");
-    // The Muse template writes both with tojson; transformers raises without them.
+    // The Muse template writes both with tojson (transformers raises without
+    // them), but both APIs make them optional: fill_tool_defaults() supplies
+    // them; what is given must have the right type.
     const Json* desc = fn->find("description");
-    if (!desc || !desc->is_string()) return make_error(w + ".function needs a string 'description'");
+    if (desc && !desc->is_null() && !desc->is_string()) return make_error(w + ".function.description must be a string");
     const Json* params = fn->find("parameters");
-    if (!params || !params->is_object()) return make_error(w + ".function needs a 'parameters' object");
+    if (params && !params->is_null() && !params->is_object()) return make_error(w + ".function.parameters must be an object");
   }
   return Status::Ok();
+}
+
+// OpenAI and Anthropic both let a tool leave out its description (and
+// OpenAI its parameters); the Muse template needs both, so an absent one is
+// rendered as an empty description / a schema without properties.
+Json fill_tool_defaults(const Json& tools, const ChatProfile& p) {
+  if (!p.is_muse || !tools.is_array()) return tools;
+  Json out = tools;
+  for (Json& t : out.as_array()) {
+    Json* fn = t.find("function");
+    if (!fn) fn = &t;
+    if (!fn->is_object()) continue;
+    const Json* desc = fn->find("description");
+    if (!desc || desc->is_null()) fn->set("description", Json(""));
+    const Json* params = fn->find("parameters");
+    if (!params || params->is_null())
+      fn->set("parameters", Json(JsonObject{{"type", Json("object")}, {"properties", Json::object()}}));
+  }
+  return out;
 }
 
 Status validate_tool_choice(const Json& request, const Json& tools) {
@@ -308,20 +329,33 @@ Result<Json> build_template_context(const Json& request_in, const ChatTemplate& 
   Json tools = request->find("tools") ? *request->find("tools") : Json();
   MUSE_RETURN_IF_ERROR(validate_tools(tools, p));
   MUSE_RETURN_IF_ERROR(validate_tool_choice(*request, tools));
+  tools = fill_tool_defaults(tools, p);
   MUSE_ASSIGN_OR_RETURN(bool add_generation_prompt, request->bool_member("add_generation_prompt", true));
   MUSE_ASSIGN_OR_RETURN(bool continue_final, request->bool_member("continue_final_message", false));
-  if (add_generation_prompt && continue_final && request->find("add_generation_prompt"))
-    return make_error("continue_final_message and add_generation_prompt cannot both be true");
-  if (continue_final) add_generation_prompt = false;
+  bool add_given = request->find("add_generation_prompt") != nullptr;
 
   JsonObject kwargs;
   if (const Json* k = request->find("chat_template_kwargs"); k && !k->is_null()) {
     if (!k->is_object()) return make_error("chat_template_kwargs must be an object");
     for (const auto& [name, value] : k->as_object()) {
-      if (name == "messages") return make_error("chat_template_kwargs cannot replace 'messages'");
+      // The context variables the request itself supplies cannot be swapped
+      // for arbitrary values: the rest of the pipeline (tool parsing, the
+      // generation prompt, continue_final_message) relies on their types.
+      if (name == "messages" || name == "tools" || name == "documents")
+        return make_error("chat_template_kwargs cannot replace '" + name + "' (send it as the request's own field)");
+      if (name == "add_generation_prompt" || name == "continue_final_message") {
+        if (!value.is_bool()) return make_error("chat_template_kwargs." + name + " must be a boolean, got " + value.type_name());
+        // As in vLLM, chat_template_kwargs win over the top-level flags.
+        if (name == "add_generation_prompt") add_generation_prompt = value.as_bool(), add_given = true;
+        else continue_final = value.as_bool();
+        continue;
+      }
       kwargs.emplace_back(name, value);
     }
   }
+  if (add_generation_prompt && continue_final && add_given)
+    return make_error("continue_final_message and add_generation_prompt cannot both be true");
+  if (continue_final) add_generation_prompt = false;
   MUSE_RETURN_IF_ERROR(map_effort(*request, p, kwargs));
 
   Json ctx = Json::object();
@@ -337,9 +371,12 @@ Result<Json> build_template_context(const Json& request_in, const ChatTemplate& 
 Result<ChatPrompt> render_chat(const Json& request, const ChatTemplate& tpl, const ChatRenderOptions& options) {
   MUSE_ASSIGN_OR_RETURN(Json ctx, build_template_context(request, tpl, options));
   ChatPrompt out;
-  out.add_generation_prompt = ctx.find("add_generation_prompt")->as_bool();
-  const Json& req = options.api == RequestApi::AnthropicMessages ? Json() : request;
-  out.continue_final_message = req.is_object() && req.get_bool("continue_final_message", false);
+  out.add_generation_prompt = ctx.get_bool("add_generation_prompt", true);
+  // build_template_context validated both places the flag can come from.
+  const Json* kw = request.find("chat_template_kwargs");
+  out.continue_final_message = options.api != RequestApi::AnthropicMessages &&
+                               (kw && kw->find("continue_final_message") ? kw->get_bool("continue_final_message", false)
+                                                                         : request.get_bool("continue_final_message", false));
   const Json* tools = ctx.find("tools");
   bool has_tools = tools && !tools->is_null();  // transformers: `tools is not None`
   MUSE_ASSIGN_OR_RETURN(out.text, tpl.compiled_for(has_tools).render(ctx, options.render));

@@ -7,6 +7,70 @@ namespace muse::server {
 
 using namespace detail;
 
+namespace {
+
+// Image (and document) blocks, also inside a tool_result: refused until
+// multimodal input exists.
+std::optional<ApiError> refuse_media(const Json& block, const std::string& where) {
+  const std::string type = block.get_string("type", "");
+  if (media_kind(type)) return media_refused(where, type);
+  if (type != "tool_result") return std::nullopt;
+  const Json* inner = block.find("content");
+  if (!inner || !inner->is_array()) return std::nullopt;
+  for (size_t k = 0; k < inner->size(); ++k) {
+    const Json& b = inner->as_array()[k];
+    if (b.is_object() && media_kind(b.get_string("type", "")))
+      return media_refused(where + ".content." + std::to_string(k), b.get_string("type", ""));
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> block_ids(const Json& message, const char* type, const char* id_key) {
+  std::vector<std::string> ids;
+  const Json* content = message.find("content");
+  if (!content || !content->is_array()) return ids;
+  for (const Json& b : content->as_array())
+    if (b.get_string("type", "") == type) ids.push_back(b.get_string(id_key, ""));
+  return ids;
+}
+
+// Anthropic's rule: every tool_use of an assistant turn is answered by a
+// tool_result in the very next (user) message, and every tool_result answers
+// a tool_use of the message right before it.
+std::optional<ApiError> check_tool_pairing(const Json& messages) {
+  const auto& list = messages.as_array();
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string role = list[i].get_string("role", "");
+    if (role == "assistant") {
+      std::vector<std::string> uses = block_ids(list[i], "tool_use", "id");
+      if (uses.empty()) continue;
+      std::vector<std::string> results = i + 1 < list.size() ? block_ids(list[i + 1], "tool_result", "tool_use_id")
+                                                             : std::vector<std::string>{};
+      std::string missing;
+      for (const auto& id : uses)
+        if (std::find(results.begin(), results.end(), id) == results.end()) missing += (missing.empty() ? "" : ", ") + id;
+      if (!missing.empty()) {
+        std::string where = "messages." + std::to_string(i + 1 < list.size() ? i + 1 : i);
+        return invalid_param(where, where + ": `tool_use` ids were found without `tool_result` blocks immediately after: " +
+                                        missing + ". Each `tool_use` block must have a corresponding `tool_result` block in the next message.");
+      }
+    } else {
+      std::vector<std::string> results = block_ids(list[i], "tool_result", "tool_use_id");
+      if (results.empty()) continue;
+      std::vector<std::string> uses = i > 0 ? block_ids(list[i - 1], "tool_use", "id") : std::vector<std::string>{};
+      for (const auto& id : results)
+        if (std::find(uses.begin(), uses.end(), id) == uses.end()) {
+          std::string where = "messages." + std::to_string(i);
+          return invalid_param(where, where + ": unexpected `tool_use_id` found in `tool_result` blocks: " + id +
+                                          ". Each `tool_result` block must have a corresponding `tool_use` block in the previous message.");
+        }
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
 std::optional<ApiError> parse_messages_request(const Json& body, const ValidationLimits& limits, ApiRequest* out) {
   *out = ApiRequest{};
   out->endpoint = Endpoint::Messages;
@@ -32,10 +96,15 @@ std::optional<ApiError> parse_messages_request(const Json& body, const Validatio
       if (!content || !(content->is_string() || content->is_array()))
         return invalid_param(where + ".content", where + ".content: expected a string or an array of content blocks", "invalid_type");
       if (content->is_array())
-        for (const auto& block : content->as_array())
+        for (size_t j = 0; j < content->size(); ++j) {
+          const Json& block = content->as_array()[j];
           if (!block.is_object() || !block.find("type") || !block.find("type")->is_string())
             return invalid_param(where + ".content", where + ".content: each block must be an object with a string 'type'");
+          const std::string bw = where + ".content." + std::to_string(j);
+          if (auto e = refuse_media(block, bw)) return e;
+        }
     }
+    if (auto e = check_tool_pairing(*messages)) return e;
   }
   if (const Json* sys = r.get("system"); sys && !r.failed()) {
     bool ok = sys->is_string();
@@ -101,6 +170,9 @@ std::optional<ApiError> parse_messages_request(const Json& body, const Validatio
       r.fail(invalid_param("thinking.type", "thinking.type: expected \"enabled\", \"disabled\" or \"adaptive\""));
     if (const Json* b = thinking->find("budget_tokens"); b && !r.failed() && !(b->is_int() && b->as_int() >= 1))
       r.fail(invalid_param("thinking.budget_tokens", "thinking.budget_tokens: expected a positive integer"));
+    else if (b && !r.failed() && type == "enabled" && b->as_int() >= max_tokens)  // Anthropic's rule
+      r.fail(invalid_param("thinking.budget_tokens", "`max_tokens` must be greater than `thinking.budget_tokens` (" +
+                                                         std::to_string(b->as_int()) + " >= " + std::to_string(max_tokens) + ")"));
   }
   if (const Json* oc = r.typed("output_config", Json::Type::Object, "an object")) {
     if (const Json* effort = oc->find("effort"); effort && !effort->is_null()) {
@@ -111,6 +183,10 @@ std::optional<ApiError> parse_messages_request(const Json& body, const Validatio
     }
   }
   r.typed("metadata", Json::Type::Object, "an object");
+  bool add_generation_prompt = true, continue_final = false;
+  r.boolean("add_generation_prompt", &add_generation_prompt);
+  r.boolean("continue_final_message", &continue_final);
+  read_template_kwargs(r, &add_generation_prompt, &continue_final);
   for (const char* k : {"mcp_servers", "container"})
     if (r.get(k) && !r.failed()) r.fail(invalid_param(k, std::string(k) + ": not supported by this server", "unsupported_parameter"));
   return r.error;

@@ -125,6 +125,54 @@ void read_stream(FieldReader& r, ApiRequest* out) {
   }
 }
 
+// chat_template_kwargs: passed to the template as given, except the context
+// variables the request supplies itself (their types are relied on after
+// rendering) and the two flags, which must be booleans. Returns whether
+// add_generation_prompt was given there.
+bool read_template_kwargs(FieldReader& r, bool* add_generation_prompt, bool* continue_final) {
+  const Json* kw = r.typed("chat_template_kwargs", Json::Type::Object, "an object");
+  if (!kw) return false;
+  bool add_given = false;
+  for (const auto& [name, value] : kw->as_object()) {
+    const std::string param = "chat_template_kwargs." + name;
+    if (name == "messages" || name == "tools" || name == "documents") {
+      r.fail(invalid_param(param, "Invalid '" + param + "': the template's '" + name +
+                                      "' comes from the request itself and cannot be replaced here."));
+      return false;
+    }
+    if (name == "add_generation_prompt" || name == "continue_final_message") {
+      if (!value.is_bool()) {
+        r.fail(invalid_type(param, "a boolean", FieldReader::json_kind(value)));
+        return false;
+      }
+      if (name == "add_generation_prompt") {
+        *add_generation_prompt = value.as_bool();
+        add_given = true;
+      } else {
+        *continue_final = value.as_bool();
+      }
+    }
+  }
+  return add_given;
+}
+
+const char* media_kind(const std::string& type) {
+  static const char* kMedia[][2] = {{"image_url", "image"}, {"image", "image"},     {"input_image", "image"},
+                                    {"video_url", "video"}, {"video", "video"},     {"input_audio", "audio"},
+                                    {"audio_url", "audio"}, {"audio", "audio"},     {"file", "file"},
+                                    {"input_file", "file"}, {"document", "document"}};
+  for (const auto& m : kMedia)
+    if (type == m[0]) return m[1];
+  return nullptr;
+}
+
+ApiError media_refused(const std::string& param, const std::string& type) {
+  // As vLLM does for text-only models: answering about an input the model
+  // never saw would be worse than refusing it.
+  return invalid_param(param, "Invalid '" + param + "': " + media_kind(type) + " input ('" + type +
+                                  "') is not supported; this server takes text only.", "unsupported_value");
+}
+
 bool valid_tool_name(const std::string& name) {
   if (name.empty() || name.size() > 128) return false;
   return std::all_of(name.begin(), name.end(), [](char c) {
@@ -265,13 +313,21 @@ std::optional<ApiError> parse_chat_request(const Json& body, const ValidationLim
       if (!m.is_object()) return invalid_type(where, "an object", FieldReader::json_kind(m));
       const Json* role = m.find("role");
       if (!role || !role->is_string()) return invalid_param(where + ".role", "Invalid '" + where + ".role': expected a string.");
+      static const char* kRoles[] = {"system", "developer", "user", "assistant", "tool"};
+      if (std::none_of(std::begin(kRoles), std::end(kRoles), [&](const char* k) { return role->as_string() == k; }))
+        return invalid_param(where + ".role", "Invalid '" + where + ".role': expected one of system, developer, user, "
+                                              "assistant, tool; got \"" + role->as_string() + "\".");
       const Json* content = m.find("content");
       if (content && !content->is_null() && !content->is_string() && !content->is_array())
         return invalid_type(where + ".content", "a string, an array of content parts or null", FieldReader::json_kind(*content));
       if (content && content->is_array())
-        for (const auto& part : content->as_array())
+        for (size_t j = 0; j < content->size(); ++j) {
+          const Json& part = content->as_array()[j];
           if (!part.is_object() || !part.find("type") || !part.find("type")->is_string())
             return invalid_param(where + ".content", "Invalid '" + where + ".content': each part must be an object with a string 'type'.");
+          const std::string& type = part.find("type")->as_string();
+          if (media_kind(type)) return media_refused(where + ".content[" + std::to_string(j) + "]", type);
+        }
       if (const Json* calls = m.find("tool_calls"); calls && !calls->is_null()) {
         if (!calls->is_array()) return invalid_type(where + ".tool_calls", "an array", FieldReader::json_kind(*calls));
         for (const auto& c : calls->as_array())
@@ -305,11 +361,11 @@ std::optional<ApiError> parse_chat_request(const Json& body, const ValidationLim
     if (std::none_of(std::begin(kEfforts), std::end(kEfforts), [&](const char* e) { return effort == e; }))
       r.fail(invalid_param("reasoning_effort", "Invalid 'reasoning_effort': expected one of none, minimal, low, medium, high, xhigh, max; got \"" + effort + "\"."));
   }
-  r.typed("chat_template_kwargs", Json::Type::Object, "an object");
   bool add_generation_prompt = true, continue_final = false;
-  r.boolean("add_generation_prompt", &add_generation_prompt);
+  bool add_given = r.boolean("add_generation_prompt", &add_generation_prompt);
   r.boolean("continue_final_message", &continue_final);
-  if (add_generation_prompt && continue_final && !r.failed() && r.get("add_generation_prompt"))
+  add_given |= read_template_kwargs(r, &add_generation_prompt, &continue_final);
+  if (add_generation_prompt && continue_final && !r.failed() && add_given)
     r.fail(invalid_param("continue_final_message", "'continue_final_message' and 'add_generation_prompt' cannot both be true."));
   read_tools(r, out);
   read_response_format(r, out);
@@ -335,16 +391,30 @@ std::optional<ApiError> parse_completion_request(const Json& body, const Validat
   r.string("model", &out->model);
   const Json* prompt = r.get("prompt");
   if (!prompt && !r.failed()) return invalid_param("prompt", "Missing required parameter: 'prompt'.", "missing_required_parameter");
-  auto bad_prompt = [] {
-    return invalid_param("prompt", "Invalid 'prompt': expected a string, an array of strings, an array of token ids, or an array of arrays of token ids.",
+  // Errors name the element that is wrong (prompt[2], prompt[0][5]), so a
+  // client holding a batch of prompts can find it.
+  auto bad_prompt = [](const std::string& where, const Json& v) {
+    return invalid_param(where, "Invalid '" + where + "': expected a string, an array of strings, an array of token ids, or an "
+                                    "array of arrays of token ids; got " + FieldReader::json_kind(v) + ".",
                          "invalid_type");
   };
-  auto read_ids = [&](const Json& arr, std::vector<int32_t>* ids) -> std::optional<ApiError> {
-    for (const auto& v : arr.as_array()) {
-      if (!v.is_int()) return bad_prompt();
+  auto read_ids = [&](const Json& arr, const std::string& where, std::vector<int32_t>* ids) -> std::optional<ApiError> {
+    // A prompt that cannot fit the context is refused before its ids are
+    // converted (a 60 MiB id list must not be copied to find that out).
+    if (limits.max_model_len > 0 && arr.size() >= size_t(limits.max_model_len))
+      return invalid_param(where, "This model's maximum context length is " + std::to_string(limits.max_model_len) +
+                                      " tokens. However, '" + where + "' has " + std::to_string(arr.size()) +
+                                      " tokens. Please reduce the length of the prompt.",
+                           "context_length_exceeded");
+    ids->reserve(arr.size());
+    for (size_t k = 0; k < arr.size(); ++k) {
+      const Json& v = arr.as_array()[k];
+      const std::string at = where + "[" + std::to_string(k) + "]";
+      if (!v.is_int()) return invalid_param(at, "Invalid '" + at + "': a token id must be an integer, got " +
+                                                    FieldReader::json_kind(v) + ".", "invalid_type");
       if (v.as_int() < 0 || v.as_int() > kMaxInt32 || (limits.vocab_size > 0 && v.as_int() >= limits.vocab_size))
-        return invalid_param("prompt", "Invalid 'prompt': token id " + std::to_string(v.as_int()) + " is out of range [0, " +
-                                           std::to_string(limits.vocab_size) + ").");
+        return invalid_param(at, "Invalid '" + at + "': token id " + std::to_string(v.as_int()) + " is out of range [0, " +
+                                     std::to_string(limits.vocab_size) + ").");
       ids->push_back(int32_t(v.as_int()));
     }
     return std::nullopt;
@@ -357,23 +427,27 @@ std::optional<ApiError> parse_completion_request(const Json& body, const Validat
       if (arr.empty()) return invalid_param("prompt", "Invalid 'prompt': empty array.");
       if (arr[0].is_int()) {
         std::vector<int32_t> ids;
-        if (auto e = read_ids(*prompt, &ids)) return e;
+        if (auto e = read_ids(*prompt, "prompt", &ids)) return e;
         out->prompts.emplace_back(std::move(ids));
       } else {
-        for (const auto& p : arr) {
+        for (size_t i = 0; i < arr.size(); ++i) {
+          const Json& p = arr[i];
+          const std::string where = "prompt[" + std::to_string(i) + "]";
           if (p.is_string()) {
             out->prompts.emplace_back(p.as_string());
           } else if (p.is_array() && !p.as_array().empty()) {
             std::vector<int32_t> ids;
-            if (auto e = read_ids(p, &ids)) return e;
+            if (auto e = read_ids(p, where, &ids)) return e;
             out->prompts.emplace_back(std::move(ids));
+          } else if (p.is_array()) {
+            return invalid_param(where, "Invalid '" + where + "': empty array.");
           } else {
-            return bad_prompt();
+            return bad_prompt(where, p);
           }
         }
       }
     } else {
-      return bad_prompt();
+      return bad_prompt("prompt", *prompt);
     }
   }
   read_stream(r, out);

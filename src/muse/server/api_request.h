@@ -57,6 +57,7 @@ struct ValidationLimits {
   int max_logprobs = 20;   // --max-logprobs
   int max_n = 128;
   int max_stop = 64;       // stop strings per request
+  int max_model_len = 0;   // 0: unchecked; else token-id prompts this long are refused early
 };
 
 // Each returns the first problem found, or nullopt with *out filled.

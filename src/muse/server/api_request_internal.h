@@ -13,6 +13,13 @@ void read_stop(FieldReader& r, const ValidationLimits& limits, const char* key, 
 void read_stop_token_ids(FieldReader& r, const ValidationLimits& limits, ApiRequest* out);
 void read_stream(FieldReader& r, ApiRequest* out);
 bool valid_tool_name(const std::string& name);
+// chat_template_kwargs: reserved names refused, the two flags must be booleans
+// (they override *add_generation_prompt / *continue_final). True when it set
+// add_generation_prompt.
+bool read_template_kwargs(FieldReader& r, bool* add_generation_prompt, bool* continue_final);
+// "image", "audio", ... for a content part / block type that carries media; else null.
+const char* media_kind(const std::string& type);
+ApiError media_refused(const std::string& param, const std::string& type);
 // required/named need tools; a named tool must exist (OpenAI or Anthropic shape).
 void check_tool_choice(FieldReader& r, ApiRequest* out);
 

@@ -3,21 +3,21 @@
 #include "muse/server/api_server.h"
 
 #include <algorithm>
+#include <cctype>
 #include <csignal>
 #include <ctime>
 #include <random>
 
 #include "muse/core/log.h"
-#include "muse/server/api_state.h"
 #include "muse/server/generation_job.h"
+#include "muse/server/request_pool.h"
+#include "muse/server/server_context.h"
 
 namespace muse::server {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-bool is_messages_path(std::string_view path) { return path.starts_with("/v1/messages"); }
 
 // Compares every byte whatever the first difference, so response time does
 // not reveal how much of a guessed key was right.
@@ -88,31 +88,22 @@ std::string join(const std::vector<std::string>& v) {
 
 }  // namespace
 
-std::string random_id(const char* prefix, size_t length) {
-  static thread_local std::mt19937_64 rng{std::random_device{}()};
-  static const char kChars[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
-  std::string id = prefix;
-  for (size_t i = 0; i < length; ++i) id.push_back(kChars[rng() % 62]);
-  return id;
-}
-
-ValidationLimits ApiServer::State::limits() const {
-  ValidationLimits l;
-  l.vocab_size = backend.adapter->info().vocab_size;
-  l.max_logprobs = opt.max_logprobs;
-  return l;
-}
-
-HttpResponse ApiServer::State::error_response(const ApiError& e, std::string_view path) const {
-  HttpResponse r = json_response(e.status, is_messages_path(path) ? anthropic_error_body(e) : openai_error_body(e));
-  if (e.status == 429) r.headers.emplace_back("Retry-After", "1");
-  if (e.status == 401 && !is_messages_path(path)) r.headers.emplace_back("WWW-Authenticate", "Bearer");
-  return r;
-}
-
-void ApiServer::State::respond_error(HttpExchange& ex, const ApiError& e) { ex.respond(error_response(e, ex.request().path)); }
-
-void ApiServer::State::finish_job(const std::shared_ptr<GenerationJob>& job) { jobs.erase(job); }
+// The server's own state: the request context handlers see, plus what only
+// the server itself uses (the HTTP server, the request pools, readiness and
+// shutdown). I/O thread only, except the atomics.
+struct ApiServer::State : ServerContext {
+  std::unique_ptr<HttpServer> http;
+  std::atomic<bool> ready{false};
+  std::atomic<bool> shutting_down{false};
+  std::chrono::steady_clock::time_point shutdown_started;
+  bool cancelled_for_shutdown = false;
+  // Parsing, validation, rendering and tokenizing run here, off the I/O
+  // thread; bodies over kLargeBody take the one-thread lane, so a few huge
+  // requests can neither starve the small ones nor multiply their memory.
+  std::unique_ptr<RequestPool> pool, large_pool;
+  static constexpr size_t kLargeBody = 4u << 20;
+  int pending = 0;  // requests handed to a pool and not yet back (I/O thread)
+};
 
 namespace {
 
@@ -155,6 +146,10 @@ void handle_tokenize(State& s, HttpExchange& ex, const Json& body) {
     if (auto e = parse_chat_request(body, s.limits(), &req)) return s.respond_error(ex, *e);
     auto rendered = s.backend.adapter->render_chat(body, ChatApi::OpenAI);
     if (!rendered.ok()) return s.respond_error(ex, invalid_param("messages", rendered.message(), "invalid_value"));
+    if (rendered->exceeds_context)
+      return s.respond_error(ex, invalid_param("messages", "The messages are longer than the context of " +
+                                                               std::to_string(s.backend.adapter->info().max_model_len) + " tokens can hold.",
+                                               "context_length_exceeded"));
     ids = rendered->ids;
   } else {
     const Json* prompt = body.find("prompt");
@@ -194,6 +189,147 @@ void handle_detokenize(State& s, HttpExchange& ex, const Json& body) {
   ex.respond(json_response(200, out.dump()));
 }
 
+// Metric label: the route, never the raw path (unknown paths would make
+// unbounded label sets).
+std::string route_label(std::string_view path) {
+  static const char* kRoutes[] = {"/health", "/metrics", "/version", "/v1/models", "/v1/chat/completions", "/v1/completions",
+                                  "/v1/messages", "/v1/messages/count_tokens", "/v1/responses", "/tokenize", "/detokenize"};
+  for (const char* r : kRoutes)
+    if (path == r) return r;
+  return path.starts_with("/v1/models/") ? "/v1/models/{model}" : path.starts_with("/v1/responses/") ? "/v1/responses/{id}" : "other";
+}
+
+bool is_json_route(std::string_view path) {
+  static const char* kPost[] = {"/v1/chat/completions", "/v1/completions", "/v1/messages", "/v1/messages/count_tokens",
+                                "/v1/responses", "/tokenize", "/detokenize"};
+  for (const char* p : kPost)
+    if (path == p) return true;
+  return false;
+}
+
+bool is_json_media_type(const std::string* content_type) {
+  if (!content_type) return false;
+  std::string_view v = *content_type;
+  v = v.substr(0, v.find(';'));
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+  static constexpr std::string_view kJson = "application/json";
+  if (v.size() != kJson.size()) return false;
+  for (size_t i = 0; i < v.size(); ++i)
+    if (char(std::tolower(static_cast<unsigned char>(v[i]))) != kJson[i]) return false;
+  return true;
+}
+
+// What can be decided from the head alone: the API key, then the media type.
+// HttpServer runs it before reading (or 100-continuing) any body, so neither
+// a keyless client nor a cross-site form post gets a body buffered; route()
+// runs it again for requests that arrive whole.
+std::optional<ApiError> check_request_head(const State& s, const HttpRequest& req) {
+  // Only the JSON routes read a body: any other route refuses one from the
+  // head, so the open routes cannot be used to make the server buffer bytes.
+  const std::string* length = req.header("content-length");
+  bool has_body = (length && *length != "0") || req.header("transfer-encoding");
+  if (has_body && !is_json_route(req.path)) {
+    if (route_label(req.path) == "other") return not_found_route(req);
+    return ApiError{413, "invalid_request_error", req.method + " " + req.path + " takes no request body.", "", "request_too_large"};
+  }
+  // /health and /metrics are open: monitoring must not need the key (vLLM
+  // protects only /v1/*; here every other route stays protected).
+  if (req.method == "OPTIONS" || req.path == "/health" || req.path == "/metrics") return std::nullopt;
+  if (!s.opt.api_key.empty()) {
+    std::string given;
+    if (const std::string* auth = req.header("authorization"); auth && auth->starts_with("Bearer ")) given = auth->substr(7);
+    else if (const std::string* key = req.header("x-api-key")) given = *key;
+    if (!constant_time_equal(given, s.opt.api_key))
+      return ApiError{401, "authentication_error", "Invalid or missing API key. Send it as 'Authorization: Bearer <key>' (or 'x-api-key').", "", "invalid_api_key"};
+  }
+  // A browser may post text/plain or a form cross-site without a preflight;
+  // only application/json bodies are read (as vLLM does).
+  if (req.method == "POST" && is_json_route(req.path) && !is_json_media_type(req.header("content-type")))
+    return ApiError{415, "invalid_request_error", "Unsupported Media Type: only 'application/json' is allowed (got " +
+                                                      (req.header("content-type") ? "'" + *req.header("content-type") + "'" : std::string("none")) + ").",
+                    "", "unsupported_media_type"};
+  return std::nullopt;
+}
+
+// Collects what a handler answers on a request-pool thread; the I/O thread
+// replays it on the real exchange. Reads the request (immutable) only.
+class DeferredExchange : public HttpExchange {
+ public:
+  explicit DeferredExchange(const HttpRequest& req) : req_(req) {}
+  const HttpRequest& request() const override { return req_; }
+  void respond(HttpResponse r) override {
+    if (!response) response = std::move(r);
+  }
+  void start_stream(int, std::string, HttpHeaders) override {}
+  void write(std::string) override {}
+  void end_stream() override {}
+  bool closed() const override { return false; }
+  void on_close(std::function<void()>) override {}
+  size_t queued_bytes() const override { return 0; }
+  bool finished() const override { return response.has_value(); }
+  std::optional<HttpResponse> response;
+
+ private:
+  const HttpRequest& req_;
+};
+
+// What a pool thread hands back to the I/O thread.
+struct Prepared {
+  std::optional<HttpResponse> response;          // answered (an error, or /tokenize ...)
+  std::optional<PreparedGeneration> generation;  // or ready to start
+  std::string failure;                           // or it threw
+};
+
+// The body-parsing endpoints run on the request pool; the I/O thread only
+// replays the answer or starts the generation. A full pool is a 503.
+void dispatch(const std::shared_ptr<State>& sp, std::shared_ptr<HttpExchange> ex, std::optional<Endpoint> endpoint) {
+  State& s = *sp;
+  std::weak_ptr<State> weak = sp;
+  RequestPool& pool = ex->request().body.size() > State::kLargeBody ? *s.large_pool : *s.pool;
+  auto work = [weak, ex, endpoint] {
+    auto s = weak.lock();
+    if (!s) return;
+    auto out = std::make_shared<Prepared>();
+    DeferredExchange d(ex->request());
+    const std::string& path = d.request().path;
+    try {
+      Json body;
+      if (auto e = parse_json_body(d.request().body, &body)) s->respond_error(d, *e);
+      else if (path == "/tokenize") handle_tokenize(*s, d, body);
+      else if (path == "/detokenize") handle_detokenize(*s, d, body);
+      else if (path == "/v1/messages/count_tokens") handle_count_tokens(*s, d, body);
+      else out->generation = prepare_generation(*s, d, *endpoint, std::move(body));
+    } catch (const std::exception& e) {
+      out->failure = e.what();
+    } catch (...) {
+      out->failure = "unknown exception";
+    }
+    out->response = std::move(d.response);
+    s->poster->post([weak, ex, out] {
+      auto s = weak.lock();
+      if (!s) return;
+      --s->pending;
+      try {
+        if (!out->failure.empty()) return internal_error(*s, *ex, out->failure.c_str());
+        if (out->response) return ex->respond(std::move(*out->response));
+        if (!out->generation) return;
+        if (s->shutting_down)
+          return s->respond_error(*ex, ApiError{503, "service_unavailable", "The server is shutting down.", "", "server_shutting_down"});
+        start_generation(*s, ex, std::move(*out->generation));
+      } catch (const std::exception& e) {
+        internal_error(*s, *ex, e.what());
+      }
+    });
+  };
+  ++s.pending;
+  if (!pool.try_submit(std::move(work))) {
+    --s.pending;
+    s.respond_error(*ex, ApiError{503, "service_unavailable", "The server has too many requests waiting to be prepared; retry shortly.",
+                                  "", "server_overloaded"});
+  }
+}
+
 void route(const std::shared_ptr<State>& sp, std::shared_ptr<HttpExchange> raw) {
   State& s = *sp;
   const HttpRequest& req = raw->request();
@@ -213,16 +349,7 @@ void route(const std::shared_ptr<State>& sp, std::shared_ptr<HttpExchange> raw) 
       if (s.opt.allow_credentials) extra.emplace_back("Access-Control-Allow-Credentials", "true");
     }
   }
-  // Metric label: the route, never the raw path (unknown paths would make
-  // unbounded label sets).
-  static const char* kRoutes[] = {"/health", "/metrics", "/version", "/v1/models", "/v1/chat/completions", "/v1/completions",
-                                  "/v1/messages", "/v1/messages/count_tokens", "/v1/responses", "/tokenize", "/detokenize"};
-  std::string handler = path.starts_with("/v1/models/")      ? "/v1/models/{model}"
-                        : path.starts_with("/v1/responses/") ? "/v1/responses/{id}"
-                                                             : "other";
-  for (const char* r : kRoutes)
-    if (path == r) handler = r;
-  auto ex = std::make_shared<TrackedExchange>(std::move(raw), extra, s.metrics.get(), handler);
+  auto ex = std::make_shared<TrackedExchange>(std::move(raw), extra, s.metrics.get(), route_label(path));
   if (method == "OPTIONS") {
     if (!cors) return s.respond_error(*ex, ApiError{405, "invalid_request_error", "CORS is not enabled for this origin.", "", "method_not_allowed"});
     HttpResponse r;
@@ -246,14 +373,7 @@ void route(const std::shared_ptr<State>& sp, std::shared_ptr<HttpExchange> raw) 
     return ex->respond(std::move(r));
   }
 
-  // Every other route needs the key when one is configured.
-  if (!s.opt.api_key.empty()) {
-    std::string given;
-    if (const std::string* auth = req.header("authorization"); auth && auth->starts_with("Bearer ")) given = auth->substr(7);
-    else if (const std::string* key = req.header("x-api-key")) given = *key;
-    if (!constant_time_equal(given, s.opt.api_key))
-      return s.respond_error(*ex, ApiError{401, "authentication_error", "Invalid or missing API key. Send it as 'Authorization: Bearer <key>' (or 'x-api-key').", "", "invalid_api_key"});
-  }
+  if (auto e = check_request_head(s, req)) return s.respond_error(*ex, *e);
 
   auto expect_method = [&](const char* m) {
     if (method == m || (std::string_view(m) == "GET" && method == "HEAD")) return true;
@@ -311,12 +431,7 @@ void route(const std::shared_ptr<State>& sp, std::shared_ptr<HttpExchange> raw) 
   if (!gen && !is_tokenize) return s.respond_error(*ex, not_found_route(req));
   if (!expect_method("POST")) return;
   if (!s.ready || (s.shutting_down && gen)) return s.respond_error(*ex, unavailable(s));
-  Json body;
-  if (auto e = parse_json_body(req.body, &body)) return s.respond_error(*ex, *e);
-  if (path == "/tokenize") return handle_tokenize(s, *ex, body);
-  if (path == "/detokenize") return handle_detokenize(s, *ex, body);
-  if (path == "/v1/messages/count_tokens") return handle_count_tokens(s, *ex, body);
-  handle_generation(sp, ex, gen->second, std::move(body));
+  dispatch(sp, std::move(ex), gen ? std::optional<Endpoint>(gen->second) : std::nullopt);
 }
 
 }  // namespace
@@ -326,21 +441,49 @@ ApiServer::ApiServer(ApiServerOptions options, ServeBackend backend) : state_(st
   if (state_->opt.served_model_names.empty()) state_->opt.served_model_names.push_back("muse");
   state_->backend = std::move(backend);
   state_->metrics = std::make_unique<ServerMetrics>(state_->served_name(), state_->backend.adapter->info().max_model_len);
+  state_->pool = std::make_unique<RequestPool>(state_->opt.request_workers, size_t(std::max(1, state_->opt.max_queued_requests)));
+  state_->large_pool = std::make_unique<RequestPool>(1, size_t(std::max(1, state_->opt.max_queued_requests / 16)));
   std::weak_ptr<State> weak = state_;
   state_->http = std::make_unique<HttpServer>(
       state_->opt.http,
       [weak](std::shared_ptr<HttpExchange> ex) {
-        if (auto s = weak.lock()) route(s, std::move(ex));
+        auto s = weak.lock();
+        if (!s) return;
+        // Defence in depth: a bug that throws while handling one request
+        // costs that request a 500, never the process.
+        try {
+          route(s, ex);
+        } catch (const std::exception& e) {
+          internal_error(*s, *ex, e.what());
+        } catch (...) {
+          internal_error(*s, *ex, "unknown exception");
+        }
       },
       [weak](int status, std::string_view path, std::string message) {
         ApiError e;
         e.status = status;
         e.message = std::move(message);
-        e.code = status == 413 ? "request_too_large" : status == 431 ? "headers_too_large" : status == 503 ? "too_many_connections" : "invalid_http";
-        if (status >= 500) e.type = "service_unavailable";
+        e.code = status == 413   ? "request_too_large"
+                 : status == 431 ? "headers_too_large"
+                 : status == 408 ? "request_timeout"
+                 : status == 501 ? "unsupported_transfer_encoding"
+                 : status == 503 ? "server_overloaded"  // too many connections, or the request-buffer budget
+                                 : "invalid_http";
+        if (status == 503) e.type = "service_unavailable";
         auto s = weak.lock();
         return s ? s->error_response(e, path) : HttpResponse{status, "application/json", {}, openai_error_body(e)};
       });
+  // The key and the media type are checked from the head, before any body
+  // is read (no 100 Continue for a keyless client).
+  state_->http->on_head([weak](const HttpRequest& head) -> std::optional<HttpResponse> {
+    auto s = weak.lock();
+    if (!s) return std::nullopt;
+    auto e = check_request_head(*s, head);
+    if (!e) return std::nullopt;
+    s->metrics->http_request(route_label(head.path), head.method, e->status);
+    MUSE_LOG(Info, "http %s %s from %s -> %d (before the body)", head.method.c_str(), head.path.c_str(), head.remote.c_str(), e->status);
+    return s->error_response(*e, head.path);
+  });
   state_->poster->http = state_->http.get();
 }
 
@@ -349,6 +492,9 @@ ApiServer::~ApiServer() {
     std::lock_guard lock(state_->poster->mu);
     state_->poster->http = nullptr;
   }
+  // Joined first: a pool thread may hold the state while it finishes a task.
+  state_->pool.reset();
+  state_->large_pool.reset();
   state_->jobs.clear();
 }
 
@@ -387,7 +533,7 @@ void ApiServer::run() {
     send_keepalives(*s);
     if (!s->shutting_down) return;
     double waited = std::chrono::duration<double>(Clock::now() - s->shutdown_started).count();
-    if (s->jobs.empty()) {
+    if (s->jobs.empty() && s->pending == 0) {
       LOG_INFO("shutdown: all requests finished; stopping");
       s->http->stop();
     } else if (!s->cancelled_for_shutdown && waited >= s->opt.shutdown_grace_seconds) {

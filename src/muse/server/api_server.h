@@ -32,6 +32,14 @@ struct ApiServerOptions {
   int max_logprobs = 20;
   double sse_keepalive_seconds = 15;      // ": keep-alive" comments while a stream is silent
   int shutdown_grace_seconds = 30;        // running requests may finish within this
+  // A whole (non-streamed) response is built in memory before it is sent:
+  // requests whose worst case (choices x max_tokens x logprobs) exceeds this
+  // are refused up front (400, naming the limit); streaming has no limit.
+  size_t max_response_bytes = 512u << 20;
+  // Threads that parse, validate, render and tokenize requests (plus one for
+  // bodies over 4 MiB), and how many requests may wait for them (then 503).
+  int request_workers = 2;
+  int max_queued_requests = 256;
   bool log_requests = true;
 };
 
@@ -49,7 +57,9 @@ class ApiServer {
   // period, then cancel them; run() returns when all are done.
   void shutdown();
 
-  struct State;  // shared with generation_job.cc
+  // api_server.cc: the ServerContext the handlers see (server_context.h)
+  // plus the HTTP server, request pools, readiness and shutdown.
+  struct State;
 
  private:
   std::shared_ptr<State> state_;

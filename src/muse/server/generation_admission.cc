@@ -6,7 +6,7 @@
 
 namespace muse::server {
 
-using State = ApiServer::State;
+using State = ServerContext;
 
 namespace {
 
@@ -24,6 +24,17 @@ ApiError context_error(const State& s, int prompt, int64_t max_tokens, const cha
                     " in the completion). Please reduce the length of the " + (std::string(param) == "prompt" ? "prompt" : "messages") +
                     " or completion.";
   return invalid_param(param, std::move(msg), "context_length_exceeded");
+}
+
+// A text refused by its length alone (exceeds_context()): the message says
+// how many tokens it has at least.
+ApiError too_long(const State& s, size_t bytes, const char* param) {
+  const ModelInfo& info = s.backend.adapter->info();
+  int64_t at_least = int64_t(bytes / size_t(std::max(1, info.max_token_bytes)));
+  return invalid_param(param, "This model's maximum context length is " + std::to_string(info.max_model_len) +
+                                  " tokens. However, the " + std::string(param) + " has at least " + std::to_string(at_least) +
+                                  " tokens (" + std::to_string(bytes) + " bytes). Please reduce the length of the " + param + ".",
+                       "context_length_exceeded");
 }
 
 std::optional<ApiError> check_model(const State& s, const ApiRequest& req) {
@@ -99,10 +110,40 @@ GenerationRequest engine_request(const State& s, const ApiRequest& req, std::vec
   return g;
 }
 
+// Bytes a whole response can reach, generously: per generated token its
+// text and framing, and per logprob entry a JSON object with its bytes.
+std::optional<ApiError> check_response_size(const State& s, const ApiRequest& req, const std::vector<GenerationJob::Part>& parts) {
+  if (req.stream) return std::nullopt;
+  constexpr double kPerToken = 32, kPerLogprob = 96;
+  double worst = 0;
+  for (const auto& p : parts) {
+    const int k = p.request.logprobs;
+    double per_token = kPerToken + (k >= 0 ? (k + 1) * kPerLogprob : 0);
+    worst += double(p.request.n) * double(p.request.stop.max_tokens) * per_token;
+    if (p.request.prompt_logprobs >= 0)
+      worst += double(p.request.n) * double(p.request.prompt_ids.size()) * (p.request.prompt_logprobs + 1) * kPerLogprob;
+  }
+  if (worst <= double(s.opt.max_response_bytes)) return std::nullopt;
+  const std::string limit = std::to_string(s.opt.max_response_bytes >> 20) + " MiB";
+  return invalid_param(req.endpoint == Endpoint::Completions || req.endpoint == Endpoint::Messages ? "max_tokens" : "n",
+                       "This request's whole response could reach " + std::to_string(int64_t(worst / (1 << 20))) +
+                           " MiB, over this server's limit of " + limit +
+                           " for a non-streamed response. Lower n, max_tokens or the logprobs count, or set \"stream\": true.",
+                       "response_too_large");
+}
+
 }  // namespace
 
-void handle_generation(const std::shared_ptr<State>& sp, std::shared_ptr<HttpExchange> ex, Endpoint endpoint, Json body) {
-  State& s = *sp;
+std::optional<PreparedGeneration> prepare_generation(const State& s, HttpExchange& ex_ref, Endpoint endpoint, Json body) {
+  // Errors are answered on the (deferred) exchange; the caller replays them.
+  struct Answer {
+    const State& s;
+    HttpExchange& ex;
+    std::optional<PreparedGeneration> operator()(const ApiError& e) {
+      ex.respond(s.error_response(e, ex.request().path));
+      return std::nullopt;
+    }
+  } answer{s, ex_ref};
   ApiRequest req;
   ValidationLimits limits = s.limits();
   std::optional<ApiError> err = endpoint == Endpoint::ChatCompletions ? parse_chat_request(body, limits, &req)
@@ -111,7 +152,7 @@ void handle_generation(const std::shared_ptr<State>& sp, std::shared_ptr<HttpExc
                                                                       : parse_messages_request(body, limits, &req);
   if (!err) err = check_model(s, req);
   if (!err) err = check_capabilities(s, req);
-  if (err) return s.respond_error(*ex, *err);
+  if (err) return answer(*err);
 
   const ModelInfo& info = s.backend.adapter->info();
   const char* id_prefix = endpoint == Endpoint::ChatCompletions ? "chatcmpl-"
@@ -142,34 +183,42 @@ void handle_generation(const std::shared_ptr<State>& sp, std::shared_ptr<HttpExc
     for (auto& prompt : req.prompts) {
       std::optional<ApiError> e;
       if (auto* text = std::get_if<std::string>(&prompt)) {
+        if (exceeds_context(info, text->size())) return answer(too_long(s, text->size(), "prompt"));
         auto ids = s.backend.adapter->tokenize(*text, /*add_special_tokens=*/true);
-        if (!ids.ok()) return s.respond_error(*ex, invalid_param("prompt", ids.message()));
+        if (!ids.ok()) return answer(invalid_param("prompt", ids.message()));
         e = add_part(std::move(ids).value(), req.echo ? *text : "");
       } else {
         auto& ids = std::get<std::vector<int32_t>>(prompt);
         std::string echo;
         if (req.echo) {
           auto t = s.backend.adapter->detokenize(ids, req.skip_special_tokens);
-          if (!t.ok()) return s.respond_error(*ex, invalid_param("prompt", t.message()));
+          if (!t.ok()) return answer(invalid_param("prompt", t.message()));
           echo = sanitize_utf8(*t);
         }
         e = add_part(std::move(ids), std::move(echo));
       }
-      if (e) return s.respond_error(*ex, *e);
+      if (e) return answer(*e);
     }
   } else {
     auto rendered = s.backend.adapter->render_chat(req.body, endpoint == Endpoint::Messages ? ChatApi::Anthropic : ChatApi::OpenAI);
     // Template and conversion errors are the request's fault: 400, never 500.
-    if (!rendered.ok()) return s.respond_error(*ex, invalid_param(prompt_param, rendered.message()));
-    if (auto e = add_part(std::move(rendered->ids), "")) return s.respond_error(*ex, *e);
+    if (!rendered.ok()) return answer(invalid_param(prompt_param, rendered.message()));
+    if (rendered->exceeds_context) return answer(too_long(s, rendered->text.size(), prompt_param));
+    if (auto e = add_part(std::move(rendered->ids), "")) return answer(*e);
   }
 
-  auto job = std::make_shared<GenerationJob>(&s, ex, std::move(req), id, prompt_tokens);
-  s.jobs.insert(job);
-  if (!job->start(std::move(parts), s.poster)) s.jobs.erase(job);
+  if (auto e = check_response_size(s, req, parts)) return answer(*e);
+  return PreparedGeneration{std::move(req), std::move(id), std::move(parts), prompt_tokens};
 }
 
-void handle_count_tokens(State& s, HttpExchange& ex, const Json& body) {
+void start_generation(ServerContext& s, std::shared_ptr<HttpExchange> ex, PreparedGeneration p) {
+  if (ex->closed()) return;  // the client left while the request was prepared
+  auto job = std::make_shared<GenerationJob>(&s, ex, std::move(p.request), p.id, p.prompt_tokens);
+  s.jobs.insert(job);
+  if (!job->start(std::move(p.parts), s.poster)) s.jobs.erase(job);
+}
+
+void handle_count_tokens(const State& s, HttpExchange& ex, const Json& body) {
   Json with_max = body;
   if (!with_max.find("max_tokens")) with_max.set("max_tokens", 1);
   ApiRequest req;
@@ -177,6 +226,7 @@ void handle_count_tokens(State& s, HttpExchange& ex, const Json& body) {
   if (auto e = check_model(s, req)) return s.respond_error(ex, *e);
   auto rendered = s.backend.adapter->render_chat(body, ChatApi::Anthropic);
   if (!rendered.ok()) return s.respond_error(ex, invalid_param("messages", rendered.message()));
+  if (rendered->exceeds_context) return s.respond_error(ex, too_long(s, rendered->text.size(), "messages"));
   Json out = Json::object();
   out.set("input_tokens", int64_t(rendered->ids.size()));
   HttpResponse r;

@@ -9,7 +9,6 @@
 namespace muse::server {
 
 using Clock = std::chrono::steady_clock;
-using State = ApiServer::State;
 
 // Filled on the engine's thread, emptied on the I/O thread.
 struct GenerationJob::Inbox {
@@ -66,8 +65,8 @@ const char* finish_name(FinishReason f) {
 
 }  // namespace
 
-GenerationJob::GenerationJob(State* state, std::shared_ptr<HttpExchange> ex, ApiRequest req, std::string id, int prompt_tokens)
-    : state_(state), ex_(std::move(ex)), req_(std::move(req)), id_(std::move(id)), inbox_(std::make_shared<Inbox>()),
+GenerationJob::GenerationJob(ServerContext* ctx, std::shared_ptr<HttpExchange> ex, ApiRequest req, std::string id, int prompt_tokens)
+    : ctx_(ctx), ex_(std::move(ex)), req_(std::move(req)), id_(std::move(id)), inbox_(std::make_shared<Inbox>()),
       prompt_tokens_(prompt_tokens), arrival_(Clock::now()), last_write_(arrival_) {}
 
 bool GenerationJob::start(std::vector<Part> parts, const std::shared_ptr<IoPoster>& poster) {
@@ -78,17 +77,17 @@ bool GenerationJob::start(std::vector<Part> parts, const std::shared_ptr<IoPoste
   popt.tools_enabled = !req_.tools.is_null() && req_.tool_choice.kind != ToolChoice::Kind::None;
   popt.tools = req_.tools;
   if (req_.endpoint != Endpoint::Completions)
-    for (auto& c : choices_) c.parser = state_->backend.adapter->make_output_parser(popt);
+    for (auto& c : choices_) c.parser = ctx_->backend.adapter->make_output_parser(popt);
 
   WriterOptions wopt;
   wopt.id = id_;
-  wopt.model = req_.model.empty() ? state_->served_name() : req_.model;
+  wopt.model = req_.model.empty() ? ctx_->served_name() : req_.model;
   wopt.created = int64_t(std::time(nullptr));
   wopt.choices = int(choices_.size());
-  wopt.include_usage = req_.include_usage || (req_.stream && state_->opt.force_include_usage);
+  wopt.include_usage = req_.include_usage || (req_.stream && ctx_->opt.force_include_usage);
   wopt.continuous_usage = req_.continuous_usage;
   wopt.include_reasoning = req_.include_reasoning;
-  wopt.reasoning_fields = state_->opt.reasoning_fields;
+  wopt.reasoning_fields = ctx_->opt.reasoning_fields;
   wopt.prompt_tokens = prompt_tokens_;
   writer_ = req_.endpoint == Endpoint::ChatCompletions ? make_chat_writer(wopt)
             : req_.endpoint == Endpoint::Completions   ? make_completion_writer(wopt)
@@ -98,7 +97,7 @@ bool GenerationJob::start(std::vector<Part> parts, const std::shared_ptr<IoPoste
   auto self = shared_from_this();
   for (size_t p = 0; p < parts_.size(); ++p) {
     auto sink = std::make_shared<JobSink>(inbox_, poster, weak_from_this(), int(p));
-    if (auto err = state_->backend.service->submit(parts_[p].request, sink)) {
+    if (auto err = ctx_->backend.service->submit(parts_[p].request, sink)) {
       ApiError e;
       switch (err->kind) {
         case SubmitError::Kind::Invalid: e = invalid_param("", err->message); break;
@@ -106,18 +105,18 @@ bool GenerationJob::start(std::vector<Part> parts, const std::shared_ptr<IoPoste
         case SubmitError::Kind::Unavailable: e = ApiError{503, "service_unavailable", err->message, "", "model_unavailable"}; break;
       }
       // Parts already queued are cancelled; their summaries are still awaited.
-      for (size_t q = 0; q < p; ++q) state_->backend.service->cancel(parts_[q].request.request_id);
+      for (size_t q = 0; q < p; ++q) ctx_->backend.service->cancel(parts_[q].request.request_id);
       for (size_t q = p; q < parts_.size(); ++q) {
         part_done_[q] = true;
         ++parts_done_;
       }
       client_gone_ = true;  // nothing more is written
-      state_->respond_error(*ex_, e);
+      ctx_->respond_error(*ex_, e);
       if (parts_done_ == int(parts_.size())) finalized_ = true;
       return p > 0;  // keep the job registered while cancelled parts drain
     }
   }
-  if (state_->opt.log_requests)
+  if (ctx_->opt.log_requests)
     LOG_INFO("[%s] %s from %s: prompt %d tokens, max_tokens %d, n %d%s", id_.c_str(), ex_->request().path.c_str(),
              ex_->request().remote.c_str(), prompt_tokens_, parts_[0].request.stop.max_tokens, req_.n, req_.stream ? ", stream" : "");
   if (req_.stream) {
@@ -129,7 +128,7 @@ bool GenerationJob::start(std::vector<Part> parts, const std::shared_ptr<IoPoste
     auto j = weak.lock();
     if (!j || j->finalized_) return;
     j->client_gone_ = true;
-    j->state_->metrics->client_disconnected();
+    j->ctx_->metrics->client_disconnected();
     LOG_INFO("[%s] client disconnected; cancelling", j->id_.c_str());
     j->cancel();
   });
@@ -138,7 +137,7 @@ bool GenerationJob::start(std::vector<Part> parts, const std::shared_ptr<IoPoste
 
 void GenerationJob::cancel() {
   for (size_t p = 0; p < parts_.size(); ++p)
-    if (!part_done_[p]) state_->backend.service->cancel(parts_[p].request.request_id);
+    if (!part_done_[p]) ctx_->backend.service->cancel(parts_[p].request.request_id);
 }
 
 void GenerationJob::write(std::string bytes) {
@@ -149,7 +148,7 @@ void GenerationJob::write(std::string bytes) {
 
 void GenerationJob::keepalive(Clock::time_point now) {
   if (!req_.stream || client_gone_ || finalized_) return;
-  if (std::chrono::duration<double>(now - last_write_).count() >= state_->opt.sse_keepalive_seconds) write(writer_->keepalive());
+  if (std::chrono::duration<double>(now - last_write_).count() >= ctx_->opt.sse_keepalive_seconds) write(writer_->keepalive());
 }
 
 UsageInfo GenerationJob::usage() const {
@@ -164,6 +163,34 @@ UsageInfo GenerationJob::usage() const {
 }
 
 void GenerationJob::drain() {
+  // Defence in depth: an exception from the parser or a writer fails this
+  // request (500, or an error frame on a stream), never the server.
+  try {
+    drain_events();
+  } catch (const std::exception& e) {
+    internal_failure(e.what());
+  } catch (...) {
+    internal_failure("unknown exception");
+  }
+}
+
+void GenerationJob::internal_failure(const char* what) {
+  LOG_ERROR("[%s] internal error while producing the response: %s; the request fails, the server continues", id_.c_str(), what);
+  if (!failed_) {
+    failed_ = true;
+    cancel();
+  }
+  if (engine_error_.empty()) engine_error_ = std::string("internal error: ") + what;
+  if (finalized_) {  // finalize() itself threw part-way: close what it could not
+    if (!ex_->finished()) {
+      if (req_.stream) ex_->end_stream();
+      else internal_error(*ctx_, *ex_, what);
+    }
+    ctx_->jobs.erase(shared_from_this());
+  }
+}
+
+void GenerationJob::drain_events() {
   std::vector<Inbox::Event> events;
   {
     std::lock_guard lock(inbox_->mu);
@@ -177,14 +204,14 @@ void GenerationJob::drain() {
 }
 
 void GenerationJob::on_output(int part, GenerationOutput out) {
-  if (out.index < 0 || out.index >= req_.n) return;
+  if (failed_ || out.index < 0 || out.index >= req_.n) return;
   int index = part * req_.n + out.index;
   Choice& c = choices_[size_t(index)];
   if (c.finished) return;
   auto now = Clock::now();
   if (!out.token_ids.empty()) {
     if (!first_token_) first_token_ = now;
-    if (c.last_token) state_->metrics->inter_token_latency(std::chrono::duration<double>(now - *c.last_token).count() / double(out.token_ids.size()));
+    if (c.last_token) ctx_->metrics->inter_token_latency(std::chrono::duration<double>(now - *c.last_token).count() / double(out.token_ids.size()));
     c.last_token = now;
   }
   c.completion_tokens += int(out.token_ids.size());
@@ -272,8 +299,6 @@ void GenerationJob::finalize() {
   fr.queue_seconds = queue_s_;
   fr.prefill_seconds = prefill_s_;
   fr.decode_seconds = decode_s_;
-  fr.finished_reason = !engine_error_.empty() ? "error" : aborted ? "abort" : length ? "length" : "stop";
-  state_->metrics->request_finished(fr);
 
   if (!engine_error_.empty()) {
     LOG_ERROR("[%s] engine error: %s", id_.c_str(), engine_error_.c_str());
@@ -282,7 +307,7 @@ void GenerationJob::finalize() {
       write(writer_->stream_error(e));
       ex_->end_stream();
     } else if (!client_gone_) {
-      state_->respond_error(*ex_, e);
+      ctx_->respond_error(*ex_, e);
     }
   } else if (req_.stream) {
     write(writer_->stream_end(u));
@@ -293,19 +318,24 @@ void GenerationJob::finalize() {
     r.headers.emplace_back("X-Request-Id", id_);
     ex_->respond(std::move(r));
   }
-  if (state_->opt.log_requests)
+  // Counted once the answer is handed over: a response that could not be
+  // (the client went away first) is an abort, never a success.
+  aborted |= ex_->closed();
+  fr.finished_reason = !engine_error_.empty() ? "error" : aborted ? "abort" : length ? "length" : "stop";
+  ctx_->metrics->request_finished(fr);
+  if (ctx_->opt.log_requests)
     LOG_INFO("[%s] finished%s: %d prompt + %d completion tokens in %.3f s", id_.c_str(), aborted ? " (client gone)" : "",
              u.prompt_tokens, u.completion_tokens, fr.e2e_seconds);
-  state_->finish_job(shared_from_this());
+  ctx_->jobs.erase(shared_from_this());
 }
 
-void cancel_all_jobs(State& state) {
-  for (const auto& j : state.jobs) j->cancel();
+void cancel_all_jobs(ServerContext& ctx) {
+  for (const auto& j : ctx.jobs) j->cancel();
 }
 
-void send_keepalives(State& state) {
+void send_keepalives(ServerContext& ctx) {
   auto now = Clock::now();
-  for (const auto& j : state.jobs) j->keepalive(now);
+  for (const auto& j : ctx.jobs) j->keepalive(now);
 }
 
 }  // namespace muse::server

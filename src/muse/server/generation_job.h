@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "muse/server/api_state.h"
+#include "muse/server/server_context.h"
 
 namespace muse::server {
 
@@ -22,7 +22,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
     std::string echo_text;  // completions with echo
   };
 
-  GenerationJob(ApiServer::State* state, std::shared_ptr<HttpExchange> ex, ApiRequest req, std::string id, int prompt_tokens);
+  GenerationJob(ServerContext* ctx, std::shared_ptr<HttpExchange> ex, ApiRequest req, std::string id, int prompt_tokens);
   // Submits every part; on failure answers the error and returns false.
   bool start(std::vector<Part> parts, const std::shared_ptr<IoPoster>& poster);
   void drain();             // I/O thread: handle what the engine delivered
@@ -44,13 +44,15 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
     std::optional<std::chrono::steady_clock::time_point> last_token;
   };
 
+  void drain_events();
+  void internal_failure(const char* what);
   void on_output(int part, GenerationOutput out);
   void on_summary(int part, const GenerationSummary& summary);
   void finalize();
   void write(std::string bytes);
   UsageInfo usage() const;
 
-  ApiServer::State* state_;
+  ServerContext* ctx_;
   std::shared_ptr<HttpExchange> ex_;
   ApiRequest req_;
   std::string id_;
@@ -65,11 +67,32 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   double queue_s_ = 0, prefill_s_ = 0, decode_s_ = 0;
   bool client_gone_ = false;
   bool finalized_ = false;
+  bool failed_ = false;  // an internal error: later outputs are ignored
   std::chrono::steady_clock::time_point arrival_, last_write_;
   std::optional<std::chrono::steady_clock::time_point> first_token_;
 };
 
-// POST /v1/messages/count_tokens
-void handle_count_tokens(ApiServer::State& state, HttpExchange& ex, const Json& body);
+// A generation request ready for the engine: validated, rendered,
+// tokenized, within the context.
+struct PreparedGeneration {
+  ApiRequest request;
+  std::string id;
+  std::vector<GenerationJob::Part> parts;
+  int prompt_tokens = 0;
+};
+
+// Request-pool thread: validation, rendering, tokenizing, the context and
+// response-size checks. A refusal is answered on `ex` (a deferred exchange
+// the I/O thread replays) and nullopt returned. Reads only immutable state.
+std::optional<PreparedGeneration> prepare_generation(const ServerContext& ctx, HttpExchange& ex, Endpoint endpoint, Json body);
+// I/O thread: the job is registered, submitted and (if streaming) started.
+void start_generation(ServerContext& ctx, std::shared_ptr<HttpExchange> ex, PreparedGeneration p);
+
+// POST /v1/messages/count_tokens (request-pool thread, like prepare_generation)
+void handle_count_tokens(const ServerContext& ctx, HttpExchange& ex, const Json& body);
+// Cancels every running generation (shutdown after the grace period).
+void cancel_all_jobs(ServerContext& ctx);
+// Writes keep-alive comments on streams that have been silent too long.
+void send_keepalives(ServerContext& ctx);
 
 }  // namespace muse::server

@@ -188,6 +188,10 @@ struct ModelInfo {
   bool supports_structured_output = false;  // response_format json_*
   bool supports_forced_tool_choice = false; // tool_choice required/named
   bool supports_prompt_logprobs = false;    // completions echo + logprobs
+  // The longest token's text in bytes (0: unknown). A text longer than
+  // 2 x max_model_len x this cannot fit the context, whatever it says, so it
+  // is refused without being tokenized.
+  int max_token_bytes = 0;
 };
 
 enum class ChatApi { OpenAI, Anthropic };
@@ -195,7 +199,14 @@ enum class ChatApi { OpenAI, Anthropic };
 struct RenderedPrompt {
   std::string text;
   std::vector<int32_t> ids;
+  // Not tokenized: the text is too long for the context (max_token_bytes).
+  bool exceeds_context = false;
 };
+
+// A text certainly longer than the context (see ModelInfo::max_token_bytes).
+inline bool exceeds_context(const ModelInfo& info, size_t text_bytes) {
+  return info.max_token_bytes > 0 && double(text_bytes) > 2.0 * double(info.max_model_len) * double(info.max_token_bytes);
+}
 
 // Incremental delta from the response parser.
 struct ToolCallDelta {

@@ -3,6 +3,8 @@
 
 #include "muse/server/http_server.h"
 
+#include <sys/resource.h>
+
 #include <array>
 #include <atomic>
 #include <cstdio>
@@ -79,8 +81,26 @@ int status_for(error_code ec) {
     return 0;
   if (ec == http::error::body_limit) return 413;
   if (ec == http::error::header_limit) return 431;
+  if (ec == http::error::bad_transfer_encoding) return 501;
   if (ec.category() == http::make_error_code(http::error::bad_target).category()) return 400;
   return 0;
+}
+
+// The first transfer coding other than chunked, or "" (RFC 9112 §6.1: a
+// server that does not understand a coding answers 501).
+std::string unsupported_coding(beast::string_view te) {
+  std::string_view v(te.data(), te.size());
+  while (!v.empty()) {
+    size_t comma = v.find(',');
+    std::string_view item = v.substr(0, comma);
+    item = item.substr(0, item.find(';'));
+    while (!item.empty() && (item.front() == ' ' || item.front() == '\t')) item.remove_prefix(1);
+    while (!item.empty() && (item.back() == ' ' || item.back() == '\t')) item.remove_suffix(1);
+    if (!item.empty() && lowercase(item) != "chunked") return std::string(item);
+    if (comma == std::string_view::npos) break;
+    v.remove_prefix(comma + 1);
+  }
+  return "";
 }
 
 HttpRequest build_request(RequestParser& parser, const std::string& path) {
@@ -88,6 +108,7 @@ HttpRequest build_request(RequestParser& parser, const std::string& path) {
   HttpRequest req;
   req.method = std::string(msg.method_string());
   req.target = std::string(msg.target());
+  req.version = int(msg.version());
   req.path = path;
   for (const auto& f : msg)
     req.headers.emplace_back(lowercase(std::string_view(f.name_string().data(), f.name_string().size())), std::string(f.value()));
@@ -146,8 +167,18 @@ struct HttpServer::Impl : std::enable_shared_from_this<HttpServer::Impl> {
   uint64_t next_request_id = 0;
   bool accepting = false;
   bool stopped = false;
+  HttpHeadFilter head_filter;
+  std::atomic<size_t> buffered{0};  // request bytes held by all connections (I/O thread writes)
+  // accept() errors (EMFILE at the descriptor limit): retried after a
+  // growing pause, logged once per interval with a count.
+  net::steady_timer accept_timer{io};
+  int accept_backoff_ms = 0;
+  uint64_t accept_errors = 0;
+  std::chrono::steady_clock::time_point accept_error_logged{};
 
   void accept();
+  void on_accept_error(error_code ec);
+  void apply_descriptor_limit();
   void wait_signal() {
     signals.async_wait([self = shared_from_this()](error_code ec, int sig) {
       if (ec) return;
@@ -173,12 +204,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void start() { read_header(); }
 
-  // Queues bytes; flushes in order. Drops the client when too much piles up.
-  void send(std::string bytes) {
+  // Queues bytes; flushes in order. Drops a client that lets a stream pile
+  // up; a whole response (`whole`) is exempt: it exists already, and the
+  // socket's flow control paces its delivery.
+  void send(std::string bytes, bool whole = false) {
     if (closed_ || bytes.empty()) return;
     queued_ += bytes.size();
     out_.push_back(std::move(bytes));
-    if (queued_ > srv_->opt.max_queued_bytes) {
+    if (!whole && queued_ > srv_->opt.max_queued_bytes) {
       LOG_WARN("http: dropping %s: %zu bytes queued (client not reading)", remote_.c_str(), queued_);
       close();
       return;
@@ -195,10 +228,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   size_t queued() const { return queued_; }
   bool keep_alive() const { return keep_alive_; }
+  bool http10() const { return http10_; }
 
   void close() {
     if (closed_) return;
     closed_ = true;
+    release_budget();
     error_code ec;
     timer_.cancel();
     sock_.shutdown(tcp::socket::shutdown_both, ec);
@@ -214,10 +249,20 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
  private:
+  // Idle keep-alive connections just close; a request that started but did
+  // not arrive in full within the limit (a body shorter than its
+  // Content-Length, a slow header) is answered 408 first.
   void arm_idle_timer() {
     timer_.expires_after(std::chrono::seconds(srv_->opt.idle_timeout_seconds));
     timer_.async_wait([self = shared_from_this(), gen = ++timer_gen_](error_code ec) {
-      if (!ec && gen == self->timer_gen_ && !self->exchange_) self->close();
+      if (ec || gen != self->timer_gen_ || self->exchange_ || self->closed_) return;
+      bool started = self->parser_ && (self->parser_->got_some() || self->buf_.size() > 0);
+      if (!started) return self->close();
+      self->timed_out_ = true;
+      error_code ignored;
+      self->sock_.cancel(ignored);  // the pending read completes as aborted and is ignored
+      self->protocol_error(408, self->path_, "Request timeout: the request did not arrive in full within " +
+                                                 std::to_string(self->srv_->opt.idle_timeout_seconds) + " s.");
     });
   }
 
@@ -226,27 +271,74 @@ class Connection : public std::enable_shared_from_this<Connection> {
     parser_.emplace();
     configure(*parser_, srv_->opt);
     response_done_ = false;
+    path_.clear();
     arm_idle_timer();
     http::async_read_header(sock_, buf_, *parser_, [self = shared_from_this()](error_code ec, size_t) { self->on_header(ec); });
   }
 
   void on_header(error_code ec) {
-    if (closed_) return;
+    if (closed_ || timed_out_) return;
     auto& req = parser_->get();
     // The target is known once the request line is parsed, even when the
     // headers then fail (a too-large Content-Length fails here already).
-    std::string path = path_of(req.target());
+    path_ = path_of(req.target());
+    const std::string& path = path_;
     if (ec) return on_read_error(ec, path);
+    http10_ = req.version() < 11;
+    if (req.version() >= 11 && req.find(http::field::host) == req.end())
+      return protocol_error(400, path, "Malformed HTTP request: HTTP/1.1 requires a Host header.");
+    if (std::string coding = unsupported_coding(req[http::field::transfer_encoding]); !coding.empty())
+      return protocol_error(501, path, "Transfer-Encoding '" + coding + "' is not supported (only chunked).");
     if (auto len = parser_->content_length(); len && *len > srv_->opt.max_body_bytes)
       return protocol_error(413, path, "Request body of " + std::to_string(*len) + " bytes exceeds the limit of " +
                                            std::to_string(srv_->opt.max_body_bytes) + " bytes.");
+    if (srv_->head_filter) {
+      HttpRequest head = build_request(*parser_, path);
+      head.remote = remote_;
+      if (auto early = srv_->head_filter(head)) return answer_and_close(std::move(*early));
+    }
+    // The body is read only within the server-wide budget; a declared length
+    // is reserved whole, a chunked body as it grows.
+    if (auto len = parser_->content_length(); len && !reserve(size_t(*len))) return over_budget();
     auto expect = req[http::field::expect];
     if (!expect.empty() && lowercase(std::string_view(expect.data(), expect.size())) == "100-continue")
       send("HTTP/1.1 100 Continue\r\n\r\n");
-    http::async_read(sock_, buf_, *parser_, [self = shared_from_this(), path](error_code ec, size_t) { self->on_body(ec, path); });
+    read_body();
   }
 
-  void on_body(error_code ec, const std::string& path) {
+  void read_body() {
+    if (parser_->is_done()) return on_body({});
+    http::async_read_some(sock_, buf_, *parser_, [self = shared_from_this()](error_code ec, size_t) {
+      if (self->closed_ || self->timed_out_) return;
+      if (ec) return self->on_read_error(ec, self->path_);
+      if (!self->reserve(self->parser_->get().body().size())) return self->over_budget();
+      self->read_body();
+    });
+  }
+
+  // Grows this connection's share of the budget to `bytes` (never shrinks).
+  bool reserve(size_t bytes) {
+    if (bytes <= reserved_) return true;
+    size_t extra = bytes - reserved_;
+    if (srv_->buffered.load() + extra > srv_->opt.max_buffered_bytes) return false;
+    srv_->buffered += extra;
+    reserved_ = bytes;
+    return true;
+  }
+
+  void release_budget() {
+    srv_->buffered -= std::min(reserved_, srv_->buffered.load());
+    reserved_ = 0;
+  }
+
+  void over_budget() {
+    LOG_WARN("http: %s: request buffer budget of %zu bytes is in use; answering 503", remote_.c_str(), srv_->opt.max_buffered_bytes);
+    protocol_error(503, path_, "The server is holding its limit of " + std::to_string(srv_->opt.max_buffered_bytes >> 20) +
+                                   " MiB of request bodies; retry shortly.");
+  }
+
+  void on_body(error_code ec) {
+    const std::string path = path_;
     if (closed_) return;
     if (ec) return on_read_error(ec, path);
     timer_.cancel();
@@ -267,18 +359,22 @@ class Connection : public std::enable_shared_from_this<Connection> {
       case 413: return protocol_error(413, path, "Request body exceeds the limit of " + std::to_string(srv_->opt.max_body_bytes) + " bytes.");
       case 431: return protocol_error(431, path, "Request headers exceed the limit of " + std::to_string(srv_->opt.max_header_bytes) + " bytes.");
       case 400: return protocol_error(400, path, "Malformed HTTP request: " + ec.message() + ".");
+      case 501: return protocol_error(501, path, "This Transfer-Encoding is not supported (only chunked).");
       default: return close();
     }
   }
 
   // An error before a handler saw the request: answer and close.
   void protocol_error(int status, const std::string& path, std::string message) {
-    HttpResponse r = srv_->errors(status, path, std::move(message));
-    std::string head = status_line(status) + "Content-Type: " + r.content_type + "\r\nContent-Length: " +
+    answer_and_close(srv_->errors(status, path, std::move(message)));
+  }
+
+  void answer_and_close(HttpResponse r) {
+    std::string head = status_line(r.status) + "Content-Type: " + header_safe(r.content_type) + "\r\nContent-Length: " +
                        std::to_string(r.body.size()) + "\r\nConnection: close\r\n";
     for (const auto& [k, v] : r.headers) head += header_safe(k) + ": " + header_safe(v) + "\r\n";
     keep_alive_ = false;
-    send(head + "\r\n" + r.body);
+    send(head + "\r\n" + r.body, /*whole=*/true);
     response_done(false);
   }
 
@@ -361,6 +457,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void after_flush() {
     if (!response_done_ || writing_ || !out_.empty() || closed_) return;
     exchange_.reset();
+    release_budget();  // the body was held while the request was handled
     response_done_ = false;
     if (!keep_alive_ || srv_->stopped) {
       linger_then_close();
@@ -385,8 +482,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::deque<std::string> out_;
   size_t queued_ = 0;
   std::string remote_;
+  std::string path_;      // of the request being read
+  size_t reserved_ = 0;   // this connection's share of srv_->buffered
   bool writing_ = false, watching_ = false, resume_after_watch_ = false;
   bool response_done_ = false, keep_alive_ = true, closed_ = false, lingering_ = false;
+  bool timed_out_ = false, http10_ = false;
 
  public:
   bool head_only_ = false;
@@ -403,17 +503,19 @@ void Exchange::respond(HttpResponse r) {
   for (const auto& [k, v] : r.headers) out += header_safe(k) + ": " + header_safe(v) + "\r\n";
   out += "\r\n";
   if (!conn->head_only_) out += r.body;
-  conn->send(std::move(out));
+  conn->send(std::move(out), /*whole=*/true);
   conn->response_done(true);
 }
 
+// HTTP/1.0 has no chunked encoding: the stream is the raw body, ended by
+// closing the connection.
 void Exchange::start_stream(int status, std::string content_type, HttpHeaders headers) {
   auto conn = conn_.lock();
   if (closed_ || state_ != State::Open || !conn) return;
   state_ = State::Streaming;
-  std::string out = status_line(status) + "Content-Type: " + header_safe(content_type) +
-                    "\r\nTransfer-Encoding: chunked\r\nCache-Control: no-cache\r\n";
-  out += conn->keep_alive() ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
+  std::string out = status_line(status) + "Content-Type: " + header_safe(content_type) + "\r\n" +
+                    (conn->http10() ? "" : "Transfer-Encoding: chunked\r\n") + "Cache-Control: no-cache\r\n";
+  out += conn->keep_alive() && !conn->http10() ? "Connection: keep-alive\r\n" : "Connection: close\r\n";
   for (const auto& [k, v] : headers) out += header_safe(k) + ": " + header_safe(v) + "\r\n";
   conn->send(out + "\r\n");
 }
@@ -421,6 +523,7 @@ void Exchange::start_stream(int status, std::string content_type, HttpHeaders he
 void Exchange::write(std::string data) {
   auto conn = conn_.lock();
   if (closed_ || state_ != State::Streaming || !conn || data.empty()) return;
+  if (conn->http10()) return conn->send(std::move(data));
   char size[20];
   int len = std::snprintf(size, sizeof size, "%zx\r\n", data.size());
   data.insert(0, size, size_t(len));
@@ -432,6 +535,7 @@ void Exchange::end_stream() {
   auto conn = conn_.lock();
   if (closed_ || state_ != State::Streaming || !conn) return;
   state_ = State::Done;
+  if (conn->http10()) return conn->response_done(false);
   conn->send("0\r\n\r\n");
   conn->response_done(true);
 }
@@ -462,6 +566,15 @@ std::optional<HttpRequest> parse_http_request(std::string_view bytes, const Http
       return std::nullopt;
     }
     if (parser.is_header_done() && !parser.is_done()) {
+      auto& head = parser.get();
+      if (head.version() >= 11 && head.find(http::field::host) == head.end()) {
+        *status = 400;
+        return std::nullopt;
+      }
+      if (!unsupported_coding(head[http::field::transfer_encoding]).empty()) {
+        *status = 501;
+        return std::nullopt;
+      }
       if (auto len = parser.content_length(); len && *len > options.max_body_bytes) {
         *status = 413;
         return std::nullopt;
@@ -476,23 +589,62 @@ void HttpServer::Impl::accept() {
   if (!accepting) return;
   acceptor.async_accept([self = shared_from_this()](error_code ec, tcp::socket s) {
     if (!self->accepting) return;
-    if (!ec) {
-      auto conn = std::make_shared<Connection>(self, std::move(s));
-      self->connections[conn.get()] = conn;
-      self->connection_count = self->connections.size();
-      if (int(self->connections.size()) > self->opt.max_connections) {
-        HttpResponse r = self->errors(503, "", "Too many open connections.");
-        conn->send(status_line(503) + "Content-Type: " + r.content_type + "\r\nContent-Length: " + std::to_string(r.body.size()) +
-                   "\r\nConnection: close\r\n\r\n" + r.body);
-        conn->response_done(false);
-      } else {
-        conn->start();
-      }
-    } else if (ec == net::error::no_descriptors || ec == net::error::no_buffer_space) {
-      LOG_WARN("http: accept failed: %s", ec.message().c_str());
+    if (ec) return self->on_accept_error(ec);
+    self->accept_backoff_ms = 0;
+    auto conn = std::make_shared<Connection>(self, std::move(s));
+    self->connections[conn.get()] = conn;
+    self->connection_count = self->connections.size();
+    if (int(self->connections.size()) > self->opt.max_connections) {
+      HttpResponse r = self->errors(503, "", "Too many open connections.");
+      conn->send(status_line(503) + "Content-Type: " + r.content_type + "\r\nContent-Length: " + std::to_string(r.body.size()) +
+                 "\r\nConnection: close\r\n\r\n" + r.body, /*whole=*/true);
+      conn->response_done(false);
+    } else {
+      conn->start();
     }
     self->accept();
   });
+}
+
+// accept() fails while the process is out of descriptors (EMFILE/ENFILE) or
+// buffers; retrying at once would spin a core and flood the log. Retry after
+// a pause that doubles up to 1 s, and log once per 10 s with a count.
+void HttpServer::Impl::on_accept_error(error_code ec) {
+  if (ec == net::error::operation_aborted) return;
+  ++accept_errors;
+  auto now = std::chrono::steady_clock::now();
+  if (accept_error_logged == std::chrono::steady_clock::time_point{} || now - accept_error_logged >= std::chrono::seconds(10)) {
+    LOG_WARN("http: accept failed: %s (%llu time(s) since the last report; %zu connections open); retrying with back-off",
+             ec.message().c_str(), static_cast<unsigned long long>(accept_errors), connections.size());
+    accept_errors = 0;
+    accept_error_logged = now;
+  }
+  accept_backoff_ms = std::min(1000, std::max(10, accept_backoff_ms * 2));
+  accept_timer.expires_after(std::chrono::milliseconds(accept_backoff_ms));
+  accept_timer.async_wait([self = shared_from_this()](error_code ec) {
+    if (!ec) self->accept();
+  });
+}
+
+// Every connection is a descriptor: the soft RLIMIT_NOFILE is raised to the
+// hard one where allowed, and max_connections kept below it (with room for
+// the model files, logs and the connections answered 503 on their way out).
+void HttpServer::Impl::apply_descriptor_limit() {
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) != 0) return;
+  if (lim.rlim_cur < lim.rlim_max) {
+    rlimit raised = lim;
+    raised.rlim_cur = lim.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &raised) == 0) lim = raised;
+  }
+  if (lim.rlim_cur == RLIM_INFINITY) return;
+  const int64_t soft = int64_t(std::min<rlim_t>(lim.rlim_cur, rlim_t(1) << 30));
+  const int64_t cap = std::max<int64_t>(1, soft - std::max<int64_t>(64, soft / 8));
+  if (opt.max_connections > cap) {
+    LOG_WARN("http: max connections lowered from %d to %lld by the open-file limit (%lld descriptors; raise it with ulimit -n)",
+             opt.max_connections, static_cast<long long>(cap), static_cast<long long>(soft));
+    opt.max_connections = int(cap);
+  }
 }
 
 void HttpServer::Impl::schedule(net::steady_timer* t, std::chrono::milliseconds period, std::shared_ptr<std::function<void()>> fn) {
@@ -532,6 +684,7 @@ HttpServer::~HttpServer() {
 }
 
 Status HttpServer::listen() {
+  impl_->apply_descriptor_limit();
   error_code ec;
   auto addr = net::ip::make_address(impl_->opt.host == "localhost" ? "127.0.0.1" : impl_->opt.host, ec);
   if (ec) return make_error("--host: '" + impl_->opt.host + "' is not an IP address (" + ec.message() + ")");
@@ -560,7 +713,18 @@ void HttpServer::run() {
     impl_->signals.add(SIGTERM);
     impl_->wait_signal();
   }
-  impl_->io.run();
+  // The last line of defence: a handler that throws (the API layer catches
+  // what it can) is logged and the loop goes on serving everyone else.
+  for (;;) {
+    try {
+      impl_->io.run();
+      return;
+    } catch (const std::exception& e) {
+      LOG_ERROR("http: an I/O handler threw (%s); continuing", e.what());
+    } catch (...) {
+      LOG_ERROR("http: an I/O handler threw an unknown exception; continuing");
+    }
+  }
 }
 
 void HttpServer::post(std::function<void()> fn) { net::post(impl_->io, std::move(fn)); }
@@ -571,6 +735,9 @@ void HttpServer::every(std::chrono::milliseconds period, std::function<void()> f
 }
 
 void HttpServer::on_signal(std::function<void(int)> fn) { impl_->signal_fn = std::move(fn); }
+void HttpServer::on_head(HttpHeadFilter filter) { impl_->head_filter = std::move(filter); }
+int HttpServer::max_connections() const { return impl_->opt.max_connections; }
+size_t HttpServer::buffered_bytes() const { return impl_->buffered.load(); }
 
 void HttpServer::stop_accepting() {
   net::post(impl_->io, [self = impl_] {
@@ -587,6 +754,7 @@ void HttpServer::stop() {
     error_code ec;
     self->acceptor.close(ec);
     self->signals.cancel(ec);
+    self->accept_timer.cancel();
     for (auto& t : self->timers) t->cancel();
     self->close_all();
     self->work.reset();

@@ -35,6 +35,7 @@ struct HttpRequest {
   std::string body;
   std::string remote;  // "ip:port"
   uint64_t id = 0;     // connection-unique sequence number, for logs
+  int version = 11;    // HTTP/1.1 = 11, HTTP/1.0 = 10 (1.0 peers get no chunked encoding)
   const std::string* header(std::string_view lowercase_name) const;
 };
 
@@ -67,15 +68,28 @@ using HttpHandler = std::function<void(std::shared_ptr<HttpExchange>)>;
 // Renders protocol-level errors (malformed HTTP 400, body too large 413,
 // headers too large 431) in the API's envelope. `path` may be empty.
 using HttpErrorRenderer = std::function<HttpResponse(int status, std::string_view path, std::string message)>;
+// Sees each request's head (body still empty) before any of the body is read
+// or `100 Continue` is sent; a response it returns is sent instead and the
+// connection closes (the body is never buffered). For authentication and
+// other checks that need no body.
+using HttpHeadFilter = std::function<std::optional<HttpResponse>(const HttpRequest& head)>;
 
 struct HttpServerOptions {
   std::string host = "0.0.0.0";
   int port = 8000;                       // 0: any free port (see port())
   size_t max_body_bytes = 32u << 20;     // larger bodies get 413 before they are read
   size_t max_header_bytes = 64u << 10;
-  size_t max_queued_bytes = 16u << 20;   // per connection; beyond it the client is dropped
-  int max_connections = 16384;           // more are answered 503 and closed
-  int idle_timeout_seconds = 60;         // keep-alive idle / slow request limit
+  // Per connection, for streamed responses: beyond it the client (not
+  // reading) is dropped. A whole response is always delivered: it is built
+  // already, and the socket's own flow control paces it.
+  size_t max_queued_bytes = 16u << 20;
+  // All connections together: request bytes buffered (bodies being read and
+  // bodies of requests being handled). Beyond it a request gets 503.
+  size_t max_buffered_bytes = 256u << 20;
+  // More are answered 503 and closed. Capped at start by the descriptor
+  // limit (RLIMIT_NOFILE, whose soft value is raised to the hard one).
+  int max_connections = 16384;
+  int idle_timeout_seconds = 60;         // keep-alive idle / slow request limit (then 408)
 };
 
 // Parses one complete request from `bytes` with the server's parser settings
@@ -100,6 +114,9 @@ class HttpServer {
   void every(std::chrono::milliseconds period, std::function<void()> fn);
   // I/O thread: calls fn(signal number) on SIGINT/SIGTERM (installed by run()).
   void on_signal(std::function<void(int)> fn);
+  void on_head(HttpHeadFilter filter);  // before listen()
+  int max_connections() const;          // after listen(): the effective cap
+  size_t buffered_bytes() const;        // request bytes held now (all connections)
   void stop_accepting();  // thread-safe
   void stop();            // thread-safe: closes all connections, run() returns
   size_t open_connections() const;

@@ -196,6 +196,8 @@ Result<std::shared_ptr<MuseModelAdapter>> MuseModelAdapter::create(const EngineS
   info.supports_structured_output = a->template_ && a->template_->profile().is_muse;
   info.supports_forced_tool_choice = info.supports_structured_output;
   info.supports_prompt_logprobs = true;
+  for (int32_t id = 0; id < a->files_.tokenizer.id_limit(); ++id)
+    info.max_token_bytes = std::max(info.max_token_bytes, int(a->files_.tokenizer.decode({id}, false).size()));
   return a;
 }
 
@@ -218,7 +220,10 @@ Result<RenderedPrompt> MuseModelAdapter::render_chat(const Json& request, ChatAp
   ro.api = api == ChatApi::Anthropic ? chat::RequestApi::AnthropicMessages : chat::RequestApi::OpenAIChat;
   MUSE_ASSIGN_OR_RETURN(std::string text, chat::render_chat_prompt(request, *template_, ro));
   RenderedPrompt p;
-  p.ids = files_.tokenizer.encode(text, /*add_special_tokens=*/false);  // the template writes BOS itself
+  // Tokenizing stops before it starts when the text cannot fit: a 60 MiB
+  // prompt costs a length check, not seconds of tokenizing.
+  if (server::exceeds_context(info_, text.size())) p.exceeds_context = true;
+  else p.ids = files_.tokenizer.encode(text, /*add_special_tokens=*/false);  // the template writes BOS itself
   p.text = std::move(text);
   return p;
 }

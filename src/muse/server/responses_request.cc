@@ -29,18 +29,9 @@ std::optional<ApiError> convert_part(const Json& part, const std::string& where,
     *out = std::move(p);
     return std::nullopt;
   }
-  if (type == "input_image") {
-    const Json* url = part.find("image_url");
-    if (!url || !url->is_string()) return bad(where + ".image_url", where + ".image_url: expected a URL string (file_id is not supported)");
-    Json inner = Json::object();
-    inner.set("url", *url);
-    if (const Json* d = part.find("detail"); d && d->is_string()) inner.set("detail", *d);
-    Json p = Json::object();
-    p.set("type", "image_url");
-    p.set("image_url", std::move(inner));
-    *out = std::move(p);
-    return std::nullopt;
-  }
+  // Refused until multimodal input exists (vLLM does the same for text-only
+  // models): an answer about an image the model never saw is worse.
+  if (media_kind(type)) return media_refused(where, type);
   return bad(where + ".type", where + ".type: content part type \"" + type + "\" is not supported", "unsupported_value");
 }
 

@@ -146,7 +146,7 @@ test('tools, whole: content null, arguments a JSON string; parallel calls and pa
 
 test('reasoning_effort and chat_template_kwargs reach the template', async () => {
   const count = async (extra) => (await (await fetch(base + '/tokenize', {
-    method: 'POST', headers: { authorization: `Bearer ${KEY}` }, body: JSON.stringify({ messages: user('hi'), ...extra }),
+    method: 'POST', headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' }, body: JSON.stringify({ messages: user('hi'), ...extra }),
   })).json()).count;
   const plain = await count({});
   assert.notEqual(await count({ reasoning_effort: 'low' }), plain);
@@ -241,11 +241,13 @@ test('anthropic tool use, whole and streamed (input_json_delta)', async () => {
   assert.equal(types.at(-1), 'message_stop');
   assert.deepEqual(final.content.find((b) => b.type === 'tool_use').input, { city: 'Paris' });
   assert.equal(final.stop_reason, 'tool_use');
-  // A tool result continues the conversation.
+  // A tool result continues the conversation (it must answer that turn's
+  // tool_use id: Anthropic refuses an unanswered or unknown one).
+  const finalUse = final.content.find((b) => b.type === 'tool_use');
   const next = await anthropic.messages.create({
     model: 'muse-fake', max_tokens: 300, tools,
     messages: [...user('weather please'), { role: 'assistant', content: final.content },
-      { role: 'user', content: [{ type: 'tool_result', tool_use_id: use.id, content: '18C' }] }],
+      { role: 'user', content: [{ type: 'tool_result', tool_use_id: finalUse.id, content: '18C' }] }],
   });
   assert.equal(next.stop_reason, 'end_turn');
 });

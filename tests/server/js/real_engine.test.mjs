@@ -311,7 +311,7 @@ test('a tool result continues the conversation', async () => {
 
 test('reasoning_effort reaches the template', async () => {
   const tokens = async (extra) => JSON.stringify((await (await fetch(base + '/tokenize', {
-    method: 'POST', headers: { authorization: `Bearer ${KEY}` }, body: JSON.stringify({ messages: user('hi'), ...extra }),
+    method: 'POST', headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' }, body: JSON.stringify({ messages: user('hi'), ...extra }),
   })).json()).tokens);
   assert.notEqual(await tokens({ reasoning_effort: 'low' }), await tokens({ reasoning_effort: 'xhigh' }));
   assert.notEqual(await tokens({}), await tokens({ chat_template_kwargs: { reasoning_strength: 'low' } }));
@@ -332,7 +332,7 @@ test('logprobs: one entry per token, greedy picks the top one, bytes given', asy
   assert.equal(c.choices[0].logprobs.tokens.length, 4);
   assert.equal(c.choices[0].logprobs.token_logprobs.length, 4);
   const echo = await openai.completions.create({ model: MODEL, prompt: 'The sky is', logprobs: 1, max_tokens: 2, temperature: 0, echo: true, ignore_eos: true });
-  const prompt = (await (await fetch(base + '/tokenize', { method: 'POST', headers: { authorization: `Bearer ${KEY}` }, body: JSON.stringify({ prompt: 'The sky is' }) })).json()).count;
+  const prompt = (await (await fetch(base + '/tokenize', { method: 'POST', headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' }, body: JSON.stringify({ prompt: 'The sky is' }) })).json()).count;
   assert.equal(echo.choices[0].logprobs.token_logprobs.length, prompt + 2);
   assert.equal(echo.choices[0].logprobs.token_logprobs[0], null);
 });
@@ -379,7 +379,7 @@ test('completions: text, echo, token-id prompts, usage', async () => {
   assert.equal(typeof r.choices[0].text, 'string');
   const e = await openai.completions.create({ model: MODEL, prompt: 'The sky is', max_tokens: 2, echo: true, temperature: 0 });
   assert.ok(e.choices[0].text.startsWith('The sky is'));
-  const ids = (await (await fetch(base + '/tokenize', { method: 'POST', headers: { authorization: `Bearer ${KEY}` }, body: JSON.stringify({ prompt: 'The sky is' }) })).json()).tokens;
+  const ids = (await (await fetch(base + '/tokenize', { method: 'POST', headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' }, body: JSON.stringify({ prompt: 'The sky is' }) })).json()).tokens;
   const t = await openai.completions.create({ model: MODEL, prompt: ids, max_tokens: 8, temperature: 0 });
   assert.equal(t.choices[0].text, r.choices[0].text, 'token ids and text give the same completion');
   assert.equal(t.usage.prompt_tokens, ids.length);
