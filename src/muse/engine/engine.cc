@@ -116,6 +116,7 @@ Status Engine::init(const ModelConfig& config, const EngineOptions& options, con
   ModelOptions mo;
   mo.plan = cap;
   mo.kv_block_size = ko.block_size;
+  mo.weights.quantize = options.quantization;
   MUSE_ASSIGN_OR_RETURN(model_, MuseModel::create(*backend_, config_, reader ? *reader : *source_, mo));
   MUSE_ASSIGN_OR_RETURN(kv_, KvCache::create(*backend_, config_, ko));
   plan_ = StepPlanBuilder(cap);
