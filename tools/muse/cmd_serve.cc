@@ -114,7 +114,6 @@ void declare_refused(ArgParser& args) {
       {"--enable-expert-parallel", false, "muse runs on one GPU (no expert parallelism yet)"},
       {"--moe-backend", true, "muse has one MoE implementation per backend"},
       {"--speculative-config", true, "speculative decoding (DSpark) is not implemented yet"},
-      {"--quantization", true, "the weight format is read from the checkpoint; forcing one is not implemented"},
       {"--kv-cache-dtype", true, "the KV cache dtype is fixed per backend for now"},
       {"--lora-modules", true, "LoRA adapters are not implemented yet"},
       {"--enable-lora", false, "LoRA adapters are not implemented yet"},
@@ -164,6 +163,10 @@ int serve_command(int argc, char** argv) {
               "processed_logprobs (default: of the distribution sampled from, after penalties, bias, temperature and "
               "top-k/top-p/min-p) or raw_logprobs (the model's own distribution, vLLM's default)");
   args.option("--dtype", &o.engine.dtype, "T", "auto or bfloat16 (default auto)");
+  args.option("--quantization", &o.engine.quantization, "F",
+              "nvfp4, mxfp4, fp8 or int4: quantize a BF16 checkpoint's experts (fp8/int4: and attention) while loading; "
+              "a quantized checkpoint's own format is read from it (docs/formats.md)");
+  args.alias("-q", "--quantization");
   args.option("--tokenizer", &o.engine.tokenizer, "DIR", "tokenizer directory (default: the model directory)");
   args.option("--tokenizer-mode", &tokenizer_mode, "MODE", "auto or hf: the checkpoint's tokenizer.json (the only mode)");
   args.option("--config-format", &config_format, "F", "auto or hf: config.json (the only format)");

@@ -65,8 +65,16 @@ struct Avx2 {
   }
   static IReg iload(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
   static IReg iload_n(const uint8_t* p, int n) { return _mm256_maskload_epi32(reinterpret_cast<const int*>(p), mask(n)); }
-  static Reg nib(IReg v, int shift) {
+  static Reg fnmadd(Reg a, Reg b, Reg c) { return _mm256_fnmadd_ps(a, b, c); }
+  static Reg nibf(IReg v, int shift) {
     return _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srl_epi32(v, _mm_cvtsi32_si128(shift)), _mm256_set1_epi32(15)));
+  }
+  static Reg zeros4(const uint8_t* p, int n) {
+    int32_t word;
+    __builtin_memcpy(&word, p, 4);
+    const __m256i v = _mm256_srlv_epi32(_mm256_set1_epi32(word), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+    const Reg z = _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(15)));
+    return _mm256_and_ps(z, _mm256_castsi256_ps(mask(n)));
   }
   static Reg load_f16(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
   static Reg load_f16_n(const uint8_t* p, int n) {

@@ -56,8 +56,19 @@ struct Avx512 {
   static Reg fp8_n(const uint8_t* p, int n) { return fp8_lanes(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask(n), p))); }
   static IReg iload(const uint8_t* p) { return _mm512_loadu_si512(p); }
   static IReg iload_n(const uint8_t* p, int n) { return _mm512_maskz_loadu_epi32(mask(n), p); }
-  static Reg nib(IReg v, int shift) {
-    return _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srl_epi32(v, _mm_cvtsi32_si128(shift)), _mm512_set1_epi32(15)));
+  static Reg fnmadd(Reg a, Reg b, Reg c) { return _mm512_fnmadd_ps(a, b, c); }
+  // float((v >> shift) & 15): vpermps reads only the low 4 bits of each
+  // index, so the shifted word indexes the table 0..15 directly.
+  static Reg nibf(IReg v, int shift) {
+    const Reg values = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    return _mm512_permutexvar_ps(_mm512_srl_epi32(v, _mm_cvtsi32_si128(shift)), values);
+  }
+  static Reg zeros4(const uint8_t* p, int n) {
+    const __m512i words = _mm512_maskz_loadu_epi32(__mmask16((1u << ((n + 7) / 8)) - 1u), p);
+    const __m512i lane_word = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m512i shift = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+    const __m512i v = _mm512_srlv_epi32(_mm512_permutexvar_epi32(lane_word, words), shift);
+    return _mm512_maskz_mov_ps(mask(n), _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(15))));
   }
   static Reg load_f16(const uint8_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
   static Reg load_f16_n(const uint8_t* p, int n) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask(n), p)); }

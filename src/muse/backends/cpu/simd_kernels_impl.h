@@ -187,9 +187,10 @@ void attend_impl(const float* q, const float* const* krows, const float* const* 
 
 // ---------------------------------------------------------------------------
 // Quantized products (kernels.h: matmul_quant). V additionally provides
-// IReg, sub, fp4(p) (W E2M1 codes from W/2 bytes, even element in the low
+// IReg, sub, fnmadd, fp4(p) (W E2M1 codes from W/2 bytes, even element in the low
 // nibble), fp8(p) / fp8_n(p, n) (W E4M3 bytes), iload / iload_n (W int32),
-// nib(v, shift) (float of (v >> shift) & 15), load_f16 / load_f16_n.
+// nibf(v, shift) (float of (v >> shift) & 15), load_f16 / load_f16_n,
+// zeros4(p, n) (n 4-bit zero points packed along N, 8 per word from p).
 // ---------------------------------------------------------------------------
 namespace {
 
@@ -278,8 +279,11 @@ void qmatmul_rows(const float* x, int64_t ldx, int64_t T, const QMat& w, int64_t
 
 // INT4 (GPTQ layout: words [K/8, N], N contiguous): NB registers of W
 // columns starting at column c against MR rows of x; the last register has
-// `last` valid lanes. Each column's output is one accumulator running
-// through k = 0..K-1 in order: w = (q − z) · s, acc = fma(x_k, w, acc).
+// `last` valid lanes. Per group g of G inputs the scale and zero factor out:
+// Σ_k x_k·s·(q_k − z) = s·(Σ_k x_k·q_k − z·Σ_k x_k), so the inner loop is a
+// nibble to float (V::nibf) and one fma per 16 weights, and each group ends
+// with acc = fma(s, a_g − z·xs_g, acc). Every column's output is one fixed
+// sequence (k in order, groups in order), whatever the blocking.
 template <class V, int MR, int NB>
 inline void int4_block(const float* x, int64_t ldx, const QMat& w, int64_t c, int last, float* out, int64_t ldo) {
   const int64_t K = w.cols, N = w.rows, G = w.block_cols;
@@ -295,19 +299,26 @@ inline void int4_block(const float* x, int64_t ldx, const QMat& w, int64_t c, in
       const int cnt = b == NB - 1 ? last : V::W;
       const uint8_t* sp = w.scales + (g * N + col) * 2;
       s[b] = cnt == V::W ? V::load_f16(sp) : V::load_f16_n(sp, cnt);
-      float zt[16] = {0};
-      for (int l = 0; l < cnt; ++l) {
-        const int64_t n = col + l;
-        int zv = 8;
-        if (w.zeros) {
-          uint32_t word;
-          __builtin_memcpy(&word, w.zeros + (g * (N / 8) + n / 8) * 4, 4);
-          zv = int((word >> (4 * (n % 8))) & 15u) + w.zero_offset;
+      if (w.zeros && col % 8 == 0) {
+        z[b] = V::add(V::zeros4(w.zeros + (g * (N / 8) + col / 8) * 4, cnt), V::set1(float(w.zero_offset)));
+      } else {
+        float zt[16] = {0};
+        for (int l = 0; l < cnt; ++l) {
+          const int64_t n = col + l;
+          int zv = 8;
+          if (w.zeros) {
+            uint32_t word;
+            __builtin_memcpy(&word, w.zeros + (g * (N / 8) + n / 8) * 4, 4);
+            zv = int((word >> (4 * (n % 8))) & 15u) + w.zero_offset;
+          }
+          zt[l] = float(zv);
         }
-        zt[l] = float(zv);
+        z[b] = V::load(zt);
       }
-      z[b] = V::load(zt);
     }
+    typename V::Reg a[MR][NB];
+    for (int i = 0; i < MR; ++i)
+      for (int b = 0; b < NB; ++b) a[i][b] = V::zero();
     for (int64_t r = k0 / 8; r < k1 / 8; ++r) {
       typename V::IReg q[NB];
       for (int b = 0; b < NB; ++b) {
@@ -315,13 +326,22 @@ inline void int4_block(const float* x, int64_t ldx, const QMat& w, int64_t c, in
         q[b] = (b == NB - 1 && last != V::W) ? V::iload_n(qp, last) : V::iload(qp);
       }
       for (int j = 0; j < 8; ++j) {
-        typename V::Reg wv[NB];
-        for (int b = 0; b < NB; ++b) wv[b] = V::mul(V::sub(V::nib(q[b], 4 * j), z[b]), s[b]);
+        typename V::Reg qf[NB];
+        for (int b = 0; b < NB; ++b) qf[b] = V::nibf(q[b], 4 * j);
         for (int i = 0; i < MR; ++i) {
           typename V::Reg xv = V::set1(x[i * ldx + 8 * r + j]);
-          for (int b = 0; b < NB; ++b) acc[i][b] = V::fma(xv, wv[b], acc[i][b]);
+          for (int b = 0; b < NB; ++b) a[i][b] = V::fma(xv, qf[b], a[i][b]);
         }
       }
+    }
+    for (int i = 0; i < MR; ++i) {
+      // Σ x over the group: W-wide partial sums in order, then the tree.
+      typename V::Reg xa = V::zero();
+      int64_t k = k0;
+      for (; k + V::W <= k1; k += V::W) xa = V::add(xa, V::load(x + i * ldx + k));
+      if (k < k1) xa = V::add(xa, V::load_n(x + i * ldx + k, int(k1 - k)));
+      const typename V::Reg xsv = V::set1(V::hsum(xa));
+      for (int b = 0; b < NB; ++b) acc[i][b] = V::fma(s[b], V::fnmadd(z[b], xsv, a[i][b]), acc[i][b]);
     }
   }
   for (int i = 0; i < MR; ++i)
