@@ -284,6 +284,8 @@ void qmatmul_rows(const float* x, int64_t ldx, int64_t T, const QMat& w, int64_t
 // nibble to float (V::nibf) and one fma per 16 weights, and each group ends
 // with acc = fma(s, a_g − z·xs_g, acc). Every column's output is one fixed
 // sequence (k in order, groups in order), whatever the blocking.
+constexpr int64_t kInt4Prefetch = 16;  // rows of words ahead
+
 template <class V, int MR, int NB>
 inline void int4_block(const float* x, int64_t ldx, const QMat& w, int64_t c, int last, float* out, int64_t ldo) {
   const int64_t K = w.cols, N = w.rows, G = w.block_cols;
@@ -324,6 +326,9 @@ inline void int4_block(const float* x, int64_t ldx, const QMat& w, int64_t c, in
       for (int b = 0; b < NB; ++b) {
         const uint8_t* qp = w.codes + (r * N + c + b * V::W) * 4;
         q[b] = (b == NB - 1 && last != V::W) ? V::iload_n(qp, last) : V::iload(qp);
+        // Rows are N·4 bytes apart (a new page each for large N), which the
+        // hardware prefetcher does not follow: ask for a row well ahead.
+        if (r + kInt4Prefetch < K / 8) __builtin_prefetch(qp + kInt4Prefetch * N * 4);
       }
       for (int j = 0; j < 8; ++j) {
         typename V::Reg qf[NB];
