@@ -1,6 +1,6 @@
 // A WeightSource over an opened Checkpoint: F32/BF16 tensors are handed out
 // in place (mmap'd, zero copy); other dtypes and per-expert layouts are
-// converted to f32 by the loader.
+// converted to f32 by the loader; quantized slots are handed out as stored.
 #pragma once
 
 #include "muse/loading/checkpoint.h"
@@ -13,6 +13,8 @@ class CheckpointWeightSource final : public WeightSource {
   explicit CheckpointWeightSource(const Checkpoint& checkpoint) : ck_(checkpoint) {}
   Result<HostTensor> view(const WeightSpec& spec) const override;
   Status read_f32(const WeightSpec& spec, float* dst) const override;
+  // Quantized slots as stored: codes, scales and zeros point into the mapping.
+  Result<HostQuantView> quantized(const WeightSpec& spec) const override;
 
  private:
   const Checkpoint& ck_;
