@@ -15,6 +15,7 @@
 #include "muse/core/json.h"
 #include "muse/core/log.h"
 #include "muse/engine/default_model.h"
+#include "muse/model/weight_table.h"
 #include "muse/server/backend_factory.h"
 #include "muse/server/load_progress.h"
 #include "muse/server/serve_options.h"
@@ -233,6 +234,9 @@ int serve_command(int argc, char** argv) {
   };
   for (const auto& c : choices)
     if (auto e = check_choice(c.flag, c.value, c.allowed); !e.empty()) return fail(e);
+  if (!o.engine.quantization.empty() && !parse_quant_kind(o.engine.quantization).ok())
+    return fail("--quantization " + o.engine.quantization + ": muse reads a quantized checkpoint's format from its "
+                "config; --quantization quantizes a BF16 checkpoint while loading and takes nvfp4, mxfp4, fp8 or int4");
   if (o.engine.tensor_parallel_size != 1) return fail("--tensor-parallel-size " + std::to_string(o.engine.tensor_parallel_size) + ": muse runs on one GPU (only 1 is supported)");
   if (!(o.engine.gpu_memory_utilization > 0 && o.engine.gpu_memory_utilization <= 1)) return fail("--gpu-memory-utilization must be in (0, 1]");
   if (o.engine.max_num_seqs < 1) return fail("--max-num-seqs must be >= 1");
