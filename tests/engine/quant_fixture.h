@@ -10,6 +10,8 @@
 //   int4   AutoRound (auto_gptq packing, GPTQ v1 zeros): <m>.qweight I32 [K/8, N],
 //          .qzeros I32 [K/G, N/8], .scales F16 [K/G, N], .g_idx I32 [K];
 //          fused <p>_qweight, ... with a leading E
+// With per_expert, the experts are written one by one instead
+// (mlp.experts.{e}.{gate,up,down}_proj as 2-D modules, each quantized).
 // Which slots are quantized: model/weight_table.h quantized_at_load (the rule
 // `muse plan` sizes with). Also the "dequantized twin": the same model with
 // every quantized slot replaced by its dequantized values (reference
@@ -68,10 +70,60 @@ inline void write_tensors(const std::string& path, const std::vector<OwnedTensor
   ASSERT_TRUE(s.ok()) << s.message();
 }
 
+// Quantizes one matrix (set) and appends its tensors under `name` (a
+// module's ".weight", or a fused 3-D parameter) in the format's layout.
+inline void emit_quant(std::vector<OwnedTensor>& qt, QuantKind kind, const std::string& name, const float* f,
+                       const std::vector<int64_t>& shape, int halves) {
+  auto q = quantize_weight(kind, f, shape, halves);
+  ASSERT_TRUE(q.ok()) << q.message();
+  const bool module = name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
+  const std::string base = module ? name.substr(0, name.size() - 7) : name;
+  auto nm = [&](const char* suffix) { return base + (module ? "." : "_") + suffix; };
+  const bool fused = shape.size() == 3;
+  const int64_t E = fused ? shape[0] : 1, N = shape[fused ? 1 : 0], K = shape.back();
+  auto lead = [&](std::vector<int64_t> s) {
+    if (fused) s.insert(s.begin(), E);
+    return s;
+  };
+  switch (kind) {
+    case QuantKind::Nvfp4: {
+      qt.push_back({name, DType::U8, lead({N, K / 2}), bytes_of(q->codes)});
+      qt.push_back({nm("weight_scale"), DType::F8_E4M3, q->scale_shape, bytes_of(q->scales)});
+      std::vector<int64_t> gshape = fused ? (halves == 2 ? std::vector<int64_t>{E, 2} : std::vector<int64_t>{E})
+                                          : std::vector<int64_t>{};
+      qt.push_back({nm("weight_scale_2"), DType::F32, gshape, bytes_of(q->global)});
+      break;
+    }
+    case QuantKind::Mxfp4:
+      qt.push_back({name, DType::U8, lead({N, K / 2}), bytes_of(q->codes)});
+      qt.push_back({nm("weight_scale"), DType::U8, q->scale_shape, bytes_of(q->scales)});
+      break;
+    case QuantKind::Fp8:
+      qt.push_back({name, DType::F8_E4M3, shape, bytes_of(q->codes)});
+      qt.push_back({nm("weight_scale"), DType::F32, lead({N}), bytes_of(q->scales)});
+      break;
+    case QuantKind::Int4: {
+      const std::string qname = module ? base + ".qweight" : base + "_qweight";
+      qt.push_back({qname, DType::I32, lead({K / 8, N}), bytes_of(q->codes)});
+      qt.push_back({nm("qzeros"), DType::I32, q->zero_shape, bytes_of(q->zeros)});
+      qt.push_back({nm("scales"), DType::F16, q->scale_shape, bytes_of(q->scales)});
+      std::vector<uint8_t> g(size_t(E * K * 4));
+      for (int64_t e = 0; e < E; ++e)
+        for (int64_t k = 0; k < K; ++k) {
+          const int32_t gi = int32_t(k / q->format.block_cols);
+          std::memcpy(g.data() + (e * K + k) * 4, &gi, 4);
+        }
+      qt.push_back({nm("g_idx"), DType::I32, lead({K}), bytes_of(g)});
+      break;
+    }
+    case QuantKind::None: break;
+  }
+}
+
 // Writes `qdir` (the quantized checkpoint) and `twin_dir` (its dequantized
 // F32 twin) from the BF16 model in `bf16_dir`.
 inline void write_quant_fixture(const std::string& bf16_dir, const std::string& qdir, const std::string& twin_dir,
-                                QuantKind kind) {
+                                QuantKind kind, bool per_expert = false) {
   namespace fs = std::filesystem;
   auto ck = Checkpoint::open(bf16_dir);
   ASSERT_TRUE(ck.ok()) << ck.message();
@@ -87,50 +139,19 @@ inline void write_quant_fixture(const std::string& bf16_dir, const std::string& 
     std::vector<float> f(size_t(w.spec.numel()));
     ASSERT_TRUE(ck->read_f32(w.spec.slot, w.spec.layer, f.data()).ok());
     const bool gate_up = w.spec.slot == "moe.experts.gate_up";
-    auto q = quantize_weight(kind, f.data(), w.spec.shape, gate_up && kind == QuantKind::Nvfp4 ? 2 : 1);
-    ASSERT_TRUE(q.ok()) << q.message();
-    const bool module = v.name.size() > 7 && v.name.compare(v.name.size() - 7, 7, ".weight") == 0;
-    const std::string base = module ? v.name.substr(0, v.name.size() - 7) : v.name;
-    auto nm = [&](const char* suffix) { return base + (module ? "." : "_") + suffix; };
-    const bool fused = w.spec.shape.size() == 3;
-    const int64_t E = fused ? w.spec.shape[0] : 1, N = w.spec.shape[fused ? 1 : 0], K = w.spec.shape.back();
-    auto lead = [&](std::vector<int64_t> s) {
-      if (fused) s.insert(s.begin(), E);
-      return s;
-    };
-    switch (kind) {
-      case QuantKind::Nvfp4: {
-        qt.push_back({v.name, DType::U8, lead({N, K / 2}), bytes_of(q->codes)});
-        qt.push_back({nm("weight_scale"), DType::F8_E4M3, q->scale_shape, bytes_of(q->scales)});
-        std::vector<int64_t> gshape = fused ? (gate_up ? std::vector<int64_t>{E, 2} : std::vector<int64_t>{E})
-                                            : std::vector<int64_t>{};
-        qt.push_back({nm("weight_scale_2"), DType::F32, gshape, bytes_of(q->global)});
-        break;
-      }
-      case QuantKind::Mxfp4:
-        qt.push_back({v.name, DType::U8, lead({N, K / 2}), bytes_of(q->codes)});
-        qt.push_back({nm("weight_scale"), DType::U8, q->scale_shape, bytes_of(q->scales)});
-        break;
-      case QuantKind::Fp8:
-        qt.push_back({v.name, DType::F8_E4M3, w.spec.shape, bytes_of(q->codes)});
-        qt.push_back({nm("weight_scale"), DType::F32, lead({N}), bytes_of(q->scales)});
-        break;
-      case QuantKind::Int4: {
-        const std::string qname = module ? base + ".qweight" : base + "_qweight";
-        qt.push_back({qname, DType::I32, lead({K / 8, N}), bytes_of(q->codes)});
-        qt.push_back({nm("qzeros"), DType::I32, q->zero_shape, bytes_of(q->zeros)});
-        qt.push_back({nm("scales"), DType::F16, q->scale_shape, bytes_of(q->scales)});
-        std::vector<uint8_t> g(size_t(E * K * 4));
-        for (int64_t e = 0; e < E; ++e)
-          for (int64_t k = 0; k < K; ++k) {
-            const int32_t gi = int32_t(k / q->format.block_cols);
-            std::memcpy(g.data() + (e * K + k) * 4, &gi, 4);
-          }
-        qt.push_back({nm("g_idx"), DType::I32, fused ? std::vector<int64_t>{E, K} : std::vector<int64_t>{K}, bytes_of(g)});
-        break;
-      }
-      case QuantKind::None: break;
+    if (per_expert && w.spec.shape.size() == 3) {
+      // Qwen3-MoE style: mlp.experts.{e}.{gate,up,down}_proj, each a 2-D module.
+      const std::string prefix = v.name.substr(0, v.name.rfind('.') + 1);
+      const std::vector<std::string> mods = gate_up ? std::vector<std::string>{"gate_proj", "up_proj"}
+                                                    : std::vector<std::string>{"down_proj"};
+      const int64_t E = w.spec.shape[0], Np = w.spec.shape[1] / int64_t(mods.size()), K = w.spec.shape[2];
+      for (int64_t e = 0; e < E; ++e)
+        for (size_t m = 0; m < mods.size(); ++m)
+          emit_quant(qt, kind, prefix + std::to_string(e) + "." + mods[m] + ".weight",
+                     f.data() + (e * int64_t(mods.size()) + int64_t(m)) * Np * K, {Np, K}, 1);
+      continue;
     }
+    emit_quant(qt, kind, v.name, f.data(), w.spec.shape, gate_up && kind == QuantKind::Nvfp4 ? 2 : 1);
   }
   fs::create_directories(qdir);
   for (const char* f : {"config.json", "generation_config.json"})

@@ -3,6 +3,9 @@
 // converted to f32 by the loader; quantized slots are handed out as stored.
 #pragma once
 
+#include <memory>
+#include <vector>
+
 #include "muse/loading/checkpoint.h"
 #include "muse/model/weights.h"
 
@@ -18,6 +21,9 @@ class CheckpointWeightSource final : public WeightSource {
 
  private:
   const Checkpoint& ck_;
+  // Per-expert quantized pieces stacked into the fused layout (a copy: the
+  // pieces are separate tensors in the file); kept as long as the source.
+  mutable std::vector<std::unique_ptr<HostQuantWeight>> stacked_;
 };
 
 }  // namespace muse

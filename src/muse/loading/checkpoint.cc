@@ -81,7 +81,7 @@ struct Resolver {
     if (info.scheme != QuantScheme::None)
       return "; in a " + std::string(quant_scheme_name(info.scheme)) + " checkpoint this slot's codes are " +
              (kind() == QuantKind::Fp8 ? "F8_E4M3" : kind() == QuantKind::Int4 ? "I32 (qweight)" : "U8") +
-             " (quantized per-expert 2-D pieces are not supported)";
+             "";
     return "; a quantized tensor, but config.json has no quantization_config";
   }
 
@@ -371,13 +371,33 @@ struct Resolver {
   }
 
   // Per-expert 2-D alias path: every expert's pieces under one prefix.
+  // The spellings of a per-expert piece in this format (".weight", and
+  // compressed-tensors' ".weight_packed" / GPTQ's ".qweight").
+  const Located* find_piece(const std::string& name, std::string* found) const {
+    std::vector<std::string> names = {name};
+    const bool module = name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
+    if (module && kind() != QuantKind::None) {
+      names.push_back(name + "_packed");
+      names.push_back(name.substr(0, name.size() - 7) + ".qweight");
+    }
+    for (const std::string& n : names)
+      if (const Located* l = find(n)) {
+        *found = n;
+        return l;
+      }
+    return nullptr;
+  }
+
+  // Per-expert 2-D alias path: every expert's pieces under one prefix; in a
+  // quantized checkpoint each piece may be quantized (all of them or none).
   bool resolve_per_expert(const WeightSpec& spec, const SlotRule& rule, ResolvedWeight& out) {
     const int64_t E = spec.shape[0];
     const int64_t pieces = int64_t(rule.per_expert.size());
     const std::vector<int64_t> piece_shape = {spec.shape[1] / pieces, spec.shape[2]};
     const char* prefix = nullptr;
+    std::string found;
     for (const char* p : kTextPrefixes)
-      if (find(p + expand_name(rule.per_expert[0], spec.layer, 0))) {
+      if (find_piece(p + expand_name(rule.per_expert[0], spec.layer, 0), &found)) {
         prefix = p;
         break;
       }
@@ -385,10 +405,11 @@ struct Resolver {
     out.per_expert = true;
     out.experts.assign(size_t(E), {});
     bool ok = true;
+    int quantized_pieces = 0;
     for (int64_t e = 0; e < E; ++e) {
       for (const char* pattern : rule.per_expert) {
         std::string name = prefix + expand_name(pattern, spec.layer, int(e));
-        const Located* l = find(name);
+        const Located* l = find_piece(name, &found);
         if (!l) {
           problems.push_back("missing tensor " + name + " " + shape_text(piece_shape) + " for expert " +
                              std::to_string(e) + " of " + slot_text(spec) +
@@ -396,11 +417,50 @@ struct Resolver {
                              " must be present)");
           return true;
         }
-        TensorView v = view(name, *l);
-        consumed.insert(name);
-        ok = check(v, spec, rule, piece_shape) && ok;
+        TensorView v = view(found, *l);
+        consumed.insert(found);
+        if (is_codes(v.dtype) && spec.reference_dtype == DType::BF16) {
+          WeightSpec ps = spec;
+          ps.shape = piece_shape;
+          ResolvedWeight tmp;
+          tmp.spec = ps;
+          tmp.tensor = v;
+          resolve_quant(ps, rule, tmp);
+          if (!tmp.quantized()) {
+            ok = false;
+          } else {
+            const QuantFormat& f = tmp.quant.format;
+            const QuantFormat& f0 = quantized_pieces ? out.expert_quant[0][0].format : f;
+            if (f.kind != f0.kind || f.block_cols != f0.block_cols || f.block_rows != f0.block_rows ||
+                f.zero_offset != f0.zero_offset) {
+              problems.push_back("tensor " + v.name + " in " + v.file + " is quantized differently from expert 0 of " +
+                                 slot_text(spec) + " (scale blocks or zero points differ)");
+              ok = false;
+            }
+            if (f.kind == QuantKind::Fp8 && f.block_rows == 128 && piece_shape[0] % 128) {
+              problems.push_back("tensor " + v.name + " has 128x128 FP8 blocks but " + std::to_string(piece_shape[0]) +
+                                 " rows: the pieces of " + slot_text(spec) + " cannot be stacked");
+              ok = false;
+            }
+            if (out.expert_quant.empty()) out.expert_quant.assign(size_t(E), {});
+            out.expert_quant[size_t(e)].push_back(tmp.quant);
+            ++quantized_pieces;
+          }
+        } else {
+          ok = check(v, spec, rule, piece_shape) && ok;
+        }
         out.experts[size_t(e)].push_back(std::move(v));
       }
+    }
+    if (quantized_pieces && quantized_pieces != E * pieces) {
+      problems.push_back(slot_text(spec) + ": " + std::to_string(quantized_pieces) + " of " + std::to_string(E * pieces) +
+                         " per-expert pieces are quantized; all or none must be");
+      return true;
+    }
+    if (quantized_pieces && ok) {
+      out.quant.scheme = scheme();
+      out.quant.format = out.expert_quant[0][0].format;
+      if (out.quant.format.kind == QuantKind::Nvfp4) out.quant.format.global_parts = int32_t(pieces);
     }
     return true;
   }
@@ -504,6 +564,26 @@ Status decode_quantized(const ResolvedWeight& w, int64_t begin, int64_t end, flo
       case QuantKind::None: return make_error("not quantized");
     }
   }
+  return Status::Ok();
+}
+
+// One quantized 2-D piece of a per-expert layout, dequantized.
+Status decode_piece(const ResolvedWeight& w, const TensorView& codes, const ResolvedWeight::Quantized& q, float* dst) {
+  ResolvedWeight tmp;
+  tmp.spec = w.spec;
+  tmp.spec.shape = {w.spec.shape[1] / int64_t(w.experts[0].size()), w.spec.shape[2]};
+  tmp.tensor = codes;
+  tmp.quant = q;
+  return decode_quantized(tmp, 0, 1, dst);
+}
+
+Status decode_per_expert(const ResolvedWeight& w, int64_t begin, int64_t end, float* dst) {
+  for (int64_t e = begin; e < end; ++e)
+    for (size_t i = 0; i < w.experts[size_t(e)].size(); ++i) {
+      const TensorView& v = w.experts[size_t(e)][i];
+      MUSE_RETURN_IF_ERROR(decode_piece(w, v, w.expert_quant[size_t(e)][i], dst));
+      dst += w.spec.shape[1] / int64_t(w.experts[0].size()) * w.spec.shape[2];
+    }
   return Status::Ok();
 }
 
@@ -692,6 +772,7 @@ Result<std::vector<TensorView>> Checkpoint::expert_pieces(std::string_view slot,
 
 Status Checkpoint::read_f32(std::string_view slot, int layer, float* dst) const {
   MUSE_ASSIGN_OR_RETURN(const ResolvedWeight* w, lookup(slot, layer));
+  if (w->quantized() && w->per_expert) return decode_per_expert(*w, 0, w->spec.shape[0], dst);
   if (w->quantized()) return decode_quantized(*w, 0, w->spec.shape.size() == 3 ? w->spec.shape[0] : 1, dst);
   if (!w->per_expert) return muse::read_f32(w->tensor, dst);
   for (const auto& pieces : w->experts)
@@ -721,6 +802,7 @@ Status Checkpoint::read_bf16(std::string_view slot, int layer, uint16_t* dst) co
 Status Checkpoint::read_expert_f32(std::string_view slot, int layer, int expert, float* dst) const {
   MUSE_ASSIGN_OR_RETURN(std::vector<TensorView> pieces, expert_pieces(slot, layer, expert));
   const ResolvedWeight* w = find(slot, layer);
+  if (w->quantized() && w->per_expert) return decode_per_expert(*w, expert, expert + 1, dst);
   if (w->quantized()) return decode_quantized(*w, expert, expert + 1, dst);
   for (const TensorView& v : pieces) {
     MUSE_RETURN_IF_ERROR(muse::read_f32(v, dst));
@@ -737,6 +819,9 @@ uint64_t Checkpoint::tensor_bytes() const {
          w.quant.input_scale.nbytes;
     for (const auto& pieces : w.experts)
       for (const TensorView& v : pieces) n += v.nbytes;
+    for (const auto& pieces : w.expert_quant)
+      for (const ResolvedWeight::Quantized& q : pieces)
+        n += q.scales.nbytes + q.zeros.nbytes + q.global_scale.nbytes + q.input_scale.nbytes;
   }
   return n;
 }

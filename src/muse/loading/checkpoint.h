@@ -68,6 +68,9 @@ struct ResolvedWeight {
     TensorView global_scale, input_scale;  // as stored; may be empty
     std::vector<float> global;
   } quant;
+  // Per-expert layout with quantized pieces: expert_quant[e][i] holds the
+  // parts of experts[e][i] (quant.format is their common format).
+  std::vector<std::vector<Quantized>> expert_quant;
   bool quantized() const { return quant.format.kind != QuantKind::None; }
 };
 
