@@ -36,14 +36,14 @@ struct Avx2 {
   static Reg mul(Reg a, Reg b) { return _mm256_mul_ps(a, b); }
   static Reg add(Reg a, Reg b) { return _mm256_add_ps(a, b); }
   static Reg sub(Reg a, Reg b) { return _mm256_sub_ps(a, b); }
-  // 8 E2M1 codes from 4 bytes: magnitude from the low 3 bits through an
-  // 8-entry table, the sign bit (bit 3) moved to bit 31 (code 8 is -0).
+  // 8 E2M1 codes from 4 bytes, in element order: the dword in every lane,
+  // shifted right by 4·lane; the magnitude from bits 0-2 through an 8-entry
+  // table (vpermps reads only those), the sign (bit 3) moved to bit 31
+  // (code 8 is -0).
   static Reg fp4(const uint8_t* p) {
     int32_t word;
     __builtin_memcpy(&word, p, 4);
-    const __m128i b = _mm_cvtsi32_si128(word);
-    const __m128i m = _mm_set1_epi8(15);
-    const __m256i idx = _mm256_cvtepu8_epi32(_mm_unpacklo_epi8(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16(b, 4), m)));
+    const __m256i idx = _mm256_srlv_epi32(_mm256_set1_epi32(word), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
     const Reg mag = _mm256_permutevar8x32_ps(_mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f), idx);
     const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(idx, _mm256_set1_epi32(8)), 28);
     return _mm256_xor_ps(mag, _mm256_castsi256_ps(sign));

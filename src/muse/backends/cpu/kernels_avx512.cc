@@ -32,15 +32,19 @@ struct Avx512 {
   static Reg mul(Reg a, Reg b) { return _mm512_mul_ps(a, b); }
   static Reg add(Reg a, Reg b) { return _mm512_add_ps(a, b); }
   static Reg sub(Reg a, Reg b) { return _mm512_sub_ps(a, b); }
-  // 16 E2M1 codes from 8 bytes: nibbles interleaved low, high (element
-  // order), widened to lane indices into the 16-entry value table.
+  // 16 E2M1 codes from 8 bytes, in element order: lanes 0-7 take the low
+  // dword, 8-15 the high one, each shifted right by 4·(lane % 8) so its
+  // nibble is in bits 0-3, and vpermps reads only those 4 bits as the index
+  // into the 16-entry value table (no masking, no widening).
   static Reg fp4(const uint8_t* p) {
     static const float kE2M1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
                                     -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
-    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(p));
-    const __m128i m = _mm_set1_epi8(15);
-    const __m128i idx = _mm_unpacklo_epi8(_mm_and_si128(b, m), _mm_and_si128(_mm_srli_epi16(b, 4), m));
-    return _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(idx), _mm512_loadu_ps(kE2M1));
+    int64_t q;
+    __builtin_memcpy(&q, p, 8);
+    const __m512i dw = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                                                _mm512_set1_epi64(q));
+    const __m512i idx = _mm512_srlv_epi32(dw, _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28));
+    return _mm512_permutexvar_ps(idx, _mm512_loadu_ps(kE2M1));
   }
   // E4M3 (e4m3fn) bytes in 32-bit lanes: (v & 0x7F) << 20 is an f32 whose
   // exponent is 120 too small (subnormals included, exactly), so one
