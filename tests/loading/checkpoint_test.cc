@@ -525,3 +525,87 @@ TEST_F(CheckpointTest, Nvfp4CompressedTensorsAndMissingScale) {
   });
   expect_open_error({"layers.1.self_attn.o_proj.weight_packed", "is U8 (NVFP4 codes) but", "weight_global_scale is missing"});
 }
+
+// ---------------------------------------------------------------------------
+// Strict per-format checks: every failure names the tensor.
+// ---------------------------------------------------------------------------
+TEST_F(CheckpointTest, QuantizedFormatsStrictChecksNameTheTensor) {
+  const std::string q = P + "layers.0.self_attn.q_proj.";
+  auto with_config = [&](const char* qc) {
+    Json cfg = spark_config();
+    cfg.set("quantization_config", *Json::parse(qc));
+    fs::remove_all(dir_);
+    write(cfg);
+  };
+  auto drop = [](std::vector<Owned>& ts, const std::string& name) {
+    ts.erase(std::remove_if(ts.begin(), ts.end(), [&](const Owned& t) { return t.name == name; }), ts.end());
+  };
+  // FP8 (Quark PTPC) with BF16 channel scales: F32 is required.
+  with_config(R"({"quant_method": "quark", "global_quant_config": {"weight": {"dtype": "fp8_e4m3", "qscheme": "per_channel"}}})");
+  rewrite("model.safetensors", [&](std::vector<Owned>& ts) {
+    *by_name(ts, q + "weight") = {q + "weight", DType::F8_E4M3, {32, 32}, std::string(32 * 32, '\x38')};
+    ts.push_back({q + "weight_scale", DType::BF16, {32}, tensor_bytes_f32(std::vector<float>(32, 1.0f), DType::BF16)});
+  });
+  expect_open_error({q + "weight_scale", "BF16 [32]", "FP8", "F32 scales"});
+  // ... and with F32 scales it loads, per channel.
+  rewrite("model.safetensors", [&](std::vector<Owned>& ts) {
+    *by_name(ts, q + "weight_scale") = {q + "weight_scale", DType::F32, {32}, tensor_bytes_f32(std::vector<float>(32, 0.5f), DType::F32)};
+  });
+  {
+    auto ck = Checkpoint::open(dir_);
+    ASSERT_TRUE(ck.ok()) << ck.message();
+    const ResolvedWeight* w = ck->find("attn.q", 0);
+    ASSERT_TRUE(w->quantized());
+    EXPECT_EQ(w->quant.format.block_rows, 1);
+    EXPECT_EQ(w->quant.format.block_cols, 32);
+    std::vector<float> v(32 * 32);
+    ASSERT_TRUE(ck->read_f32("attn.q", 0, v.data()).ok());
+    EXPECT_EQ(v[5], 0.5f);  // e4m3 0x38 = 1.0, times 0.5
+  }
+
+  // MXFP4 (Quark) without its E8M0 scales.
+  with_config(R"({"quant_method": "quark", "global_quant_config": {"weight": {"dtype": "fp4", "group_size": 32}}})");
+  rewrite("model.safetensors", [&](std::vector<Owned>& ts) {
+    *by_name(ts, q + "weight") = {q + "weight", DType::U8, {32, 16}, std::string(32 * 16, '\x22')};
+  });
+  expect_open_error({q + "weight", "MXFP4 codes", q + "weight_scale is missing"});
+
+  // GPTQ with an act-order g_idx, and with mis-shaped scales.
+  with_config(R"({"quant_method": "gptq", "bits": 4, "group_size": 16, "desc_act": false})");
+  auto gptq = [&](bool permuted, std::vector<int64_t> scale_shape) {
+    rewrite("model.safetensors", [&](std::vector<Owned>& ts) {
+      drop(ts, q + "weight");
+      ts.push_back({q + "qweight", DType::I32, {4, 32}, std::string(4 * 32 * 4, '\x88')});
+      ts.push_back({q + "qzeros", DType::I32, {2, 4}, std::string(2 * 4 * 4, '\x77')});
+      int64_t n = 1;
+      for (int64_t d : scale_shape) n *= d;
+      ts.push_back({q + "scales", DType::F16, scale_shape, tensor_bytes_f32(std::vector<float>(size_t(n), 0.01f), DType::F16)});
+      std::vector<uint32_t> g(32);
+      for (int k = 0; k < 32; ++k) g[size_t(k)] = uint32_t(permuted ? (k % 2) : k / 16);
+      std::string gb(32 * 4, '\0');
+      std::memcpy(gb.data(), g.data(), gb.size());
+      ts.push_back({q + "g_idx", DType::I32, {32}, gb});
+    });
+  };
+  gptq(true, {2, 32});
+  expect_open_error({q + "g_idx", "act-order", "desc_act"});
+  with_config(R"({"quant_method": "gptq", "bits": 4, "group_size": 16, "desc_act": false})");
+  gptq(false, {32, 2});
+  expect_open_error({q + "scales", "F16 [2, 32]"});
+  with_config(R"({"quant_method": "gptq", "bits": 4, "group_size": 16, "desc_act": true})");
+  expect_open_error({"desc_act"});
+
+  // A quantized tensor inside a module the config excludes.
+  with_config(R"({"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
+                  "ignore": ["model.language_model.layers.0.self_attn*"]})");
+  rewrite("model.safetensors", [&](std::vector<Owned>& ts) {
+    *by_name(ts, q + "weight") = {q + "weight", DType::U8, {32, 16}, std::string(32 * 16, '\x22')};
+    ts.push_back({q + "weight_scale", DType::F8_E4M3, {32, 2}, std::string(64, '\x38')});
+    ts.push_back({q + "weight_scale_2", DType::F32, {}, tensor_bytes_f32({1.0f}, DType::F32)});
+  });
+  expect_open_error({q + "weight", "excludes", "layers.0.self_attn*"});
+
+  // An unknown method is refused by name.
+  with_config(R"({"quant_method": "bitsandbytes"})");
+  expect_open_error({"bitsandbytes", "not a format muse reads"});
+}

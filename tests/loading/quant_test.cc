@@ -268,3 +268,176 @@ TEST(QuantConfig, DescribesSchemes) {
   EXPECT_FALSE(describe_quantization(*Json::parse(R"({"quant_method":5})")).ok());
   EXPECT_FALSE(describe_quantization(*Json::parse("[1]")).ok());
 }
+
+// ---------------------------------------------------------------------------
+// Element encoders (model/quantize.h) and quantize -> dequantize bounds.
+// ---------------------------------------------------------------------------
+#include "muse/model/quantize.h"
+
+TEST(QuantKnownAnswer, E4m3EncoderRoundsToNearestEvenAndSaturates) {
+  EXPECT_EQ(f32_to_e4m3(1.0f), 0x38);
+  EXPECT_EQ(f32_to_e4m3(-2.0f), 0xC0);
+  EXPECT_EQ(f32_to_e4m3(448.0f), 0x7E);   // max normal
+  EXPECT_EQ(f32_to_e4m3(10000.0f), 0x7E);  // saturates (no inf in e4m3fn)
+  EXPECT_EQ(f32_to_e4m3(-10000.0f), 0xFE);
+  EXPECT_EQ(f32_to_e4m3(0.0f), 0x00);
+  EXPECT_EQ(f32_to_e4m3(-0.0f), 0x80);     // negative zero keeps its sign
+  EXPECT_EQ(f32_to_e4m3(std::ldexp(1.0f, -9)), 0x01);          // smallest subnormal
+  EXPECT_EQ(f32_to_e4m3(std::ldexp(1.0f, -10)), 0x00);         // tie between 0 and 2^-9: to even (0)
+  EXPECT_EQ(f32_to_e4m3(std::ldexp(3.0f, -10)), 0x02);         // 1.5 · 2^-9: tie to even (2)
+  EXPECT_EQ(f32_to_e4m3(std::ldexp(7.5f, -9)), 0x08);          // rounds up out of the subnormals
+  EXPECT_EQ(f32_to_e4m3(1.0625f), 0x38);                      // 1 + 1/16: tie to even mantissa (1.0)
+  EXPECT_EQ(f32_to_e4m3(1.1875f), 0x3A);                      // 1 + 3/16: tie to even (1.25)
+  EXPECT_EQ(f32_to_e4m3(std::nanf("")), 0x7F);
+  // Every finite code round-trips.
+  for (int c = 0; c < 256; ++c) {
+    if ((c & 0x7F) == 0x7F) continue;
+    EXPECT_EQ(f32_to_e4m3(f8_e4m3_to_f32(uint8_t(c))), c) << c;
+  }
+  EXPECT_TRUE(std::isnan(f8_e4m3_to_f32(0x7F)) && std::isnan(f8_e4m3_to_f32(0xFF)));
+  EXPECT_EQ(f8_e4m3_to_f32(0x01), std::ldexp(1.0f, -9));
+  EXPECT_EQ(f8_e4m3_to_f32(0x07), std::ldexp(7.0f, -9));  // largest subnormal
+}
+
+TEST(QuantKnownAnswer, E2m1EncoderAndNegativeZero) {
+  for (int c = 0; c < 16; ++c) EXPECT_EQ(f32_to_e2m1(e2m1_to_f32(uint8_t(c))), c == 8 ? 8 : c) << c;
+  // Midpoints go to the even code: 0.25 -> 0, 0.75 -> 1.0, 1.25 -> 1.0, 1.75 -> 2.0, 2.5 -> 2, 3.5 -> 4, 5 -> 4.
+  const float mid[] = {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f};
+  const uint8_t want[] = {0, 2, 2, 4, 4, 6, 6};
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(f32_to_e2m1(mid[i]), want[i]) << mid[i];
+  EXPECT_EQ(f32_to_e2m1(7.0f), 7);    // saturates at 6
+  EXPECT_EQ(f32_to_e2m1(-100.0f), 15);
+  EXPECT_EQ(f32_to_e2m1(-0.1f), 8);   // rounds to -0
+  EXPECT_TRUE(std::signbit(e2m1_to_f32(8)) && e2m1_to_f32(8) == 0.0f);
+}
+
+TEST(QuantKnownAnswer, E8m0Limits) {
+  EXPECT_EQ(f8_e8m0_to_f32(127), 1.0f);
+  EXPECT_EQ(f8_e8m0_to_f32(0), std::ldexp(1.0f, -127));  // a subnormal f32, exactly
+  EXPECT_EQ(f8_e8m0_to_f32(254), std::ldexp(1.0f, 127));
+  EXPECT_TRUE(std::isnan(f8_e8m0_to_f32(255)));
+  // MXFP4's shared exponent: floor(log2 amax) - 2, clamped to the E8M0 range.
+  std::vector<float> w(32, 0.0f);
+  w[0] = 6.0f;  // floor(log2 6) - 2 = 0 -> 127
+  auto q = quantize_weight(QuantKind::Mxfp4, w.data(), {1, 32});
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->scales[0], 127);
+  EXPECT_EQ(q->codes[0] & 15, 7);  // 6.0
+  w[0] = 1e-40f;                   // below every scale: the smallest, codes 0
+  q = quantize_weight(QuantKind::Mxfp4, w.data(), {1, 32});
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->scales[0], 0);
+  w[0] = 3e38f;                    // floor(log2) = 127, - 2 = 125
+  q = quantize_weight(QuantKind::Mxfp4, w.data(), {1, 32});
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->scales[0], 252);
+  std::vector<float> zero(32, 0.0f);
+  q = quantize_weight(QuantKind::Mxfp4, zero.data(), {1, 32});
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->scales[0], 0);
+}
+
+TEST(QuantKnownAnswer, Nvfp4ScaleExtremes) {
+  // The block holding the matrix amax gets block scale 448 exactly (scale_2 =
+  // amax / (6·448)) and its largest element code 7 (6.0); a block of zeros
+  // gets scale 0 and codes 0.
+  std::vector<float> w(32, 0.0f);
+  for (int i = 0; i < 16; ++i) w[size_t(i)] = float(i - 8) * 0.25f;
+  auto q = quantize_weight(QuantKind::Nvfp4, w.data(), {1, 32});
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->global[0], 2.0f / (6.0f * 448.0f));
+  EXPECT_EQ(q->scales[0], 0x7E);
+  EXPECT_EQ(q->scales[1], 0x00);
+  EXPECT_EQ(q->codes[0] & 15, 15);  // element 0 = -2.0 = amax: -6 on the grid
+  std::vector<float> out(32);
+  ASSERT_TRUE(decode_nvfp4({q->codes.data(), 16, DType::U8}, {q->scales.data(), 2, DType::F8_E4M3}, q->global[0], 1, 32,
+                           out.data()).ok());
+  EXPECT_FLOAT_EQ(out[0], -2.0f);
+  for (int i = 16; i < 32; ++i) EXPECT_EQ(out[size_t(i)], 0.0f);
+}
+
+TEST(QuantRoundTrip, ErrorBoundsPerFormat) {
+  // Gaussian weights with a few outliers, [48, 256]; per element bounds from
+  // each format's rounding rule, and the RMS error relative to the RMS weight.
+  const int64_t N = 48, K = 256;
+  std::mt19937 rng(9);
+  std::normal_distribution<float> nd(0.0f, 0.02f);
+  std::vector<float> w(size_t(N * K));
+  for (auto& x : w) x = nd(rng);
+  w[77] = 0.5f, w[1000] = -0.7f;
+  double rms_w = 0;
+  for (float x : w) rms_w += double(x) * x;
+  rms_w = std::sqrt(rms_w / double(w.size()));
+  for (QuantKind kind : {QuantKind::Nvfp4, QuantKind::Mxfp4, QuantKind::Fp8, QuantKind::Int4}) {
+    auto q = quantize_weight(kind, w.data(), {N, K});
+    ASSERT_TRUE(q.ok()) << q.message();
+    std::vector<float> d(size_t(N * K));
+    Status s = Status::Ok();
+    if (kind == QuantKind::Nvfp4)
+      s = decode_nvfp4({q->codes.data(), q->codes.size(), DType::U8}, {q->scales.data(), q->scales.size(), DType::F8_E4M3},
+                       q->global[0], N, K, d.data());
+    else if (kind == QuantKind::Mxfp4)
+      s = decode_mxfp4({q->codes.data(), q->codes.size(), DType::U8}, {q->scales.data(), q->scales.size(), DType::U8}, N, K,
+                       d.data());
+    else if (kind == QuantKind::Fp8)
+      s = decode_fp8({q->codes.data(), q->codes.size(), DType::F8_E4M3}, {q->scales.data(), q->scales.size(), DType::F32},
+                     Fp8Scaling::PerChannel, N, K, d.data());
+    else {
+      GptqArgs a;
+      a.qweight = {q->codes.data(), q->codes.size(), DType::I32};
+      a.qzeros = {q->zeros.data(), q->zeros.size(), DType::I32};
+      a.scales = {q->scales.data(), q->scales.size(), DType::F16};
+      a.in_features = K, a.out_features = N, a.group_size = 128, a.zeros_minus_one = true;
+      s = decode_gptq_int4(a, d.data());
+    }
+    ASSERT_TRUE(s.ok()) << s.message();
+    double se = 0;
+    int bad = 0;
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k) {
+        const size_t i = size_t(n * K + k);
+        const double err = std::fabs(double(d[i]) - w[i]);
+        se += err * err;
+        // The block (group) this element is scaled with, and its amax.
+        const int64_t G = kind == QuantKind::Nvfp4 ? 16 : kind == QuantKind::Mxfp4 ? 32 : kind == QuantKind::Int4 ? 128 : K;
+        double amax = 0;
+        for (int64_t j = k / G * G; j < k / G * G + G; ++j) amax = std::max(amax, double(std::fabs(w[size_t(n * K + j)])));
+        double bound = 0;
+        switch (kind) {
+          case QuantKind::Nvfp4: bound = amax / 6.0 * (1.0 + 1.0 / 16) * 1.0 + 1e-9; break;  // half the widest gap (4..6) at a scale rounded up by <= 2^-4
+          case QuantKind::Mxfp4: bound = amax / 2.0 + 1e-9; break;  // X = 2^(floor(log2 amax) - 2) > amax / 8; saturation at 6X
+          case QuantKind::Fp8: bound = std::max(std::fabs(w[i]) / 16.0, amax / 448.0 * std::ldexp(1.0, -10)) + 1e-12; break;
+          case QuantKind::Int4: bound = 0.51 * (2.0 * amax / 15.0) + 1e-9; break;  // half a step (scale rounded to f16)
+          case QuantKind::None: break;
+        }
+        if (!(err <= bound) && ++bad <= 3) ADD_FAILURE() << quant_kind_name(kind) << " [" << n << "," << k << "] " << w[i] << " -> " << d[i] << " bound " << bound;
+      }
+    const double rel = std::sqrt(se / double(w.size())) / rms_w;
+    std::printf("[ %s ] rms error / rms weight = %.4f\n", quant_kind_name(kind), rel);
+    const double max_rel = kind == QuantKind::Fp8 ? 0.04 : 0.20;  // measured: nvfp4 0.094, mxfp4 0.121, fp8 0.024, int4 0.165 (outliers share a group)
+    EXPECT_LT(rel, max_rel) << quant_kind_name(kind);
+    EXPECT_EQ(bad, 0) << quant_kind_name(kind);
+  }
+}
+
+TEST(QuantConfig, RefusesActOrderAndOtherBitsByName) {
+  auto a = describe_quantization(*Json::parse(R"({"quant_method": "gptq", "bits": 4, "group_size": 128, "desc_act": true})"));
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.message().find("desc_act"), std::string::npos) << a.message();
+  auto b = describe_quantization(*Json::parse(R"({"quant_method": "auto-round", "bits": 8})"));
+  ASSERT_FALSE(b.ok());
+  EXPECT_NE(b.message().find("bits = 8"), std::string::npos);
+  auto c = describe_quantization(*Json::parse(R"({"quant_method": "gptq", "bits": 4, "desc_act": false, "ignore": ["lm_head"]})"));
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->scheme, QuantScheme::Gptq);
+  EXPECT_TRUE(c->zeros_minus_one);
+  EXPECT_EQ(c->group_size, 128);
+  EXPECT_EQ(c->excluded, std::vector<std::string>{"lm_head"});
+  auto hf = modelopt_quant_config(*Json::parse(R"({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4",
+      "group_size": 16, "exclude_modules": ["lm_head", "model.layers.0.mlp.experts*"]}})"));
+  ASSERT_TRUE(hf.ok());
+  auto d = describe_quantization(*hf);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->scheme, QuantScheme::ModelOptNvfp4);
+  EXPECT_EQ(d->excluded.size(), 2u);
+}

@@ -91,7 +91,8 @@ int bench_command(int argc, char** argv) {
   args.option("--latent", &o.latent, "N", "latent width (default 1024)");
   args.option("--expert-intermediate", &o.expert_intermediate, "N", "expert SwiGLU width (default 256)");
   args.option("--vocab", &o.vocab, "N", "vocabulary (default 32000)");
-  args.option("--weights", &o.weights, "DTYPE", "bf16 (default) or f32");
+  args.option("--weights", &o.weights, "FORMAT",
+              "bf16 (default), f32, or a format quantized at load as --quantization does: nvfp4, mxfp4, fp8, int4");
   args.option("--bandwidth-mib", &o.bandwidth_mib, "MIB", "streaming-read buffer for the DRAM measurement (default 2048)");
   args.flag("--json", &o.json, "print one JSON object");
   args.flag("--profile", &o.profile, "time every backend operation and print the breakdown (slows decode slightly)");
@@ -113,8 +114,12 @@ int bench_command(int argc, char** argv) {
   }
   if (o.runs < 1 || o.tokens < 2 || o.prompt < 1 || o.bandwidth_mib < 64 || o.threads < 0)
     return std::fprintf(stderr, "muse bench: --runs >= 1, --tokens >= 2, --prompt >= 1, --bandwidth-mib >= 64\n"), 2;
-  if (o.weights != "bf16" && o.weights != "f32")
-    return std::fprintf(stderr, "muse bench: --weights is bf16 or f32\n"), 2;
+  QuantKind quantize = QuantKind::None;
+  if (o.weights != "bf16" && o.weights != "f32") {
+    auto k = parse_quant_kind(o.weights);
+    if (!k.ok()) return std::fprintf(stderr, "muse bench: --weights is bf16, f32, nvfp4, mxfp4, fp8 or int4\n"), 2;
+    quantize = *k;
+  }
   auto device = parse_device(o.device);
   if (!device.ok()) return std::fprintf(stderr, "muse bench: %s\n", device.message().c_str()), 2;
   if (Status st = check_device(*device); !st.ok()) return std::fprintf(stderr, "muse bench: %s\n", st.message().c_str()), 2;
@@ -137,6 +142,7 @@ int bench_command(int argc, char** argv) {
   EngineOptions eo;
   eo.backend.cpu.threads = threads;
   eo.backend.cpu.profile = o.profile;
+  eo.quantization = quantize;
   eo.max_batch_tokens = std::max<int64_t>(o.prompt, 1);
   eo.max_model_len = o.prompt + o.tokens + 1;
   auto engine = Engine::create(*config, std::move(source), eo);
@@ -184,6 +190,7 @@ int bench_command(int argc, char** argv) {
   j.set("threads", threads);
   j.set("parameters", params);
   j.set("weights", o.weights);
+  j.set("resident_weight_bytes", int64_t((*engine)->model().weights().resident_bytes()));
   j.set("weight_bytes_per_token", int64_t(traffic.total()));
   j.set("dense_bytes_per_token", int64_t(traffic.dense_bytes));
   j.set("expert_bytes_per_token", int64_t(traffic.expert_bytes));
@@ -211,6 +218,7 @@ int bench_command(int argc, char** argv) {
     std::printf("model              %.3fB params (%s), %lld layers, %lld experts top-%lld, latent %lld\n",
                 double(params) / 1e9, o.weights.c_str(), (long long)o.layers, (long long)o.experts,
                 (long long)o.top_k, (long long)o.latent);
+    std::printf("resident weights   %.1f MB\n", double((*engine)->model().weights().resident_bytes()) / 1e6);
     std::printf("bytes per token    %.1f MB (dense %.1f, experts %.1f, head %.1f); %.2f GFLOP\n",
                 double(traffic.total()) / 1e6, double(traffic.dense_bytes) / 1e6, double(traffic.expert_bytes) / 1e6,
                 double(traffic.head_bytes) / 1e6, traffic.flops / 1e9);

@@ -107,7 +107,7 @@ class RunSink : public server::GenerationSink {
 
 int run_command(int argc, char** argv) {
   RunOptions o;
-  std::string positional_model;
+  std::string positional_model, quantization;
   ArgParser args("run",
                  "Generate from a Hugging Face Muse model directory on the CPU (default: the embedded "
                  "models/muse-tiny). Greedy unless --temperature > 0. With --prompt, streams the generated text; with "
@@ -131,6 +131,7 @@ int run_command(int argc, char** argv) {
               "generated token");
   args.option("--threads", &o.threads, "N", "CPU threads (default: all available)");
   args.option("--device", &o.device, "cpu|cuda", "where the model runs (default cpu)");
+  args.option("--quantization", &quantization, "F", "nvfp4, mxfp4, fp8 or int4: quantize a BF16 checkpoint while loading");
   args.option("--max-num-batched-tokens", &o.max_num_batched_tokens, "N", "prefill chunk, tokens per step (default 256)");
   args.flag("--language-model-only", &o.language_model_only, "skip vision/audio tensors in the checkpoint");
   if (int rc = parse_flags(args, argc, argv, "run"); rc >= 0) return rc;
@@ -193,6 +194,11 @@ int run_command(int argc, char** argv) {
   EngineOptions eo;
   eo.backend.device = *device;
   eo.backend.cpu.threads = o.threads;
+  if (!quantization.empty()) {
+    auto q = parse_quant_kind(quantization);
+    if (!q.ok()) return fail("--quantization: " + q.message());
+    eo.quantization = *q;
+  }
   eo.load.language_model_only = o.language_model_only;
   eo.max_batch_tokens = o.max_num_batched_tokens;
   eo.max_sequences = 1;

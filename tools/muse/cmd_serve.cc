@@ -15,6 +15,7 @@
 #include "muse/core/json.h"
 #include "muse/core/log.h"
 #include "muse/engine/default_model.h"
+#include "muse/model/weight_table.h"
 #include "muse/server/backend_factory.h"
 #include "muse/server/load_progress.h"
 #include "muse/server/serve_options.h"
@@ -115,7 +116,6 @@ void declare_refused(ArgParser& args) {
       {"--enable-expert-parallel", false, "muse runs on one GPU (no expert parallelism yet)"},
       {"--moe-backend", true, "muse has one MoE implementation per backend"},
       {"--speculative-config", true, "speculative decoding (DSpark) is not implemented yet"},
-      {"--quantization", true, "the weight format is read from the checkpoint; forcing one is not implemented"},
       {"--kv-cache-dtype", true, "the KV cache dtype is fixed per backend for now"},
       {"--lora-modules", true, "LoRA adapters are not implemented yet"},
       {"--enable-lora", false, "LoRA adapters are not implemented yet"},
@@ -166,6 +166,10 @@ int serve_main(int argc, char** argv, const ServeBackendOverride* override) {
               "processed_logprobs (default: of the distribution sampled from, after penalties, bias, temperature and "
               "top-k/top-p/min-p) or raw_logprobs (the model's own distribution, vLLM's default)");
   args.option("--dtype", &o.engine.dtype, "T", "auto or bfloat16 (default auto)");
+  args.option("--quantization", &o.engine.quantization, "F",
+              "nvfp4, mxfp4, fp8 or int4: quantize a BF16 checkpoint's experts (fp8/int4: and attention) while loading; "
+              "a quantized checkpoint's own format is read from it (docs/formats.md)");
+  args.alias("-q", "--quantization");
   args.option("--tokenizer", &o.engine.tokenizer, "DIR", "tokenizer directory (default: the model directory)");
   args.option("--tokenizer-mode", &tokenizer_mode, "MODE", "auto or hf: the checkpoint's tokenizer.json (the only mode)");
   args.option("--config-format", &config_format, "F", "auto or hf: config.json (the only format)");
@@ -232,6 +236,9 @@ int serve_main(int argc, char** argv, const ServeBackendOverride* override) {
   };
   for (const auto& c : choices)
     if (auto e = check_choice(c.flag, c.value, c.allowed); !e.empty()) return fail(e);
+  if (!o.engine.quantization.empty() && !parse_quant_kind(o.engine.quantization).ok())
+    return fail("--quantization " + o.engine.quantization + ": muse reads a quantized checkpoint's format from its "
+                "config; --quantization quantizes a BF16 checkpoint while loading and takes nvfp4, mxfp4, fp8 or int4");
   if (o.engine.tensor_parallel_size != 1) return fail("--tensor-parallel-size " + std::to_string(o.engine.tensor_parallel_size) + ": muse runs on one GPU (only 1 is supported)");
   if (!(o.engine.gpu_memory_utilization > 0 && o.engine.gpu_memory_utilization <= 1)) return fail("--gpu-memory-utilization must be in (0, 1]");
   if (o.engine.max_num_seqs < 1) return fail("--max-num-seqs must be >= 1");

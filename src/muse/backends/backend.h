@@ -20,7 +20,10 @@
 //    of rows in the step's activation tensors: a prefill chunk (many
 //    positions) or one decode token.
 //  - Numerics. Activations are fp32 (CPU) or stored in activation_dtype();
-//    weights are fp32 or bf16; everything is upcast and accumulated in fp32.
+//    weights are fp32 or bf16, or quantized (tensor.h: NVFP4, MXFP4, FP8,
+//    INT4) where supports_quant() says so: project and moe_experts then
+//    decode codes and scales in registers, never to a dequantized copy;
+//    everything is upcast and accumulated in fp32.
 //    Every output element is produced by one fixed
 //    sequence of operations, independent of thread count and of which other
 //    sequences share the batch, so greedy decoding is reproducible.
@@ -93,6 +96,12 @@ class Backend {
   virtual DType matrix_dtype(DType stored) const { return stored; }
   // Storage dtype of the KV cache.
   virtual DType kv_dtype() const { return DType::F32; }
+  // Whether project() and moe_experts() take weights of this quantized kind
+  // (Tensor::quant set; codes, scales and zeros imported with import_weight
+  // as stored). The loader asks before importing and reports a backend that
+  // says no by name; a backend adds a kind by overriding this and handling
+  // `weight.quant` in those two operations.
+  virtual bool supports_quant(QuantKind kind) const { return kind == QuantKind::None; }
   // Device memory, for sizing the KV cache (both 0 on host backends).
   struct Memory {
     uint64_t total = 0, free = 0;
@@ -143,7 +152,8 @@ class Backend {
                              const Tensor& alpha, const Tensor& beta, float eps) = 0;
 
   // Several weights over one input in one pass (q/k/v/gate, gate/up):
-  // outputs[i].out = x · outputs[i].weightᵀ, fp32 accumulation.
+  // outputs[i].out = x · outputs[i].weightᵀ, fp32 accumulation. A weight
+  // may be quantized (see supports_quant).
   virtual void project(const Tensor& x, std::span<const Projection> outputs) = 0;
   void matmul(const Tensor& out, const Tensor& x, const Tensor& weight) {
     Projection p{weight, out};
@@ -190,7 +200,8 @@ class Backend {
   // Latent experts, dispatched per token: for each chosen expert e of row t,
   // [γ;υ] = u_t · gate_up[e]ᵀ, y = down[e] · (silu(γ) ⊙ υ),
   // ŷ = rms_eps(y ⊙ post_gain); out_t = Σ_k w_k ŷ_k (in the order of `ids`).
-  // u/out [T, Hm]; gate_up [E, 2I, Hm]; down [E, Hm, I].
+  // u/out [T, Hm]; gate_up [E, 2I, Hm]; down [E, Hm, I] (dense, or both
+  // quantized: a fused-expert quantized weight holds E matrices).
   virtual void moe_experts(const Tensor& out, const Tensor& u, const Tensor& gate_up, const Tensor& down,
                            const Tensor& post_gain, const Tensor& ids, const Tensor& weights, float eps) = 0;
 

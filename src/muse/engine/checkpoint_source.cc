@@ -1,5 +1,7 @@
 #include "muse/engine/checkpoint_source.h"
 
+#include <cstring>
+
 namespace muse {
 
 Result<HostTensor> CheckpointWeightSource::view(const WeightSpec& spec) const {
@@ -13,6 +15,78 @@ Result<HostTensor> CheckpointWeightSource::view(const WeightSpec& spec) const {
 
 Status CheckpointWeightSource::read_f32(const WeightSpec& spec, float* dst) const {
   return ck_.read_f32(spec.slot, spec.layer, dst);
+}
+
+namespace {
+
+void append(std::vector<uint8_t>& v, const uint8_t* p, size_t n) { v.insert(v.end(), p, p + n); }
+
+// Experts stored one by one, each piece quantized: the fused [E, N, K]
+// layout of the same format. Row-major kinds append rows (NVFP4 keeps one
+// global scale per piece: gate and up halves; FP8 per-tensor pieces become
+// per-channel scales); INT4 (N contiguous) concatenates every row of words,
+// scales and zero points along N.
+Result<HostQuantWeight> stack_pieces(const ResolvedWeight& w) {
+  const int64_t E = w.spec.shape[0], P = int64_t(w.experts[0].size()), N = w.spec.shape[1], K = w.spec.shape[2];
+  const int64_t Np = N / P;
+  HostQuantWeight h;
+  h.format = w.quant.format;
+  h.code_dtype = h.format.kind == QuantKind::Fp8 ? DType::F8_E4M3 : DType::F4;
+  const bool fp8_tensor = h.format.kind == QuantKind::Fp8 && h.format.block_rows > 1 && h.format.block_rows != 128;
+  if (fp8_tensor) h.format.block_rows = 1, h.format.block_cols = int32_t(K);
+  for (int64_t e = 0; e < E; ++e) {
+    const auto& pieces = w.experts[size_t(e)];
+    const auto& qs = w.expert_quant[size_t(e)];
+    if (h.format.kind == QuantKind::Int4) {
+      const int64_t G = h.format.block_cols, groups = (K + G - 1) / G;
+      for (int64_t r = 0; r < K / 8; ++r)
+        for (int64_t p = 0; p < P; ++p) append(h.codes, pieces[size_t(p)].data + r * Np * 4, size_t(Np * 4));
+      for (int64_t g = 0; g < groups; ++g)
+        for (int64_t p = 0; p < P; ++p) {
+          append(h.scales, qs[size_t(p)].scales.data + g * Np * 2, size_t(Np * 2));
+          append(h.zeros, qs[size_t(p)].zeros.data + g * (Np / 8) * 4, size_t(Np / 8 * 4));
+        }
+      continue;
+    }
+    for (int64_t p = 0; p < P; ++p) {
+      const ResolvedWeight::Quantized& q = qs[size_t(p)];
+      append(h.codes, pieces[size_t(p)].data, pieces[size_t(p)].nbytes);
+      if (fp8_tensor) {
+        float s;
+        std::memcpy(&s, q.scales.data, 4);
+        for (int64_t n = 0; n < Np; ++n) append(h.scales, reinterpret_cast<const uint8_t*>(&s), 4);
+      } else {
+        append(h.scales, q.scales.data, q.scales.nbytes);
+      }
+      if (h.format.kind == QuantKind::Nvfp4) h.global.push_back(q.global.at(0));
+    }
+  }
+  const int64_t scale_elems = int64_t(h.scales.size()) / (h.format.scale_dtype == DType::F32 ? 4 : h.format.scale_dtype == DType::F16 ? 2 : 1);
+  h.scale_shape = {E, scale_elems / E};
+  if (!h.zeros.empty()) h.zero_shape = {E, int64_t(h.zeros.size()) / 4 / E};
+  return h;
+}
+
+}  // namespace
+
+Result<HostQuantView> CheckpointWeightSource::quantized(const WeightSpec& spec) const {
+  const ResolvedWeight* w = ck_.find(spec.slot, spec.layer);
+  if (!w || !w->quantized()) return HostQuantView{};
+  if (w->per_expert) {
+    MUSE_ASSIGN_OR_RETURN(HostQuantWeight h, stack_pieces(*w));
+    stacked_.push_back(std::make_unique<HostQuantWeight>(std::move(h)));
+    return quant_view(*stacked_.back());
+  }
+  const ResolvedWeight::Quantized& q = w->quant;
+  HostQuantView v;
+  v.format = q.format;
+  v.code_dtype = q.format.kind == QuantKind::Fp8 ? DType::F8_E4M3 : DType::F4;
+  v.codes = w->tensor.data, v.codes_bytes = w->tensor.nbytes;
+  v.scales = q.scales.data, v.scales_bytes = q.scales.nbytes;
+  v.scale_shape = q.scales.shape.empty() ? std::vector<int64_t>{1} : q.scales.shape;
+  if (q.zeros.data) v.zeros = q.zeros.data, v.zeros_bytes = q.zeros.nbytes, v.zero_shape = q.zeros.shape;
+  v.global = q.global;
+  return v;
 }
 
 }  // namespace muse

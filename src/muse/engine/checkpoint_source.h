@@ -1,7 +1,10 @@
 // A WeightSource over an opened Checkpoint: F32/BF16 tensors are handed out
 // in place (mmap'd, zero copy); other dtypes and per-expert layouts are
-// converted to f32 by the loader.
+// converted to f32 by the loader; quantized slots are handed out as stored.
 #pragma once
+
+#include <memory>
+#include <vector>
 
 #include "muse/loading/checkpoint.h"
 #include "muse/model/weights.h"
@@ -13,9 +16,14 @@ class CheckpointWeightSource final : public WeightSource {
   explicit CheckpointWeightSource(const Checkpoint& checkpoint) : ck_(checkpoint) {}
   Result<HostTensor> view(const WeightSpec& spec) const override;
   Status read_f32(const WeightSpec& spec, float* dst) const override;
+  // Quantized slots as stored: codes, scales and zeros point into the mapping.
+  Result<HostQuantView> quantized(const WeightSpec& spec) const override;
 
  private:
   const Checkpoint& ck_;
+  // Per-expert quantized pieces stacked into the fused layout (a copy: the
+  // pieces are separate tensors in the file); kept as long as the source.
+  mutable std::vector<std::unique_ptr<HostQuantWeight>> stacked_;
 };
 
 }  // namespace muse

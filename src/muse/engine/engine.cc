@@ -162,6 +162,7 @@ Status Engine::init(const ModelConfig& config, const EngineOptions& options, con
   ModelOptions mo;
   mo.plan = cap;
   mo.kv_block_size = ko.block_size;
+  mo.weights.quantize = options.quantization;
   MUSE_ASSIGN_OR_RETURN(model_, MuseModel::create(*backend_, config_, reader ? *reader : *source_, mo));
   if (device && options.kv_blocks == 0) MUSE_RETURN_IF_ERROR(size_device_kv(mem0, requested, &ko));
   MUSE_ASSIGN_OR_RETURN(kv_, KvCache::create(*backend_, config_, ko));

@@ -40,6 +40,9 @@ struct EngineOptions {
   // 0: min(max_batch_tokens, max_sequences + 256). The logits buffer is
   // [max_logit_rows, vocab], not [max_batch_tokens, vocab].
   int64_t max_logit_rows = 0;
+  // --quantization: quantize a BF16 checkpoint's experts (and, per format,
+  // attention) while loading (model/weight_table.h quantized_at_load).
+  QuantKind quantization = QuantKind::None;
 };
 
 enum class LogitsWanted { None, Last, All };

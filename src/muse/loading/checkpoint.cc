@@ -2,6 +2,7 @@
 
 #include <fnmatch.h>
 
+#include <cctype>
 #include <cstring>
 
 #include <algorithm>
@@ -34,13 +35,28 @@ struct Located {
 struct Resolver {
   const ModelConfig& config;
   const std::vector<std::unique_ptr<SafetensorsFile>>& files;
-  QuantScheme scheme = QuantScheme::None;  // from config.json quantization_config
+  QuantInfo info;  // from quantization_config (or hf_quant_config.json)
   std::unordered_map<std::string, Located> tensors;
   std::unordered_set<std::string> consumed;
   std::vector<std::string> problems;
 
-  bool nvfp4() const {
-    return scheme == QuantScheme::ModelOptNvfp4 || scheme == QuantScheme::CompressedTensorsNvfp4;
+  QuantScheme scheme() const { return info.scheme; }
+  QuantKind kind() const { return quant_kind_of(info.scheme); }
+  std::string kind_upper() const {
+    std::string n = quant_kind_name(kind());
+    for (char& c : n) c = char(std::toupper(static_cast<unsigned char>(c)));
+    return n;
+  }
+  // The dtype a quantized slot's codes tensor has in this format.
+  bool is_codes(DType d) const {
+    switch (kind()) {
+      case QuantKind::Nvfp4:
+      case QuantKind::Mxfp4: return d == DType::U8;
+      case QuantKind::Fp8: return d == DType::F8_E4M3;
+      case QuantKind::Int4: return d == DType::I32;
+      case QuantKind::None: return false;
+    }
+    return false;
   }
 
   const Located* find(const std::string& name) const {
@@ -62,10 +78,11 @@ struct Resolver {
 
   std::string quant_hint(DType dtype) const {
     if (dtype == DType::F32 || dtype == DType::F16 || dtype == DType::BF16) return "";
-    std::string method = config.quantization_config.get_string("quant_method", "");
-    if (!method.empty())
-      return "; this is a quantized checkpoint (quant_method \"" + method + "\"), which muse cannot load yet";
-    return "";
+    if (info.scheme != QuantScheme::None)
+      return "; in a " + std::string(quant_scheme_name(info.scheme)) + " checkpoint this slot's codes are " +
+             (kind() == QuantKind::Fp8 ? "F8_E4M3" : kind() == QuantKind::Int4 ? "I32 (qweight)" : "U8") +
+             "";
+    return "; a quantized tensor, but config.json has no quantization_config";
   }
 
   // Checks shape and dtype of one tensor against what a slot (or an expert
@@ -93,84 +110,294 @@ struct Resolver {
     problems.push_back(msg);
   }
 
-  // An NVFP4 slot: packed codes plus their scale tensors, named by the
-  // format's suffix rules (ModelOpt: ".weight_scale" on a module, "_weight_scale"
-  // on a 3-D parameter; compressed-tensors: ".weight_packed" / ".weight_global_scale").
-  void resolve_nvfp4(const WeightSpec& spec, const SlotRule& rule, ResolvedWeight& out) {
-    const std::string& name = out.tensor.name;
-    const bool ct = scheme == QuantScheme::CompressedTensorsNvfp4;
-    std::string scale, global, input;
-    auto strip = [&](const char* suffix, std::string* base) {
-      size_t n = std::strlen(suffix);
-      if (name.size() < n || name.compare(name.size() - n, n, suffix) != 0) return false;
-      *base = name.substr(0, name.size() - n);
-      return true;
-    };
+  void bad_part(const WeightSpec& spec, const SlotRule& rule, const TensorView& v, const std::string& want) {
+    problems.push_back("tensor " + v.name + " in " + v.file + " is " + std::string(dtype_name(v.dtype)) + " " +
+                       shape_text(v.shape) + " but " + kind_upper() + " " + slot_text(spec) + " (" +
+                       rule.shape_doc + ") expects " + want);
+  }
+
+  // A companion tensor by name; records "missing" against the codes tensor.
+  const Located* need(const ResolvedWeight& out, const std::string& name, const char* what) {
+    const Located* l = find(name);
+    if (!l)
+      problems.push_back("tensor " + out.tensor.name + " in " + out.tensor.file + " is " +
+                         std::string(dtype_name(out.tensor.dtype)) + " (" + kind_upper() + " " + what +
+                         ") but " + name + " is missing");
+    return l;
+  }
+
+  // The names of a quantized slot's companions: ".x" on a module whose
+  // weight is "<module>.weight" (or ".weight_packed" / ".qweight"), "_x" on
+  // a fused 3-D parameter.
+  struct Naming {
     std::string base;
-    if (ct && strip(".weight_packed", &base)) {
-      scale = base + ".weight_scale", global = base + ".weight_global_scale", input = base + ".input_global_scale";
-    } else if (!ct && strip(".weight", &base)) {
-      scale = base + ".weight_scale", global = base + ".weight_scale_2", input = base + ".input_scale";
-    } else if (!ct) {
-      scale = name + "_weight_scale", global = name + "_weight_scale_2", input = name + "_input_scale";
-    } else {
-      problems.push_back("tensor " + name + " in " + out.tensor.file + " is U8 but is not a compressed-tensors NVFP4 "
-                         "weight_packed tensor");
-      return;
+    bool module = true;
+    std::string operator()(const std::string& suffix) const { return base + (module ? "." : "_") + suffix; }
+  };
+  static bool strip(const std::string& name, const char* suffix, std::string* base) {
+    const size_t n = std::strlen(suffix);
+    if (name.size() < n || name.compare(name.size() - n, n, suffix) != 0) return false;
+    *base = name.substr(0, name.size() - n);
+    return true;
+  }
+  static Naming naming_of(const std::string& name) {
+    Naming nm;
+    for (const char* s : {".weight_packed", ".qweight", ".weight"})
+      if (strip(name, s, &nm.base)) return nm;
+    nm.module = false;
+    for (const char* s : {"_blocks", "_qweight"})
+      if (strip(name, s, &nm.base)) return nm;
+    nm.base = name;
+    return nm;
+  }
+
+  // Exclusion lists (ignore / exclude_modules / exclude / modules_to_not_convert):
+  // a quantized tensor inside an excluded module contradicts the config.
+  void check_not_excluded(const WeightSpec& spec, const Naming& nm, const ResolvedWeight& out) {
+    for (const std::string& p : info.excluded) {
+      if (fnmatch(p.c_str(), nm.base.c_str(), 0) == 0 || nm.base == p || nm.base.rfind(p + ".", 0) == 0) {
+        problems.push_back("tensor " + out.tensor.name + " in " + out.tensor.file + " is stored quantized but "
+                           "quantization_config excludes " + nm.base + " (pattern \"" + p + "\"); the checkpoint "
+                           "and its config disagree");
+        return;
+      }
     }
-    const int64_t cols = spec.shape.back();
+  }
+
+  void resolve_quant(const WeightSpec& spec, const SlotRule& rule, ResolvedWeight& out) {
+    const Naming nm = naming_of(out.tensor.name);
+    check_not_excluded(spec, nm, out);
+    switch (kind()) {
+      case QuantKind::Nvfp4: resolve_nvfp4(spec, rule, nm, out); break;
+      case QuantKind::Mxfp4: resolve_mxfp4(spec, rule, nm, out); break;
+      case QuantKind::Fp8: resolve_fp8(spec, rule, nm, out); break;
+      case QuantKind::Int4: resolve_int4(spec, rule, nm, out); break;
+      case QuantKind::None: break;
+    }
+    if (!out.quantized()) return;
+    out.quant.scheme = scheme();
+    out.quant.format.kind = kind();
+    if (const Located* li = find(nm(kind() == QuantKind::Nvfp4 && scheme() == QuantScheme::CompressedTensorsNvfp4
+                                        ? "input_global_scale"
+                                        : "input_scale"))) {
+      out.quant.input_scale = view(nm(scheme() == QuantScheme::CompressedTensorsNvfp4 ? "input_global_scale" : "input_scale"), *li);
+      consumed.insert(out.quant.input_scale.name);  // activations stay BF16/F32 here (W4A16 / W8A16)
+    }
+  }
+
+  // The leading (expert) dimension of a slot, as a shape prefix.
+  static std::vector<int64_t> lead(const WeightSpec& spec, std::vector<int64_t> inner) {
+    if (spec.shape.size() == 3) inner.insert(inner.begin(), spec.shape[0]);
+    return inner;
+  }
+
+  // NVFP4 (ModelOpt or compressed-tensors): U8 codes [.., N, K/2], E4M3
+  // block scales [.., N, K/16], F32 global scales (2-D: one value; fused
+  // experts: [E], [E, 1] or [E, 2] with separate gate and up halves).
+  void resolve_nvfp4(const WeightSpec& spec, const SlotRule& rule, const Naming& nm, ResolvedWeight& out) {
+    const bool ct = scheme() == QuantScheme::CompressedTensorsNvfp4;
+    const int64_t cols = spec.shape.back(), N = spec.shape[spec.shape.size() - 2];
     if (cols % 16 != 0) {
       problems.push_back(slot_text(spec) + " has " + std::to_string(cols) + " inputs, not a multiple of 16 as NVFP4 needs");
       return;
     }
-    std::vector<int64_t> packed_shape = spec.shape, scale_shape = spec.shape;
-    packed_shape.back() = cols / 2;
-    scale_shape.back() = cols / 16;
-    const Located* ls = find(scale);
-    const Located* lg = find(global);
+    const std::string scale = nm("weight_scale"), global = nm(ct ? "weight_global_scale" : "weight_scale_2");
+    const Located* ls = need(out, scale, "codes");
+    const Located* lg = need(out, global, "codes");
     if (!ls || !lg) {
-      problems.push_back("tensor " + name + " in " + out.tensor.file + " is U8 (NVFP4 codes) but " +
-                         (!ls ? scale : global) + " is missing");
+      for (const std::string& n : {scale, global})
+        if (find(n)) consumed.insert(n);  // reported once, as the missing companion
       return;
     }
-    out.quant.scheme = scheme;
-    out.quant.block_scale = view(scale, *ls);
-    out.quant.global_scale = view(global, *lg);
+    ResolvedWeight::Quantized& q = out.quant;
+    q.scales = view(scale, *ls);
+    q.global_scale = view(global, *lg);
     consumed.insert(scale);
     consumed.insert(global);
-    if (const Located* li = find(input)) {
-      out.quant.input_scale = view(input, *li);  // only W4A4 (Blackwell) uses it
-      consumed.insert(input);
-    }
-    auto fail = [&](const TensorView& v, const std::string& want) {
-      problems.push_back("tensor " + v.name + " in " + v.file + " is " + std::string(dtype_name(v.dtype)) + " " +
-                         shape_text(v.shape) + " but NVFP4 " + slot_text(spec) + " (" + rule.shape_doc + ") expects " + want);
-    };
-    if (out.tensor.shape != packed_shape) fail(out.tensor, "U8 " + shape_text(packed_shape));
-    const TensorView& bs = out.quant.block_scale;
-    if ((bs.dtype != DType::F8_E4M3 && bs.dtype != DType::U8) || bs.shape != scale_shape)
-      fail(bs, "F8_E4M3 " + shape_text(scale_shape));
-    const TensorView& gs = out.quant.global_scale;
-    bool global_ok = gs.dtype == DType::F32;
+    std::vector<int64_t> packed = spec.shape, scale_shape = lead(spec, {N, cols / 16});
+    packed.back() = cols / 2;
+    bool ok = true;
+    if (out.tensor.shape != packed) bad_part(spec, rule, out.tensor, "U8 " + shape_text(packed)), ok = false;
+    if ((q.scales.dtype != DType::F8_E4M3 && q.scales.dtype != DType::U8) || q.scales.shape != scale_shape)
+      bad_part(spec, rule, q.scales, "F8_E4M3 " + shape_text(scale_shape)), ok = false;
+    const TensorView& gs = q.global_scale;
+    int parts = 1;
     if (spec.shape.size() == 3) {
       const int64_t E = spec.shape[0];
-      global_ok = global_ok && (gs.shape == std::vector<int64_t>{E} || gs.shape == std::vector<int64_t>{E, 1} ||
-                                (gs.shape == std::vector<int64_t>{E, 2} && spec.shape[1] % 2 == 0));
-      if (!global_ok) fail(gs, "F32 [" + std::to_string(E) + "], [" + std::to_string(E) + ", 1] or [" + std::to_string(E) + ", 2]");
-    } else {
-      global_ok = global_ok && gs.numel() == 1;
-      if (!global_ok) fail(gs, "one F32 value");
+      const bool two = gs.shape == std::vector<int64_t>{E, 2} && N % 2 == 0;
+      if (gs.dtype != DType::F32 || !(gs.shape == std::vector<int64_t>{E} || gs.shape == std::vector<int64_t>{E, 1} || two)) {
+        bad_part(spec, rule, gs, "F32 [" + std::to_string(E) + "], [" + std::to_string(E) + ", 1] or [" + std::to_string(E) + ", 2]");
+        ok = false;
+      }
+      parts = two ? 2 : 1;
+    } else if (gs.dtype != DType::F32 || gs.numel() != 1) {
+      bad_part(spec, rule, gs, "one F32 value"), ok = false;
     }
+    if (!ok) return;
+    q.global.resize(size_t(gs.numel()));
+    for (size_t i = 0; i < q.global.size(); ++i) {
+      float g;
+      std::memcpy(&g, gs.data + 4 * i, 4);
+      q.global[i] = ct ? 1.0f / g : g;  // compressed-tensors stores the reciprocal of ModelOpt's weight_scale_2
+    }
+    q.format.scale_dtype = DType::F8_E4M3;
+    q.format.block_rows = 1, q.format.block_cols = 16, q.format.global_parts = parts;
+    q.format.kind = QuantKind::Nvfp4;
+  }
+
+  // MXFP4 (Quark, compressed-tensors, gpt-oss): U8 codes [.., N, K/2] (or
+  // gpt-oss [E, N, K/32, 16]), E8M0 scales (U8 or F8_E8M0) [.., N, K/32]:
+  // ".weight_scale" / "_weight_scale", or gpt-oss "_scales" beside "_blocks".
+  void resolve_mxfp4(const WeightSpec& spec, const SlotRule& rule, const Naming& nm, ResolvedWeight& out) {
+    const int64_t cols = spec.shape.back(), N = spec.shape[spec.shape.size() - 2];
+    if (cols % 32 != 0) {
+      problems.push_back(slot_text(spec) + " has " + std::to_string(cols) + " inputs, not a multiple of 32 as MXFP4 needs");
+      return;
+    }
+    const bool gpt_oss = !nm.module && out.tensor.name.size() > 7 &&
+                         out.tensor.name.compare(out.tensor.name.size() - 7, 7, "_blocks") == 0;
+    const std::string scale = gpt_oss ? nm("scales") : nm("weight_scale");
+    const Located* ls = need(out, scale, "codes");
+    if (!ls) return;
+    ResolvedWeight::Quantized& q = out.quant;
+    q.scales = view(scale, *ls);
+    consumed.insert(scale);
+    std::vector<int64_t> packed = spec.shape, blocks = lead(spec, {N, cols / 32, 16});
+    packed.back() = cols / 2;
+    const std::vector<int64_t> scale_shape = lead(spec, {N, cols / 32});
+    bool ok = true;
+    if (out.tensor.shape != packed && !(gpt_oss && out.tensor.shape == blocks))
+      bad_part(spec, rule, out.tensor, "U8 " + shape_text(gpt_oss ? blocks : packed)), ok = false;
+    if ((q.scales.dtype != DType::U8 && q.scales.dtype != DType::F8_E8M0) || q.scales.shape != scale_shape)
+      bad_part(spec, rule, q.scales, "U8 (E8M0) " + shape_text(scale_shape)), ok = false;
+    if (!ok) return;
+    q.format.scale_dtype = DType::F8_E8M0;
+    q.format.block_rows = 1, q.format.block_cols = 32;
+    q.format.kind = QuantKind::Mxfp4;
+  }
+
+  // FP8 E4M3 codes [.., N, K] with F32 "weight_scale" (per tensor [] / [1]
+  // or per expert [E] / [E, 1]; per channel [N] / [N, 1] (PTPC); or 128×128
+  // blocks [ceil(N/128), ceil(K/128)]) or "weight_scale_inv" (blocks, multiplied).
+  void resolve_fp8(const WeightSpec& spec, const SlotRule& rule, const Naming& nm, ResolvedWeight& out) {
+    const int64_t K = spec.shape.back(), N = spec.shape[spec.shape.size() - 2];
+    std::string scale = nm("weight_scale");
+    if (!find(scale) && find(nm("weight_scale_inv"))) scale = nm("weight_scale_inv");
+    const Located* ls = need(out, scale, "codes");
+    if (!ls) return;
+    ResolvedWeight::Quantized& q = out.quant;
+    q.scales = view(scale, *ls);
+    consumed.insert(scale);
+    bool ok = true;
+    if (out.tensor.shape != spec.shape) bad_part(spec, rule, out.tensor, "F8_E4M3 " + shape_text(spec.shape)), ok = false;
+    const int64_t bn = (N + 127) / 128, bk = (K + 127) / 128;
+    const std::vector<int64_t>& ss = q.scales.shape;
+    auto is = [&](std::vector<int64_t> inner) { return ss == lead(spec, inner); };
+    const bool per_tensor = spec.shape.size() == 3 ? (is({}) || is({1}) || is({1, 1})) : (ss.empty() || is({1}) || is({1, 1}));
+    const bool per_channel = is({N}) || is({N, 1});
+    const bool block = is({bn, bk});
+    if (q.scales.dtype != DType::F32 || !(per_tensor || per_channel || block)) {
+      bad_part(spec, rule, q.scales,
+               "F32 scales per tensor, per output channel " + shape_text(lead(spec, {N})) + " or per 128x128 block " +
+                   shape_text(lead(spec, {bn, bk})));
+      ok = false;
+    }
+    if (!ok) return;
+    q.format.scale_dtype = DType::F32;
+    if (per_channel && !(N == 1 && per_tensor)) q.format.block_rows = 1, q.format.block_cols = int32_t(K);
+    else if (per_tensor) q.format.block_rows = int32_t(N), q.format.block_cols = int32_t(K);
+    else q.format.block_rows = 128, q.format.block_cols = 128;
+    q.format.kind = QuantKind::Fp8;
+  }
+
+  // GPTQ / AutoRound 4-bit: qweight I32 [.., K/8, N], qzeros I32 [.., K/G, N/8],
+  // scales F16 [.., K/G, N], optional g_idx I32 [K] that must be the plain
+  // k / G (act-order permutations are refused by name).
+  void resolve_int4(const WeightSpec& spec, const SlotRule& rule, const Naming& nm, ResolvedWeight& out) {
+    const int64_t K = spec.shape.back(), N = spec.shape[spec.shape.size() - 2];
+    if (info.scheme == QuantScheme::CompressedTensorsInt4) {
+      problems.push_back("tensor " + out.tensor.name + " in " + out.tensor.file + ": compressed-tensors pack-quantized "
+                         "INT4 ([N, K/8] words) is not supported yet; GPTQ and AutoRound (auto_gptq packing) are");
+      return;
+    }
+    const int64_t G = info.group_size > 0 ? info.group_size : K;
+    if (K % 8 || N % 8 || G % 8) {
+      problems.push_back(slot_text(spec) + " is [" + std::to_string(N) + ", " + std::to_string(K) + "] with group " +
+                         std::to_string(G) + ": GPTQ INT4 needs all three multiples of 8");
+      return;
+    }
+    const std::string zeros = nm("qzeros"), scales = nm("scales"), g_idx = nm("g_idx");
+    const Located* lz = need(out, zeros, "qweight");
+    const Located* ls = need(out, scales, "qweight");
+    if (!lz || !ls) {
+      for (const std::string& n : {zeros, scales, g_idx})
+        if (find(n)) consumed.insert(n);
+      return;
+    }
+    ResolvedWeight::Quantized& q = out.quant;
+    q.zeros = view(zeros, *lz);
+    q.scales = view(scales, *ls);
+    consumed.insert(zeros);
+    consumed.insert(scales);
+    const int64_t groups = (K + G - 1) / G;
+    bool ok = true;
+    auto expect = [&](const TensorView& v, DType dt, const std::vector<int64_t>& shape) {
+      if (v.dtype != dt || v.shape != shape) bad_part(spec, rule, v, std::string(dtype_name(dt)) + " " + shape_text(shape)), ok = false;
+    };
+    expect(out.tensor, DType::I32, lead(spec, {K / 8, N}));
+    expect(q.zeros, DType::I32, lead(spec, {groups, N / 8}));
+    expect(q.scales, DType::F16, lead(spec, {groups, N}));
+    if (const Located* lg = find(g_idx)) {
+      TensorView gv = view(g_idx, *lg);
+      consumed.insert(g_idx);
+      expect(gv, DType::I32, lead(spec, {K}));
+      if (ok)
+        for (int64_t i = 0; i < gv.numel(); ++i) {
+          int32_t g;
+          std::memcpy(&g, gv.data + 4 * i, 4);
+          if (g != int32_t((i % K) / G)) {
+            problems.push_back("tensor " + g_idx + " in " + gv.file + " is an act-order permutation (g_idx[" +
+                               std::to_string(i % K) + "] = " + std::to_string(g) + ", not " + std::to_string((i % K) / G) +
+                               "): desc_act GPTQ checkpoints are not supported");
+            return;
+          }
+        }
+    }
+    if (!ok) return;
+    q.format.scale_dtype = DType::F16;
+    q.format.block_rows = 1, q.format.block_cols = int32_t(G);
+    q.format.zero_offset = info.zeros_minus_one ? 1 : 0;
+    q.format.kind = QuantKind::Int4;
   }
 
   // Per-expert 2-D alias path: every expert's pieces under one prefix.
+  // The spellings of a per-expert piece in this format (".weight", and
+  // compressed-tensors' ".weight_packed" / GPTQ's ".qweight").
+  const Located* find_piece(const std::string& name, std::string* found) const {
+    std::vector<std::string> names = {name};
+    const bool module = name.size() > 7 && name.compare(name.size() - 7, 7, ".weight") == 0;
+    if (module && kind() != QuantKind::None) {
+      names.push_back(name + "_packed");
+      names.push_back(name.substr(0, name.size() - 7) + ".qweight");
+    }
+    for (const std::string& n : names)
+      if (const Located* l = find(n)) {
+        *found = n;
+        return l;
+      }
+    return nullptr;
+  }
+
+  // Per-expert 2-D alias path: every expert's pieces under one prefix; in a
+  // quantized checkpoint each piece may be quantized (all of them or none).
   bool resolve_per_expert(const WeightSpec& spec, const SlotRule& rule, ResolvedWeight& out) {
     const int64_t E = spec.shape[0];
     const int64_t pieces = int64_t(rule.per_expert.size());
     const std::vector<int64_t> piece_shape = {spec.shape[1] / pieces, spec.shape[2]};
     const char* prefix = nullptr;
+    std::string found;
     for (const char* p : kTextPrefixes)
-      if (find(p + expand_name(rule.per_expert[0], spec.layer, 0))) {
+      if (find_piece(p + expand_name(rule.per_expert[0], spec.layer, 0), &found)) {
         prefix = p;
         break;
       }
@@ -178,10 +405,11 @@ struct Resolver {
     out.per_expert = true;
     out.experts.assign(size_t(E), {});
     bool ok = true;
+    int quantized_pieces = 0;
     for (int64_t e = 0; e < E; ++e) {
       for (const char* pattern : rule.per_expert) {
         std::string name = prefix + expand_name(pattern, spec.layer, int(e));
-        const Located* l = find(name);
+        const Located* l = find_piece(name, &found);
         if (!l) {
           problems.push_back("missing tensor " + name + " " + shape_text(piece_shape) + " for expert " +
                              std::to_string(e) + " of " + slot_text(spec) +
@@ -189,11 +417,50 @@ struct Resolver {
                              " must be present)");
           return true;
         }
-        TensorView v = view(name, *l);
-        consumed.insert(name);
-        ok = check(v, spec, rule, piece_shape) && ok;
+        TensorView v = view(found, *l);
+        consumed.insert(found);
+        if (is_codes(v.dtype) && spec.reference_dtype == DType::BF16) {
+          WeightSpec ps = spec;
+          ps.shape = piece_shape;
+          ResolvedWeight tmp;
+          tmp.spec = ps;
+          tmp.tensor = v;
+          resolve_quant(ps, rule, tmp);
+          if (!tmp.quantized()) {
+            ok = false;
+          } else {
+            const QuantFormat& f = tmp.quant.format;
+            const QuantFormat& f0 = quantized_pieces ? out.expert_quant[0][0].format : f;
+            if (f.kind != f0.kind || f.block_cols != f0.block_cols || f.block_rows != f0.block_rows ||
+                f.zero_offset != f0.zero_offset) {
+              problems.push_back("tensor " + v.name + " in " + v.file + " is quantized differently from expert 0 of " +
+                                 slot_text(spec) + " (scale blocks or zero points differ)");
+              ok = false;
+            }
+            if (f.kind == QuantKind::Fp8 && f.block_rows == 128 && piece_shape[0] % 128) {
+              problems.push_back("tensor " + v.name + " has 128x128 FP8 blocks but " + std::to_string(piece_shape[0]) +
+                                 " rows: the pieces of " + slot_text(spec) + " cannot be stacked");
+              ok = false;
+            }
+            if (out.expert_quant.empty()) out.expert_quant.assign(size_t(E), {});
+            out.expert_quant[size_t(e)].push_back(tmp.quant);
+            ++quantized_pieces;
+          }
+        } else {
+          ok = check(v, spec, rule, piece_shape) && ok;
+        }
         out.experts[size_t(e)].push_back(std::move(v));
       }
+    }
+    if (quantized_pieces && quantized_pieces != E * pieces) {
+      problems.push_back(slot_text(spec) + ": " + std::to_string(quantized_pieces) + " of " + std::to_string(E * pieces) +
+                         " per-expert pieces are quantized; all or none must be");
+      return true;
+    }
+    if (quantized_pieces && ok) {
+      out.quant.scheme = scheme();
+      out.quant.format = out.expert_quant[0][0].format;
+      if (out.quant.format.kind == QuantKind::Nvfp4) out.quant.format.global_parts = int32_t(pieces);
     }
     return true;
   }
@@ -207,12 +474,22 @@ struct Resolver {
     out.spec = spec;
     out.transform = rule->transform;
     std::vector<std::string> candidates = candidate_names(*rule, spec.layer);
-    if (scheme == QuantScheme::CompressedTensorsNvfp4) {
-      // compressed-tensors renames a quantized module's weight to weight_packed.
+    {
+      // Quantized spellings of the same slot: compressed-tensors renames a
+      // module's weight to weight_packed, GPTQ to qweight; gpt-oss and GPTQ
+      // fused 3-D parameters get "_blocks" / "_qweight".
       const size_t n = candidates.size();
-      for (size_t i = 0; i < n; ++i)
-        if (candidates[i].size() > 7 && candidates[i].compare(candidates[i].size() - 7, 7, ".weight") == 0)
-          candidates.push_back(candidates[i] + "_packed");
+      const QuantKind k = kind();
+      for (size_t i = 0; i < n; ++i) {
+        const std::string& c = candidates[i];
+        const bool module = c.size() > 7 && c.compare(c.size() - 7, 7, ".weight") == 0;
+        const std::string base = module ? c.substr(0, c.size() - 7) : c;
+        if (module && (scheme() == QuantScheme::CompressedTensorsNvfp4 || scheme() == QuantScheme::CompressedTensorsInt4 ||
+                       (scheme() == QuantScheme::Mxfp4 && info.method == "compressed-tensors")))
+          candidates.push_back(c + "_packed");
+        if (k == QuantKind::Int4) candidates.push_back(module ? base + ".qweight" : c + "_qweight");
+        if (k == QuantKind::Mxfp4 && !module) candidates.push_back(c + "_blocks");
+      }
     }
     std::vector<std::string> present;
     for (const auto& c : candidates)
@@ -225,8 +502,8 @@ struct Resolver {
     if (present.size() == 1) {
       out.tensor = view(present[0], *find(present[0]));
       consumed.insert(present[0]);
-      if (nvfp4() && out.tensor.dtype == DType::U8) {
-        resolve_nvfp4(spec, *rule, out);
+      if (is_codes(out.tensor.dtype) && spec.reference_dtype == DType::BF16 && spec.shape.size() >= 2) {
+        resolve_quant(spec, *rule, out);
         return;
       }
       check(out.tensor, spec, *rule, spec.shape);
@@ -243,33 +520,69 @@ bool matches_any(const std::vector<std::string>& patterns, const std::string& na
   return false;
 }
 
-float global_value(const ResolvedWeight& w, int64_t index) {
-  float g;
-  std::memcpy(&g, w.quant.global_scale.data + 4 * index, 4);
-  // compressed-tensors stores the reciprocal of ModelOpt's weight_scale_2.
-  return w.quant.scheme == QuantScheme::CompressedTensorsNvfp4 ? 1.0f / g : g;
+// Dequantizes experts [begin, end) of a quantized slot (a 2-D slot is one
+// "expert") with the reference decoders (loading/quant.h).
+Status decode_quantized(const ResolvedWeight& w, int64_t begin, int64_t end, float* dst) {
+  const bool fused = w.spec.shape.size() == 3;
+  const int64_t E = fused ? w.spec.shape[0] : 1, K = w.spec.shape.back(), N = w.spec.shape[w.spec.shape.size() - 2];
+  const ResolvedWeight::Quantized& q = w.quant;
+  const QuantFormat& f = q.format;
+  const size_t cb = w.tensor.nbytes / size_t(E), sb = q.scales.nbytes / size_t(E);
+  for (int64_t e = begin; e < end; ++e) {
+    float* out = dst + (e - begin) * N * K;
+    const uint8_t* codes = w.tensor.data + size_t(e) * cb;
+    const uint8_t* scales = q.scales.data + size_t(e) * sb;
+    switch (f.kind) {
+      case QuantKind::Nvfp4: {
+        const int64_t rows = N / f.global_parts;
+        for (int64_t h = 0; h < f.global_parts; ++h)
+          MUSE_RETURN_IF_ERROR(decode_nvfp4({codes + h * rows * K / 2, size_t(rows * K / 2), DType::U8},
+                                            {scales + h * rows * K / 16, size_t(rows * K / 16), q.scales.dtype},
+                                            q.global[size_t(e * f.global_parts + h)], rows, K, out + h * rows * K));
+        break;
+      }
+      case QuantKind::Mxfp4:
+        MUSE_RETURN_IF_ERROR(decode_mxfp4({codes, cb, DType::U8}, {scales, sb, q.scales.dtype}, N, K, out));
+        break;
+      case QuantKind::Fp8: {
+        const Fp8Scaling sc = f.block_rows == 1 && f.block_cols == K ? Fp8Scaling::PerChannel
+                              : f.block_rows == N && f.block_cols == K ? Fp8Scaling::PerTensor
+                                                                       : Fp8Scaling::Block;
+        MUSE_RETURN_IF_ERROR(decode_fp8({codes, cb, DType::F8_E4M3}, {scales, sb, DType::F32}, sc, N, K, out,
+                                        f.block_rows, f.block_cols));
+        break;
+      }
+      case QuantKind::Int4: {
+        GptqArgs a;
+        a.qweight = {codes, cb, DType::I32};
+        a.qzeros = {q.zeros.data + size_t(e) * (q.zeros.nbytes / size_t(E)), q.zeros.nbytes / size_t(E), DType::I32};
+        a.scales = {scales, sb, DType::F16};
+        a.in_features = K, a.out_features = N, a.group_size = f.block_cols, a.zeros_minus_one = f.zero_offset == 1;
+        MUSE_RETURN_IF_ERROR(decode_gptq_int4(a, out));
+        break;
+      }
+      case QuantKind::None: return make_error("not quantized");
+    }
+  }
+  return Status::Ok();
 }
 
-// Dequantizes an NVFP4 slot: the whole 2-D matrix, or experts [begin, end) of
-// a fused 3-D one (each half with its own global scale where there are two).
-Status decode_quantized(const ResolvedWeight& w, int64_t begin, int64_t end, float* dst) {
-  const TensorView& p = w.tensor;
-  const TensorView& s = w.quant.block_scale;
-  const int64_t cols = w.spec.shape.back();
-  if (w.spec.shape.size() != 3) {
-    const int64_t rows = w.spec.numel() / cols;
-    return decode_nvfp4({p.data, p.nbytes, p.dtype}, {s.data, s.nbytes, s.dtype}, global_value(w, 0), rows, cols, dst);
-  }
-  const int64_t E = w.spec.shape[0], R = w.spec.shape[1];
-  const int64_t halves = w.quant.global_scale.numel() / E;
-  const int64_t rows = R / halves;
+// One quantized 2-D piece of a per-expert layout, dequantized.
+Status decode_piece(const ResolvedWeight& w, const TensorView& codes, const ResolvedWeight::Quantized& q, float* dst) {
+  ResolvedWeight tmp;
+  tmp.spec = w.spec;
+  tmp.spec.shape = {w.spec.shape[1] / int64_t(w.experts[0].size()), w.spec.shape[2]};
+  tmp.tensor = codes;
+  tmp.quant = q;
+  return decode_quantized(tmp, 0, 1, dst);
+}
+
+Status decode_per_expert(const ResolvedWeight& w, int64_t begin, int64_t end, float* dst) {
   for (int64_t e = begin; e < end; ++e)
-    for (int64_t h = 0; h < halves; ++h) {
-      const int64_t row0 = e * R + h * rows;
-      QuantInput packed{p.data + row0 * cols / 2, size_t(rows * cols / 2), p.dtype};
-      QuantInput scales{s.data + row0 * cols / 16, size_t(rows * cols / 16), s.dtype};
-      MUSE_RETURN_IF_ERROR(decode_nvfp4(packed, scales, global_value(w, e * halves + h), rows, cols,
-                                        dst + ((e - begin) * R + h * rows) * cols));
+    for (size_t i = 0; i < w.experts[size_t(e)].size(); ++i) {
+      const TensorView& v = w.experts[size_t(e)][i];
+      MUSE_RETURN_IF_ERROR(decode_piece(w, v, w.expert_quant[size_t(e)][i], dst));
+      dst += w.spec.shape[1] / int64_t(w.experts[0].size()) * w.spec.shape[2];
     }
   return Status::Ok();
 }
@@ -305,9 +618,23 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir, const LoadOptions& o
   MUSE_ASSIGN_OR_RETURN(ck.config_, load_model_config(dir));
   ck.weights_ = describe_weights(ck.config_);
 
+  if (ck.config_.quantization_config.is_null() && file_exists(dir + "/hf_quant_config.json")) {
+    // ModelOpt's legacy file, read when config.json has no quantization_config.
+    MUSE_ASSIGN_OR_RETURN(std::string text, read_file(dir + "/hf_quant_config.json"));
+    auto j = Json::parse(text);
+    if (!j.ok()) return make_error(dir + "/hf_quant_config.json: " + j.message());
+    auto converted = modelopt_quant_config(*j);
+    if (!converted.ok()) return make_error(dir + "/hf_quant_config.json: " + converted.message());
+    ck.config_.quantization_config = *converted;
+  }
   auto quant = describe_quantization(ck.config_.quantization_config);
   if (!quant.ok()) return make_error(dir + "/config.json: quantization_config: " + quant.message());
-  Resolver r{ck.config_, ck.files_, quant->scheme, {}, {}, {}};
+  if (quant->scheme == QuantScheme::Unknown)
+    return make_error(dir + "/config.json: quantization_config: quant_method \"" + quant->method +
+                      "\" is not a format muse reads (NVFP4: modelopt, compressed-tensors nvfp4-pack-quantized; MXFP4: "
+                      "quark fp4, mxfp4; FP8: modelopt, compressed-tensors float-quantized, quark fp8_e4m3, fp8; INT4: "
+                      "gptq, auto-round)");
+  Resolver r{ck.config_, ck.files_, *quant, {}, {}, {}};
   auto add_file = [&](const std::string& path) -> Result<size_t> {
     MUSE_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::open(path));
     ck.files_.push_back(std::make_unique<SafetensorsFile>(std::move(f)));
@@ -393,7 +720,11 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir, const LoadOptions& o
       msg += (i ? ", " : "") + unconsumed[i] + " (" + ck.files_[r.tensors[unconsumed[i]].file]->path() + ")";
     if (unconsumed.size() > 8) msg += ", ...";
     if (multimodal) msg += "; vision/audio tensors can be skipped with --language-model-only";
-    if (quantized) msg += "; scale/packed tensors mean a quantized checkpoint, which muse cannot load yet";
+    if (quantized)
+      msg += quant->scheme == QuantScheme::None
+                 ? "; scale/packed tensors mean a quantized checkpoint, but config.json has no quantization_config"
+                 : "; these look like quantization tensors that the " + std::string(quant_scheme_name(quant->scheme)) +
+                       " layout does not name for any slot";
     msg += "; a checkpoint that does not match the config is refused rather than half-loaded (ignore extra "
            "tensors explicitly with an ignore pattern)";
     r.problems.push_back(msg);
@@ -441,6 +772,7 @@ Result<std::vector<TensorView>> Checkpoint::expert_pieces(std::string_view slot,
 
 Status Checkpoint::read_f32(std::string_view slot, int layer, float* dst) const {
   MUSE_ASSIGN_OR_RETURN(const ResolvedWeight* w, lookup(slot, layer));
+  if (w->quantized() && w->per_expert) return decode_per_expert(*w, 0, w->spec.shape[0], dst);
   if (w->quantized()) return decode_quantized(*w, 0, w->spec.shape.size() == 3 ? w->spec.shape[0] : 1, dst);
   if (!w->per_expert) return muse::read_f32(w->tensor, dst);
   for (const auto& pieces : w->experts)
@@ -470,6 +802,7 @@ Status Checkpoint::read_bf16(std::string_view slot, int layer, uint16_t* dst) co
 Status Checkpoint::read_expert_f32(std::string_view slot, int layer, int expert, float* dst) const {
   MUSE_ASSIGN_OR_RETURN(std::vector<TensorView> pieces, expert_pieces(slot, layer, expert));
   const ResolvedWeight* w = find(slot, layer);
+  if (w->quantized() && w->per_expert) return decode_per_expert(*w, expert, expert + 1, dst);
   if (w->quantized()) return decode_quantized(*w, expert, expert + 1, dst);
   for (const TensorView& v : pieces) {
     MUSE_RETURN_IF_ERROR(muse::read_f32(v, dst));
@@ -482,9 +815,13 @@ uint64_t Checkpoint::tensor_bytes() const {
   uint64_t n = 0;
   for (const ResolvedWeight& w : resolved_) {
     if (w.tied) continue;
-    n += w.tensor.nbytes + w.quant.block_scale.nbytes + w.quant.global_scale.nbytes + w.quant.input_scale.nbytes;
+    n += w.tensor.nbytes + w.quant.scales.nbytes + w.quant.zeros.nbytes + w.quant.global_scale.nbytes +
+         w.quant.input_scale.nbytes;
     for (const auto& pieces : w.experts)
       for (const TensorView& v : pieces) n += v.nbytes;
+    for (const auto& pieces : w.expert_quant)
+      for (const ResolvedWeight::Quantized& q : pieces)
+        n += q.scales.nbytes + q.zeros.nbytes + q.global_scale.nbytes + q.input_scale.nbytes;
   }
   return n;
 }

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "muse/backends/tensor.h"
 #include "muse/loading/name_map.h"
 #include "muse/loading/quant.h"
 #include "muse/loading/safetensors.h"
@@ -52,16 +53,25 @@ struct ResolvedWeight {
   bool per_expert = false;
   std::vector<std::vector<TensorView>> experts;
   bool tied = false;  // lm_head served by embed_tokens (tie_word_embeddings)
-  // NVFP4 (ModelOpt or compressed-tensors): `tensor` holds the packed U8
-  // codes [.., N, K/2]; block_scale the F8_E4M3 scales [.., N, K/16];
-  // global_scale the per-tensor F32 scale (fused experts: [E], [E, 1], or
-  // [E, 2] with separate gate and up halves). read_f32 dequantizes. Decided
-  // per tensor: a slot without scale tensors is read as stored.
+  // Quantized slots (decided per tensor: a slot whose tensor is stored
+  // plainly is read as stored). `tensor` holds the codes: NVFP4/MXFP4 U8
+  // [.., N, K/2] (gpt-oss `_blocks` [E, N, K/32, 16]), FP8 F8_E4M3 [.., N, K],
+  // GPTQ/AutoRound I32 qweight [.., K/8, N]; `scales` the block / channel /
+  // group scales as stored; `zeros` GPTQ qzeros; `global` NVFP4's
+  // weight_scale_2 (compressed-tensors' reciprocal already inverted), one or
+  // two per matrix. `format` says how they decode (backends/tensor.h);
+  // read_f32 dequantizes with the reference decoders.
   struct Quantized {
     QuantScheme scheme = QuantScheme::None;
-    TensorView block_scale, global_scale, input_scale;  // input_scale may be empty
+    QuantFormat format;
+    TensorView scales, zeros;
+    TensorView global_scale, input_scale;  // as stored; may be empty
+    std::vector<float> global;
   } quant;
-  bool quantized() const { return quant.scheme != QuantScheme::None; }
+  // Per-expert layout with quantized pieces: expert_quant[e][i] holds the
+  // parts of experts[e][i] (quant.format is their common format).
+  std::vector<std::vector<Quantized>> expert_quant;
+  bool quantized() const { return quant.format.kind != QuantKind::None; }
 };
 
 class Checkpoint {

@@ -164,6 +164,37 @@ Status decode_ct_int4(QuantInput packed, QuantInput scales, int64_t rows, int64_
   return Status::Ok();
 }
 
+QuantKind quant_kind_of(QuantScheme s) {
+  switch (s) {
+    case QuantScheme::ModelOptNvfp4:
+    case QuantScheme::CompressedTensorsNvfp4: return QuantKind::Nvfp4;
+    case QuantScheme::Mxfp4:
+    case QuantScheme::QuarkMxfp4: return QuantKind::Mxfp4;
+    case QuantScheme::ModelOptFp8:
+    case QuantScheme::CompressedTensorsFp8:
+    case QuantScheme::QuarkFp8:
+    case QuantScheme::Fp8Block: return QuantKind::Fp8;
+    case QuantScheme::Gptq:
+    case QuantScheme::AutoRound:
+    case QuantScheme::CompressedTensorsInt4: return QuantKind::Int4;
+    case QuantScheme::None:
+    case QuantScheme::Unknown: return QuantKind::None;
+  }
+  return QuantKind::None;
+}
+
+Result<Json> modelopt_quant_config(const Json& hf) {
+  const Json* q = hf.is_object() ? hf.find("quantization") : nullptr;
+  if (!q || !q->is_object()) return make_error("expected an object with a \"quantization\" object");
+  Json out = Json::object();
+  out.set("quant_method", "modelopt");
+  MUSE_ASSIGN_OR_RETURN(std::string algo, q->string_member("quant_algo", ""));
+  out.set("quant_algo", algo);
+  if (const Json* g = q->find("group_size")) out.set("group_size", *g);
+  if (const Json* e = q->find("exclude_modules")) out.set("ignore", *e);
+  return out;
+}
+
 const char* quant_scheme_name(QuantScheme s) {
   switch (s) {
     case QuantScheme::None: return "none";
@@ -238,17 +269,28 @@ Result<QuantInfo> describe_quantization(const Json& qc) {
   } else if (m == "fp8") {
     info.scheme = QuantScheme::Fp8Block;
     info.group_size = 128;
-  } else if (m == "gptq") {
+  } else if (m == "gptq" || m == "auto-round" || m == "autoround" || m == "intel/auto-round") {
     MUSE_ASSIGN_OR_RETURN(int64_t bits, qc.int_member("bits", 4));
-    MUSE_ASSIGN_OR_RETURN(std::string format, qc.string_member("checkpoint_format", "gptq"));
-    if (bits == 4) info.scheme = QuantScheme::Gptq;
-    info.zeros_minus_one = format != "gptq_v2";
-  } else if (m == "auto-round" || m == "autoround" || m == "intel/auto-round") {
-    MUSE_ASSIGN_OR_RETURN(int64_t bits, qc.int_member("bits", 4));
-    MUSE_ASSIGN_OR_RETURN(std::string packing, qc.string_member("packing_format", "auto_round:auto_gptq"));
-    if (bits == 4) info.scheme = QuantScheme::AutoRound;
-    info.zeros_minus_one = packing == "auto_round:auto_gptq";
+    if (bits != 4) return make_error(m + " with bits = " + std::to_string(bits) + ": only 4-bit GPTQ/AutoRound is supported");
+    const Json* da = qc.find("desc_act");
+    if (da && da->is_bool() && da->as_bool())
+      return make_error(m + " with desc_act = true (act-order: g_idx permutes the input channels) is not supported; "
+                        "use a checkpoint quantized with desc_act = false");
+    if (m == "gptq") {
+      MUSE_ASSIGN_OR_RETURN(std::string format, qc.string_member("checkpoint_format", "gptq"));
+      info.scheme = QuantScheme::Gptq;
+      info.zeros_minus_one = format != "gptq_v2";
+    } else {
+      MUSE_ASSIGN_OR_RETURN(std::string packing, qc.string_member("packing_format", "auto_round:auto_gptq"));
+      info.scheme = QuantScheme::AutoRound;
+      info.zeros_minus_one = packing == "auto_round:auto_gptq";
+    }
+    if (!info.group_size) info.group_size = 128;
   }
+  for (const char* key : {"ignore", "exclude_modules", "exclude", "modules_to_not_convert"})
+    if (const Json* l = qc.find(key); l && l->is_array())
+      for (const Json& e : l->as_array())
+        if (e.is_string()) info.excluded.push_back(e.as_string());
   return info;
 }
 

@@ -7,7 +7,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
+#include "muse/backends/tensor.h"
 #include "muse/core/dtype.h"
 #include "muse/core/json.h"
 #include "muse/core/status.h"
@@ -70,8 +72,18 @@ struct QuantInfo {
   std::string method;            // quant_method as written
   int64_t group_size = 0;        // where the config says
   bool zeros_minus_one = false;  // GPTQ v1 / AutoRound auto_gptq packing
+  // Modules left unquantized (ignore, exclude_modules, exclude,
+  // modules_to_not_convert): fnmatch patterns or module-name prefixes.
+  std::vector<std::string> excluded;
 };
+// Errors: a config that is not an object, GPTQ/AutoRound with bits != 4, or
+// desc_act = true (act-order: g_idx permutes the inputs; refused by name).
 Result<QuantInfo> describe_quantization(const Json& quantization_config);
 const char* quant_scheme_name(QuantScheme s);
+// The in-memory kind a scheme's tensors are (None for None / Unknown).
+QuantKind quant_kind_of(QuantScheme s);
+// ModelOpt's hf_quant_config.json ({"producer", "quantization": {"quant_algo",
+// "exclude_modules", "group_size"}}) as the quantization_config it stands for.
+Result<Json> modelopt_quant_config(const Json& hf_quant_config);
 
 }  // namespace muse

@@ -20,7 +20,7 @@ Result<std::unique_ptr<MuseModel>> MuseModel::create(Backend& backend, const Mod
   if (cap.max_rows < 1 || cap.max_seqs < 1 || cap.max_logit_rows < 1 || cap.max_blocks < 1 || options.kv_block_size < 1)
     return make_error("model options: step capacity must be at least 1 everywhere");
   std::unique_ptr<MuseModel> m(new MuseModel(backend, config));
-  MUSE_ASSIGN_OR_RETURN(m->weights_, upload_weights(backend, config, source));
+  MUSE_ASSIGN_OR_RETURN(m->weights_, upload_weights(backend, config, source, options.weights));
   MUSE_RETURN_IF_ERROR(m->allocate(options));
   return m;
 }

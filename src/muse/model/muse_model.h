@@ -22,6 +22,7 @@ struct ModelOptions {
   // activation buffers, the plan buffer and the logits are sized for it.
   StepPlanCapacity plan{256, 256, 256, 1};
   int64_t kv_block_size = 64;  // positions per full-layer KV block
+  WeightLoadOptions weights;   // load-time quantization
 };
 
 class MuseModel {

@@ -69,4 +69,34 @@ int64_t count_parameters(const std::vector<WeightSpec>& weights) {
   return n;
 }
 
+bool quantizable_slot(QuantKind kind, const WeightSpec& w) {
+  if (w.reference_dtype != DType::BF16 || w.shape.size() < 2) return false;  // routers, norms, gates
+  if (w.part == WeightPart::Embeddings || w.part == WeightPart::Head) return false;
+  switch (kind) {
+    case QuantKind::None: return false;
+    case QuantKind::Nvfp4:
+    case QuantKind::Mxfp4: return w.part == WeightPart::Experts;
+    case QuantKind::Fp8:
+      return w.part == WeightPart::Experts || w.part == WeightPart::Attention || w.part == WeightPart::Latent ||
+             w.part == WeightPart::DenseMlp;
+    case QuantKind::Int4:
+      return w.part == WeightPart::Experts || w.part == WeightPart::DenseMlp ||
+             (w.part == WeightPart::Attention && w.slot != "attn.gate");
+  }
+  return false;
+}
+
+bool quantized_at_load(QuantKind kind, const WeightSpec& w, int64_t num_layers) {
+  if (!quantizable_slot(kind, w)) return false;
+  if (kind == QuantKind::Nvfp4 && w.part == WeightPart::Experts && (w.layer == 0 || w.layer == num_layers - 1))
+    return false;
+  return true;
+}
+
+Result<QuantKind> parse_quant_kind(const std::string& name) {
+  for (QuantKind k : {QuantKind::Nvfp4, QuantKind::Mxfp4, QuantKind::Fp8, QuantKind::Int4})
+    if (name == quant_kind_name(k)) return k;
+  return make_error("unknown quantization '" + name + "' (valid: nvfp4, mxfp4, fp8, int4)");
+}
+
 }  // namespace muse

@@ -8,7 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "muse/backends/tensor.h"
 #include "muse/core/dtype.h"
+#include "muse/core/status.h"
 #include "muse/model/config.h"
 
 namespace muse {
@@ -43,6 +45,20 @@ struct WeightSpec {
 // the embedding tensor (same storage).
 std::vector<WeightSpec> describe_weights(const ModelConfig& config);
 const char* weight_part_name(WeightPart part);
+
+// Which slots a format stores quantized, by part (checkpoint-formats.md
+// "What the engine must do" 9 and §5.5): never the router, norms, gates or
+// embeddings; NVFP4 and MXFP4 the routed experts; FP8 also attention, the
+// latent projections and dense MLPs (8 bits); INT4 also attention but its
+// output gate, and dense MLPs (the latent projections and attn.gate keep
+// >= 8 bits). `muse plan` sizes with the same rule.
+bool quantizable_slot(QuantKind kind, const WeightSpec& w);
+// The slots `--quantization` quantizes while loading a BF16 checkpoint:
+// quantizable_slot, except that NVFP4 keeps the experts of the first and
+// last layer BF16 as the published NVFP4 release does (§5.5).
+bool quantized_at_load(QuantKind kind, const WeightSpec& w, int64_t num_layers);
+// "nvfp4" | "mxfp4" | "fp8" | "int4" (vLLM's --quantization names); errors list them.
+Result<QuantKind> parse_quant_kind(const std::string& name);
 
 // Sum of numel over a table (parameter count).
 int64_t count_parameters(const std::vector<WeightSpec>& weights);

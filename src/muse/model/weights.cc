@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "muse/model/quantize.h"
+
 namespace muse {
 namespace {
 
@@ -66,9 +68,101 @@ std::string slot_name(const WeightSpec& spec) {
   return spec.layer >= 0 ? spec.slot + " (layer " + std::to_string(spec.layer) + ")" : spec.slot;
 }
 
+// What the CPU kernels (and any backend's) assume of a quantized layout.
+Status check_quant_layout(const WeightSpec& spec, const HostQuantView& v) {
+  const QuantFormat& f = v.format;
+  const int64_t K = spec.shape.back(), N = spec.shape[spec.shape.size() - 2];
+  auto bad = [&](const std::string& why) {
+    return make_error(std::string(quant_kind_name(f.kind)) + " weight " + std::to_string(N) + "x" + std::to_string(K) +
+                      ": " + why);
+  };
+  const int bits = dtype_bits(v.code_dtype);
+  if (v.codes_bytes * 8 != size_t(spec.numel()) * size_t(bits)) return bad("codes hold " + std::to_string(v.codes_bytes) + " bytes");
+  if (f.block_rows < 1 || f.block_cols < 1) return bad("scale block is empty");
+  switch (f.kind) {
+    case QuantKind::Nvfp4:
+    case QuantKind::Mxfp4:
+      if (v.code_dtype != DType::F4 || K % 16 || f.block_rows != 1 || f.block_cols % 16)
+        return bad("4-bit float codes need in_features and the scale block a multiple of 16, one row per block");
+      if (f.kind == QuantKind::Nvfp4 && (f.global_parts < 1 || f.global_parts > 2 || N % f.global_parts))
+        return bad("NVFP4 needs one or two global scales per matrix");
+      break;
+    case QuantKind::Fp8:
+      if (v.code_dtype != DType::F8_E4M3 || (f.block_cols % 16 && f.block_cols < K) || f.scale_dtype != DType::F32)
+        return bad("FP8 needs E4M3 codes, F32 scales and scale blocks of a multiple of 16 columns (or all of them)");
+      break;
+    case QuantKind::Int4:
+      if (K % 8 || N % 8 || f.block_cols % 8 || f.scale_dtype != DType::F16)
+        return bad("INT4 (GPTQ layout) needs in/out features and the group size multiples of 8 and F16 scales");
+      break;
+    case QuantKind::None: return bad("no format");
+  }
+  return Status::Ok();
+}
+
+Result<Tensor> import_bytes(Backend& b, DType dtype, const std::vector<int64_t>& shape, const void* data, size_t bytes,
+                            bool host_outlives) {
+  MUSE_ASSIGN_OR_RETURN(Tensor t, b.import_weight(DType::U8, {int64_t(bytes)}, data, host_outlives));
+  t.dtype = dtype;
+  t.rank = int(shape.size());
+  t.shape = {};
+  for (size_t i = 0; i < shape.size(); ++i) t.shape[i] = shape[i];
+  return t;
+}
+
+// Imports a quantized slot part by part, as stored, and ties the parts to
+// the codes tensor through a QuantParts the weights own.
+Result<Tensor> import_quant(Backend& b, const WeightSpec& spec, const HostQuantView& v, bool host_outlives,
+                            ModelWeights& w) {
+  if (!b.supports_quant(v.format.kind))
+    return make_error("the " + b.name() + " backend does not run " + quant_kind_name(v.format.kind) +
+                      " weights yet (quantized products are implemented on the CPU backend); load the BF16 "
+                      "checkpoint without --quantization");
+  MUSE_RETURN_IF_ERROR(check_quant_layout(spec, v));
+  auto parts = std::make_unique<QuantParts>();
+  parts->format = v.format;
+  MUSE_ASSIGN_OR_RETURN(Tensor codes, import_bytes(b, v.code_dtype, spec.shape, v.codes, v.codes_bytes, host_outlives));
+  w.owned.push_back(codes);
+  MUSE_ASSIGN_OR_RETURN(parts->scales,
+                        import_bytes(b, v.format.scale_dtype, v.scale_shape, v.scales, v.scales_bytes, host_outlives));
+  w.owned.push_back(parts->scales);
+  if (v.zeros) {
+    MUSE_ASSIGN_OR_RETURN(parts->zeros, import_bytes(b, DType::I32, v.zero_shape, v.zeros, v.zeros_bytes, host_outlives));
+    w.owned.push_back(parts->zeros);
+  }
+  if (!v.global.empty()) {
+    MUSE_ASSIGN_OR_RETURN(parts->global, b.import_weight(DType::F32, {int64_t(v.global.size())}, v.global.data(), false));
+    w.owned.push_back(parts->global);
+  }
+  codes.quant = parts.get();
+  w.quant.push_back(std::move(parts));
+  return codes;
+}
+
 }  // namespace
 
-Result<ModelWeights> upload_weights(Backend& backend, const ModelConfig& config, const WeightSource& source) {
+HostQuantView quant_view(const HostQuantWeight& q) {
+  HostQuantView v;
+  v.format = q.format;
+  v.code_dtype = q.code_dtype;
+  v.codes = q.codes.data(), v.codes_bytes = q.codes.size();
+  v.scales = q.scales.data(), v.scales_bytes = q.scales.size(), v.scale_shape = q.scale_shape;
+  if (!q.zeros.empty()) v.zeros = q.zeros.data(), v.zeros_bytes = q.zeros.size(), v.zero_shape = q.zero_shape;
+  v.global = q.global;
+  return v;
+}
+
+Result<Tensor> import_quantized(Backend& backend, const std::vector<int64_t>& shape, const HostQuantView& view,
+                                bool host_outlives, ModelWeights& owner) {
+  WeightSpec spec;
+  spec.shape = shape;
+  if (shape.size() != 2 && shape.size() != 3) return make_error("quantized weights are [N, K] or [E, N, K]");
+  return import_quant(backend, spec, view, host_outlives, owner);
+}
+
+
+Result<ModelWeights> upload_weights(Backend& backend, const ModelConfig& config, const WeightSource& source,
+                                    const WeightLoadOptions& options) {
   ModelWeights w;
   w.layers.resize(size_t(config.num_layers));
   auto fail = [&](const WeightSpec& spec, const std::string& why) -> Error {
@@ -101,6 +195,25 @@ Result<ModelWeights> upload_weights(Backend& backend, const ModelConfig& config,
       if (!made->empty()) {
         *dst = *made;
         w.owned.push_back(*made);
+        continue;
+      }
+      auto qv = source.quantized(spec);
+      if (!qv.ok()) return fail(spec, qv.message());
+      if (qv->format.kind != QuantKind::None) {  // stored quantized: imported as stored
+        auto t = import_quant(backend, spec, *qv, true, w);
+        if (!t.ok()) return fail(spec, t.message());
+        *dst = *t;
+        continue;
+      }
+      if (options.quantize != QuantKind::None && quantized_at_load(options.quantize, spec, config.num_layers)) {
+        buf.resize(size_t(spec.numel()));
+        Status s = source.read_f32(spec, buf.data());
+        if (!s.ok()) return fail(spec, s.message());
+        auto q = quantize_weight(options.quantize, buf.data(), spec.shape, spec.slot == "moe.experts.gate_up" ? 2 : 1);
+        if (!q.ok()) return fail(spec, "--quantization " + std::string(quant_kind_name(options.quantize)) + ": " + q.message());
+        auto t = import_quant(backend, spec, quant_view(*q), false, w);
+        if (!t.ok()) return fail(spec, t.message());
+        *dst = *t;
         continue;
       }
       auto v = source.view(spec);
@@ -161,11 +274,23 @@ void release_weights(Backend& backend, ModelWeights& weights) {
   weights = ModelWeights{};
 }
 
+uint64_t ModelWeights::resident_bytes() const {
+  uint64_t n = weight_bytes(embed) + weight_bytes(final_norm) + (lm_head.data == embed.data ? 0 : weight_bytes(lm_head));
+  for (const LayerWeights& lw : layers)
+    for (const Tensor* t : {&lw.q, &lw.k, &lw.v, &lw.gate, &lw.o, &lw.norm_input, &lw.norm_post_attn, &lw.norm_pre_ffn,
+                            &lw.norm_post_ffn, &lw.attn_alpha, &lw.attn_beta, &lw.ffn_alpha, &lw.ffn_beta, &lw.mlp_gate,
+                            &lw.mlp_up, &lw.mlp_down, &lw.router, &lw.router_bias, &lw.pre_expert_proj,
+                            &lw.pre_expert_norm, &lw.experts_gate_up, &lw.experts_down, &lw.post_expert_norm,
+                            &lw.post_expert_proj})
+      n += weight_bytes(*t);
+  return n;
+}
+
 DecodeTraffic decode_traffic(const ModelConfig& config, const ModelWeights& w) {
   DecodeTraffic d;
   auto add = [&](uint64_t& into, const Tensor& t) {
     if (t.empty()) return;
-    into += t.bytes();
+    into += weight_bytes(t);
     if (t.rank >= 2) d.flops += 2.0 * double(t.numel());
   };
   for (int64_t l = 0; l < config.num_layers; ++l) {
@@ -178,12 +303,12 @@ DecodeTraffic decode_traffic(const ModelConfig& config, const ModelWeights& w) {
     if (!lw.experts_gate_up.empty()) {
       const int64_t E = lw.experts_gate_up.dim(0), k = config.num_experts_per_tok;
       const double frac = double(k) / double(E);
-      d.expert_bytes += uint64_t(double(lw.experts_gate_up.bytes() + lw.experts_down.bytes()) * frac);
+      d.expert_bytes += uint64_t(double(weight_bytes(lw.experts_gate_up) + weight_bytes(lw.experts_down)) * frac);
       d.flops += 2.0 * double(lw.experts_gate_up.numel() + lw.experts_down.numel()) * frac;
     }
   }
   add(d.head_bytes, w.lm_head);
-  d.head_bytes += uint64_t(w.embed.cols()) * w.embed.element_bytes() + w.final_norm.bytes();
+  d.head_bytes += uint64_t(w.embed.cols()) * w.embed.element_bytes() + weight_bytes(w.final_norm);
   return d;
 }
 

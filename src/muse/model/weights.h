@@ -4,16 +4,21 @@
 // offset gains become effective gains c = 1 + w (fp32), Spark's residual
 // gates become fp32 α/β, and anything not F32/BF16 is converted to F32.
 // F32/BF16 matrices are used in place (zero copy from the mmap'd checkpoint
-// on the CPU backend).
+// on the CPU backend). Quantized matrices stay quantized: a checkpoint's
+// codes and scales are imported as stored (zero copy on the CPU), and with
+// WeightLoadOptions::quantize a BF16 source is quantized slot by slot while
+// loading (model/quantize.h); either way the Tensor carries QuantParts.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <memory>
 #include <vector>
 
 #include "muse/backends/backend.h"
 #include "muse/model/config.h"
+#include "muse/model/quantize.h"
 #include "muse/model/weight_table.h"
 
 namespace muse {
@@ -26,6 +31,26 @@ struct HostTensor {
   size_t nbytes = 0;
 };
 
+// A quantized slot in host memory as stored (pointers into the source,
+// valid while it lives): codes, scales and zero points byte for byte, the
+// NVFP4 global multipliers already in ModelOpt's sense.
+struct HostQuantView {
+  QuantFormat format;
+  DType code_dtype = DType::F4;  // F4 or F8_E4M3
+  const void* codes = nullptr;
+  size_t codes_bytes = 0;
+  const void* scales = nullptr;
+  size_t scales_bytes = 0;
+  std::vector<int64_t> scale_shape;
+  const void* zeros = nullptr;
+  size_t zeros_bytes = 0;
+  std::vector<int64_t> zero_shape;
+  std::vector<float> global;
+};
+
+// A view of a quantized weight held in host vectors.
+HostQuantView quant_view(const HostQuantWeight& q);
+
 // Where weights come from. The checkpoint adapter lives in engine/ (it
 // depends on loading/); model/random_weights.h makes random ones.
 class WeightSource {
@@ -35,11 +60,21 @@ class WeightSource {
   // stays valid as long as the source lives. nullopt-like: data == nullptr
   // when the source must convert (per-expert layouts, other dtypes).
   virtual Result<HostTensor> view(const WeightSpec& spec) const = 0;
-  // The whole logical tensor converted to f32 (spec.numel() values).
+  // The whole logical tensor converted to f32 (spec.numel() values; a
+  // quantized slot dequantized by the reference decoders).
   virtual Status read_f32(const WeightSpec& spec, float* dst) const = 0;
   // A matrix made directly in backend memory in `dtype` (random weights for
   // the GPU benchmark), or an empty tensor: then view()/read_f32() supply it.
   virtual Result<Tensor> create_on(Backend& backend, const WeightSpec& spec, DType dtype) const { return Tensor{}; }
+  // The slot as stored quantized, or format.kind None when it is not.
+  virtual Result<HostQuantView> quantized(const WeightSpec& spec) const { return HostQuantView{}; }
+};
+
+struct WeightLoadOptions {
+  // Quantize BF16/F32 slots while loading (--quantization): those
+  // quantized_at_load(kind, ...) names. Slots the source already stores
+  // quantized are imported as they are.
+  QuantKind quantize = QuantKind::None;
 };
 
 struct LayerWeights {
@@ -60,11 +95,21 @@ struct ModelWeights {
   Tensor embed, final_norm /*absolute gain, F32*/, lm_head;
   std::vector<LayerWeights> layers;
   std::vector<Tensor> owned;  // everything to release
+  std::vector<std::unique_ptr<QuantParts>> quant;  // what quantized Tensors point at (stable addresses)
+  // Backend bytes of all weights (quantized ones at their stored size).
+  uint64_t resident_bytes() const;
 };
 
 // Uploads every slot of describe_weights(config). An error names the slot.
-Result<ModelWeights> upload_weights(Backend& backend, const ModelConfig& config, const WeightSource& source);
+Result<ModelWeights> upload_weights(Backend& backend, const ModelConfig& config, const WeightSource& source,
+                                   const WeightLoadOptions& options = {});
 void release_weights(Backend& backend, ModelWeights& weights);
+
+// One quantized matrix (set) of logical `shape` imported part by part as
+// stored; `owner` keeps its QuantParts and releases its buffers. Checks the
+// layout against what the kernels assume and that the backend runs the kind.
+Result<Tensor> import_quantized(Backend& backend, const std::vector<int64_t>& shape, const HostQuantView& view,
+                                bool host_outlives, ModelWeights& owner);
 
 // Bytes one decode token must read from weights: the embedding row, every
 // dense matrix and norm, the router, the k chosen experts of each sparse

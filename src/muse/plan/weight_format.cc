@@ -95,23 +95,25 @@ std::string param_suffix(const std::string& slot, const std::string& piece_suffi
   return piece_suffix;
 }
 
-bool quantized_in(const QuantScheme& s, const WeightSpec& w) {
-  if (w.reference_dtype != DType::BF16 || w.shape.size() < 2) return false;  // routers, norms, gates
-  const bool expert_ok = w.part == WeightPart::Experts && w.layer >= 0 &&
-                         !(size_t(w.layer) < s.bf16_expert_layer.size() && s.bf16_expert_layer[size_t(w.layer)]);
-  switch (s.format) {
-    case WeightFormat::BF16: return false;
-    case WeightFormat::NVFP4:
-    case WeightFormat::MXFP4: return expert_ok;
-    case WeightFormat::FP8:
-      return expert_ok || w.part == WeightPart::Attention || w.part == WeightPart::Latent ||
-             w.part == WeightPart::DenseMlp;
-    case WeightFormat::INT4:
-      // The latent projections and the attention output gate keep >= 8 bits
-      // (checkpoint-formats.md §5.5, precision floor).
-      return expert_ok || w.part == WeightPart::DenseMlp || (w.part == WeightPart::Attention && w.slot != "attn.gate");
+QuantKind kind_of(WeightFormat f) {
+  switch (f) {
+    case WeightFormat::BF16: return QuantKind::None;
+    case WeightFormat::NVFP4: return QuantKind::Nvfp4;
+    case WeightFormat::MXFP4: return QuantKind::Mxfp4;
+    case WeightFormat::FP8: return QuantKind::Fp8;
+    case WeightFormat::INT4: return QuantKind::Int4;
   }
-  return false;
+  return QuantKind::None;
+}
+
+// Which slots a format stores quantized: the engine's own rule
+// (model/weight_table.h quantizable_slot: the precision floors of
+// checkpoint-formats.md item 9), with the scheme's per-layer BF16 experts.
+bool quantized_in(const QuantScheme& s, const WeightSpec& w) {
+  if (w.part == WeightPart::Experts && w.layer >= 0 && size_t(w.layer) < s.bf16_expert_layer.size() &&
+      s.bf16_expert_layer[size_t(w.layer)])
+    return false;
+  return quantizable_slot(kind_of(s.format), w);
 }
 
 bool is_replicated(WeightPart p) {

@@ -71,6 +71,11 @@ Result<ServeBackend> make_engine_backend(const EngineServeOptions& options) {
   so.seed = o.seed;
   EngineOptions& eo = so.engine;
   eo.backend.device = *device;
+  if (!o.quantization.empty()) {
+    auto q = parse_quant_kind(o.quantization);
+    if (!q.ok()) return make_error("muse serve: --quantization: " + q.message());
+    eo.quantization = *q;
+  }
   eo.max_batch_tokens = o.max_num_batched_tokens;
   eo.max_sequences = o.max_num_seqs;
   eo.max_model_len = max_model_len;

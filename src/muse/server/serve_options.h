@@ -19,6 +19,7 @@ struct EngineServeOptions {
   int max_num_batched_tokens = 8192;
   double gpu_memory_utilization = 0.9;
   std::string dtype = "auto";        // auto | bfloat16
+  std::string quantization;          // --quantization nvfp4|mxfp4|fp8|int4: quantize a BF16 checkpoint at load
   std::string chat_template;         // --chat-template: a file, or the template text
   std::string generation_config = "auto";  // auto: the model's generation_config.json; vllm: none; or a directory
   std::string reasoning_parser;      // muse | muse_glimmer | muse_spark (validated)

@@ -27,7 +27,7 @@ namespace muse::cpu {
 // allocates nothing once the queue's capacity has grown to a step's length.
 class InlineOp {
  public:
-  static constexpr size_t kCapacity = 640;
+  static constexpr size_t kCapacity = 768;  // the attention op (eight tensors) is the largest
   InlineOp() = default;
   template <class F>
   InlineOp(const char* name, F&& f) : name_(name) {
@@ -65,6 +65,7 @@ class CpuBackend final : public Backend {
 
   std::string name() const override;
   std::string profile_report() const override;
+  bool supports_quant(QuantKind kind) const override { return true; }  // all four kinds (cpu_matmul.cc)
   void profile_reset() override { profile_times_.clear(); }
 
   Result<Tensor> alloc(DType dtype, std::initializer_list<int64_t> shape) override;
@@ -120,15 +121,17 @@ class CpuBackend final : public Backend {
   char* scratch(int thread) { return scratch_[size_t(thread)].data(); }
   // Row-wise norm of `n` values into y (y may alias x), scratch-free.
   void norm_row(float* y, const float* x, int64_t n, const float* gain, NormGain mode, float eps, float scale) const;
-  // A matmul of rows [t0, t0+T) of x against weight rows [n0, n0+N).
-  void matmul_block(const float* x, int64_t ldx, int64_t T, const Tensor& w, int64_t n0, int64_t N, float* out,
-                    int64_t ldo) const;
+  // A matmul of rows [t0, t0+T) of x against weight rows [n0, n0+N) of
+  // `w` (2-D), or of expert `expert` of a fused-expert `w` (3-D); dense or
+  // quantized.
+  void matmul_block(const float* x, int64_t ldx, int64_t T, const Tensor& w, int64_t expert, int64_t n0, int64_t N,
+                    float* out, int64_t ldo) const;
   // Splits T×N outputs into tasks and runs them (used by project and moe).
   struct MatmulJob {
     const float* x;
     int64_t ldx, T;
-    const Tensor* w;  // full weight; rows [w_row0, w_row0 + N)
-    int64_t w_row0, N;
+    const Tensor* w;  // full weight; rows [w_row0, w_row0 + N) (of expert `expert` when 3-D)
+    int64_t expert, w_row0, N;
     float* out;
     int64_t ldo;
   };
@@ -149,7 +152,6 @@ class CpuBackend final : public Backend {
   // from step to step.
   struct MoeScratch {
     std::vector<int64_t> count, order, start, fill, slot_of;
-    std::vector<Tensor> gu, dn;
     struct GuTask {
       int64_t e, t0, tn, i0, in;
     };

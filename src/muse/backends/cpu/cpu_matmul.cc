@@ -9,13 +9,58 @@
 
 namespace muse::cpu {
 
-void CpuBackend::matmul_block(const float* x, int64_t ldx, int64_t T, const Tensor& w, int64_t n0, int64_t N,
-                              float* out, int64_t ldo) const {
+namespace {
+
+// The kernels' view of one quantized matrix: expert e of a [E, N, K]
+// weight (e = 0 for a 2-D one), every part offset to that expert.
+QuantMatrix quant_matrix(const Tensor& w, int64_t e) {
+  const QuantParts& qp = *w.quant;
+  const QuantFormat& f = qp.format;
+  QuantMatrix m;
+  const int64_t N = w.dim(w.rank - 2), K = w.cols();
+  m.rows = N;
+  m.cols = K;
+  m.codes = static_cast<const uint8_t*>(w.data) + size_t(e * N * K) * size_t(dtype_bits(w.dtype)) / 8;
+  m.block_rows = f.block_rows;
+  m.block_cols = f.block_cols;
+  const int64_t per_expert_scales = qp.scales.numel() / (w.rank == 3 ? w.dim(0) : 1);
+  m.scales = static_cast<const uint8_t*>(qp.scales.data) + size_t(e * per_expert_scales) * qp.scales.element_bytes();
+  if (f.kind == QuantKind::Int4) {
+    m.kind = QuantMatrix::Int4;
+    m.zero_offset = f.zero_offset;
+    if (!qp.zeros.empty())
+      m.zeros = static_cast<const uint8_t*>(qp.zeros.data) + size_t(e) * (qp.zeros.bytes() / size_t(w.rank == 3 ? w.dim(0) : 1));
+    return m;
+  }
+  m.kind = f.kind == QuantKind::Fp8 ? QuantMatrix::Fp8 : QuantMatrix::Fp4;
+  m.scale_ld = (K + f.block_cols - 1) / f.block_cols;
+  m.scale_lut = f.scale_dtype == DType::F8_E4M3 ? e4m3_table()
+                : f.scale_dtype == DType::F8_E8M0 ? e8m0_table()
+                                                  : nullptr;
+  m.global_rows = N;
+  if (f.global_parts > 0) {
+    const float* g = static_cast<const float*>(qp.global.data) + e * f.global_parts;
+    m.global[0] = g[0];
+    m.global[1] = g[f.global_parts - 1];
+    m.global_rows = N / f.global_parts;
+  }
+  return m;
+}
+
+}  // namespace
+
+void CpuBackend::matmul_block(const float* x, int64_t ldx, int64_t T, const Tensor& w, int64_t expert, int64_t n0,
+                              int64_t N, float* out, int64_t ldo) const {
   const int64_t K = w.cols();
+  if (w.quant) {
+    k_.matmul_quant(x, ldx, T, quant_matrix(w, expert), n0, N, out, ldo);
+    return;
+  }
+  const size_t base = size_t(expert * w.dim(w.rank - 2) + n0) * size_t(K);
   if (w.dtype == DType::BF16) {
-    k_.matmul_bf16(x, ldx, T, static_cast<const uint16_t*>(w.data) + n0 * K, K, N, K, out, ldo);
+    k_.matmul_bf16(x, ldx, T, static_cast<const uint16_t*>(w.data) + base, K, N, K, out, ldo);
   } else {
-    k_.matmul_f32(x, ldx, T, static_cast<const float*>(w.data) + n0 * K, K, N, K, out, ldo);
+    k_.matmul_f32(x, ldx, T, static_cast<const float*>(w.data) + base, K, N, K, out, ldo);
   }
 }
 
@@ -43,7 +88,8 @@ void CpuBackend::run_matmuls(const std::vector<MatmulJob>& jobs) {
   pool_.run(int64_t(tasks.size()), [&](int64_t ti, int) {
     const MatmulTask& t = tasks[size_t(ti)];
     const MatmulJob& j = jobs[size_t(t.job)];
-    matmul_block(j.x + t.t0 * j.ldx, j.ldx, t.T, *j.w, j.w_row0 + t.n0, t.N, j.out + t.t0 * j.ldo + t.n0, j.ldo);
+    matmul_block(j.x + t.t0 * j.ldx, j.ldx, t.T, *j.w, j.expert, j.w_row0 + t.n0, t.N, j.out + t.t0 * j.ldo + t.n0,
+                 j.ldo);
   });
 }
 
@@ -57,7 +103,7 @@ void CpuBackend::project(const Tensor& x, std::span<const Projection> outputs) {
   std::copy(outputs.begin(), outputs.end(), outs.p.begin());
   for (const auto& p : outputs) {
     if (!MUSE_CPU_CHECK(x.dtype == DType::F32 && p.out.dtype == DType::F32 &&
-                   (p.weight.dtype == DType::F32 || p.weight.dtype == DType::BF16) && p.weight.rank == 2 &&
+                   (p.weight.quant || p.weight.dtype == DType::F32 || p.weight.dtype == DType::BF16) && p.weight.rank == 2 &&
                    p.weight.cols() == x.cols() && p.out.rows() == x.rows() && p.out.cols() == p.weight.rows(),
                "project", describe(x) + " · " + describe(p.weight) + "ᵀ -> " + describe(p.out)))
       return;
@@ -73,7 +119,7 @@ void CpuBackend::project(const Tensor& x, std::span<const Projection> outputs) {
     jobs.clear();
     for (size_t i = 0; i < outs.n; ++i) {
       const Projection& p = outs.p[i];
-      jobs.push_back({static_cast<const float*>(x.data), x.cols(), x.rows(), &p.weight, 0, p.weight.rows(),
+      jobs.push_back({static_cast<const float*>(x.data), x.cols(), x.rows(), &p.weight, 0, 0, p.weight.rows(),
                       static_cast<float*>(p.out.data), p.out.cols()});
     }
     run_matmuls(jobs);

@@ -58,7 +58,9 @@ void CpuBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& g
   if (!MUSE_CPU_CHECK(gate_up.rank == 3 && down.rank == 3 && down.dim(0) == E && gate_up.dim(2) == Hm && down.dim(1) == Hm &&
                  down.dim(2) * 2 == I2 && out.numel() == u.numel() && ids.rows() == u.rows() &&
                  ids.dtype == DType::I32 && weights.numel() == ids.numel() && post_gain.numel() == Hm &&
-                 gate_up.dtype == down.dtype && (gate_up.dtype == DType::F32 || gate_up.dtype == DType::BF16),
+                 ((!gate_up.quant && !down.quant && gate_up.dtype == down.dtype &&
+                   (gate_up.dtype == DType::F32 || gate_up.dtype == DType::BF16)) ||
+                  (gate_up.quant && down.quant)),
              "moe_experts", describe(u) + " experts " + describe(gate_up) + " / " + describe(down)))
     return;
   enqueue(__func__, [this, out, u, gate_up, down, post_gain, ids, weights, eps, E, I2, Hm] {
@@ -104,20 +106,6 @@ void CpuBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& g
         std::memcpy(X + g * Hm, static_cast<const float*>(u.data) + (order[size_t(g)] / K) * Hm, size_t(Hm) * 4);
       });
     }
-    // Weight views of one expert, as 2-D tensors.
-    auto expert = [](const Tensor& w, int64_t e) {
-      Tensor t = w.rows(e, 1);
-      return t.reshaped({w.dim(1), w.dim(2)});
-    };
-    auto& gu = ms.gu;
-    auto& dn = ms.dn;
-    gu.resize(size_t(E));
-    dn.resize(size_t(E));
-    for (int64_t e = 0; e < E; ++e) {
-      if (!count[size_t(e)]) continue;
-      gu[size_t(e)] = expert(gate_up, e);
-      dn[size_t(e)] = expert(down, e);
-    }
     // Gate and up rows i..i+c of an expert in one task, then silu(γ) ⊙ υ:
     // one pass, one dispatch. Tasks: (expert, block of ≤ 64 rows of x, rows of I).
     constexpr int64_t kRowsPerXBlock = 64;
@@ -137,8 +125,8 @@ void CpuBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& g
       float* up = g + tk.tn * tk.in;
       const float* x = x_rows(tk.e) + (gather ? tk.t0 * Hm : 0);
       const int64_t ldx = gather ? Hm : 0;  // decode: every slot reads the same row
-      matmul_block(x, ldx, tk.tn, gu[size_t(tk.e)], tk.i0, tk.in, g, tk.in);
-      matmul_block(x, ldx, tk.tn, gu[size_t(tk.e)], I + tk.i0, tk.in, up, tk.in);
+      matmul_block(x, ldx, tk.tn, gate_up, tk.e, tk.i0, tk.in, g, tk.in);
+      matmul_block(x, ldx, tk.tn, gate_up, tk.e, I + tk.i0, tk.in, up, tk.in);
       for (int64_t r = 0; r < tk.tn; ++r) {
         float* a = A + (start[size_t(tk.e)] + tk.t0 + r) * I + tk.i0;
         for (int64_t i = 0; i < tk.in; ++i) {
@@ -151,7 +139,7 @@ void CpuBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& g
     jobs.clear();
     for (int64_t e = 0; e < E; ++e) {
       if (!count[size_t(e)]) continue;
-      jobs.push_back({A + start[size_t(e)] * I, I, count[size_t(e)], &dn[size_t(e)], 0, Hm,
+      jobs.push_back({A + start[size_t(e)] * I, I, count[size_t(e)], &down, e, 0, Hm,
                       Y + start[size_t(e)] * Hm, Hm});
     }
     run_matmuls(jobs);

@@ -19,6 +19,29 @@ namespace muse::cpu {
 enum class Isa { Scalar, Avx2, Avx512 };
 const char* isa_name(Isa isa);
 
+// One quantized matrix (a weight, or one expert of a fused-expert weight) as
+// the kernels read it; built from a Tensor + QuantParts by the backend
+// (cpu_matmul.cc). Layouts are tensor.h's QuantKind.
+struct QuantMatrix {
+  enum Kind : uint8_t { Fp4, Fp8, Int4 } kind = Fp4;  // Fp4: NVFP4 and MXFP4 (same codes)
+  const uint8_t* codes = nullptr;
+  const uint8_t* scales = nullptr;
+  const uint8_t* zeros = nullptr;  // Int4 only; null = symmetric (zero point 8)
+  int64_t rows = 0, cols = 0;      // N, K of the whole matrix
+  // Row-major kinds: scale(n, k) = scale_value[(n / block_rows) · scale_ld + k / block_cols]
+  // · global[n / global_rows]; scales are bytes through scale_lut (E4M3,
+  // E8M0: 256 entries) or F32 (scale_lut null).
+  // Int4: scales are F16 [ceil(K/G), N] with G = block_cols, zeros I32 [ceil(K/G), N/8].
+  int64_t block_rows = 1, block_cols = 16, scale_ld = 0;
+  const float* scale_lut = nullptr;
+  float global[2] = {1.0f, 1.0f};
+  int64_t global_rows = 0;  // rows per global multiplier (N when there is one)
+  int32_t zero_offset = 0;
+};
+// 256-entry tables: f8_e4m3 and f8_e8m0 values of every byte.
+const float* e4m3_table();
+const float* e8m0_table();
+
 struct KernelTable {
   Isa isa;
   // out[t*ldo + n] = Σ_k x[t*ldx + k] · w[n*ldw + k] for t < T, n < N.
@@ -26,6 +49,14 @@ struct KernelTable {
                      float* out, int64_t ldo);
   void (*matmul_bf16)(const float* x, int64_t ldx, int64_t T, const uint16_t* w, int64_t ldw, int64_t N, int64_t K,
                       float* out, int64_t ldo);
+  // The same product over rows [n0, n0+N) of a quantized matrix, decoding
+  // codes and scales in registers. Row-major kinds compute every output
+  // exactly as matmul_f32 does on the dequantized matrix (same chunks, same
+  // tree), so the two agree bit for bit; Int4 (codes along K, N contiguous)
+  // vectorizes over N with one accumulator per output running through K in
+  // order. Either way each output is one fixed sequence of operations.
+  void (*matmul_quant)(const float* x, int64_t ldx, int64_t T, const QuantMatrix& w, int64_t n0, int64_t N,
+                       float* out, int64_t ldo);
   float (*dot)(const float* a, const float* b, int64_t n);
   float (*sum_squares)(const float* x, int64_t n);
   // y[i] += a · x[i]

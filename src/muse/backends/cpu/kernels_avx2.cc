@@ -13,6 +13,9 @@ struct Avx2 {
   static constexpr int MR = 2;   // batched: 2 x rows × 4 w rows = 8 accumulators
   static constexpr int NR = 4;
   static constexpr int NR1 = 8;  // decode: 8 weight rows in flight
+  static constexpr int QNB1 = 2;  // INT4 decode: 2 × 8 columns (16 registers)
+  static constexpr int QNB = 2;
+  using IReg = __m256i;
   static Reg zero() { return _mm256_setzero_ps(); }
   static Reg set1(float a) { return _mm256_set1_ps(a); }
   static Reg load(const float* p) { return _mm256_loadu_ps(p); }
@@ -32,6 +35,53 @@ struct Avx2 {
   static Reg fma(Reg a, Reg b, Reg c) { return _mm256_fmadd_ps(a, b, c); }
   static Reg mul(Reg a, Reg b) { return _mm256_mul_ps(a, b); }
   static Reg add(Reg a, Reg b) { return _mm256_add_ps(a, b); }
+  static Reg sub(Reg a, Reg b) { return _mm256_sub_ps(a, b); }
+  // 8 E2M1 codes from 4 bytes, in element order: the dword in every lane,
+  // shifted right by 4·lane; the magnitude from bits 0-2 through an 8-entry
+  // table (vpermps reads only those), the sign (bit 3) moved to bit 31
+  // (code 8 is -0).
+  static Reg fp4(const uint8_t* p) {
+    int32_t word;
+    __builtin_memcpy(&word, p, 4);
+    const __m256i idx = _mm256_srlv_epi32(_mm256_set1_epi32(word), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+    const Reg mag = _mm256_permutevar8x32_ps(_mm256_setr_ps(0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f), idx);
+    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(idx, _mm256_set1_epi32(8)), 28);
+    return _mm256_xor_ps(mag, _mm256_castsi256_ps(sign));
+  }
+  // E4M3 as in kernels_avx512.cc: (v & 0x7F) << 20 times 2^120, sign, NaN.
+  static Reg fp8_lanes(__m256i v) {
+    const __m256i em = _mm256_and_si256(v, _mm256_set1_epi32(0x7F));
+    Reg mag = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(em, 20)), _mm256_set1_ps(0x1p120f));
+    mag = _mm256_blendv_ps(mag, _mm256_set1_ps(__builtin_nanf("")),
+                           _mm256_castsi256_ps(_mm256_cmpeq_epi32(em, _mm256_set1_epi32(0x7F))));
+    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x80)), 24);
+    return _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(mag), sign));
+  }
+  static Reg fp8(const uint8_t* p) { return fp8_lanes(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))); }
+  static Reg fp8_n(const uint8_t* p, int n) {
+    alignas(16) uint8_t tmp[16] = {0};
+    for (int i = 0; i < n; ++i) tmp[i] = p[i];
+    return fp8(tmp);
+  }
+  static IReg iload(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  static IReg iload_n(const uint8_t* p, int n) { return _mm256_maskload_epi32(reinterpret_cast<const int*>(p), mask(n)); }
+  static Reg fnmadd(Reg a, Reg b, Reg c) { return _mm256_fnmadd_ps(a, b, c); }
+  static Reg nibf(IReg v, int shift) {
+    return _mm256_cvtepi32_ps(_mm256_and_si256(_mm256_srl_epi32(v, _mm_cvtsi32_si128(shift)), _mm256_set1_epi32(15)));
+  }
+  static Reg zeros4(const uint8_t* p, int n) {
+    int32_t word;
+    __builtin_memcpy(&word, p, 4);
+    const __m256i v = _mm256_srlv_epi32(_mm256_set1_epi32(word), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28));
+    const Reg z = _mm256_cvtepi32_ps(_mm256_and_si256(v, _mm256_set1_epi32(15)));
+    return _mm256_and_ps(z, _mm256_castsi256_ps(mask(n)));
+  }
+  static Reg load_f16(const uint8_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static Reg load_f16_n(const uint8_t* p, int n) {
+    alignas(16) uint16_t tmp[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    __builtin_memcpy(tmp, p, size_t(n) * 2);
+    return load_f16(reinterpret_cast<const uint8_t*>(tmp));
+  }
   static void store(float* p, Reg v) { _mm256_storeu_ps(p, v); }
   static void store_n(float* p, Reg v, int n) { _mm256_maskstore_ps(p, mask(n), v); }
   static float hsum(Reg v) {
@@ -46,6 +96,7 @@ const KernelTable kTable = {
     Isa::Avx2,
     matmul_f32_impl<Avx2>,
     matmul_bf16_impl<Avx2>,
+    matmul_quant_impl<Avx2>,
     dot_impl<Avx2>,
     sum_squares_impl<Avx2>,
     axpy_impl<Avx2>,

@@ -17,6 +17,9 @@ struct Avx512 {
   static constexpr int MR = 4;  // batched: 4 × 4 = 16 of the 32 registers accumulate
   static constexpr int NR = 4;
   static constexpr int NR1 = 8;
+  static constexpr int QNB1 = 4;  // INT4 decode: 4 × 16 columns
+  static constexpr int QNB = 2;   // INT4 batched: 4 x rows × 2 × 16 columns
+  using IReg = __m512i;
   static __mmask16 mask(int n) { return __mmask16((1u << n) - 1u); }
   static Reg zero() { return _mm512_setzero_ps(); }
   static Reg set1(float a) { return _mm512_set1_ps(a); }
@@ -28,6 +31,51 @@ struct Avx512 {
   static Reg fma(Reg a, Reg b, Reg c) { return _mm512_fmadd_ps(a, b, c); }
   static Reg mul(Reg a, Reg b) { return _mm512_mul_ps(a, b); }
   static Reg add(Reg a, Reg b) { return _mm512_add_ps(a, b); }
+  static Reg sub(Reg a, Reg b) { return _mm512_sub_ps(a, b); }
+  // 16 E2M1 codes from 8 bytes, in element order: lanes 0-7 take the low
+  // dword, 8-15 the high one, each shifted right by 4·(lane % 8) so its
+  // nibble is in bits 0-3, and vpermps reads only those 4 bits as the index
+  // into the 16-entry value table (no masking, no widening).
+  static Reg fp4(const uint8_t* p) {
+    static const float kE2M1[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                                    -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+    int64_t q;
+    __builtin_memcpy(&q, p, 8);
+    const __m512i dw = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                                                _mm512_set1_epi64(q));
+    const __m512i idx = _mm512_srlv_epi32(dw, _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28));
+    return _mm512_permutexvar_ps(idx, _mm512_loadu_ps(kE2M1));
+  }
+  // E4M3 (e4m3fn) bytes in 32-bit lanes: (v & 0x7F) << 20 is an f32 whose
+  // exponent is 120 too small (subnormals included, exactly), so one
+  // multiply by 2^120 gives the value; then the sign; 0x7F/0xFF are NaN.
+  static Reg fp8_lanes(__m512i v) {
+    const __m512i em = _mm512_and_si512(v, _mm512_set1_epi32(0x7F));
+    Reg mag = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(em, 20)), _mm512_set1_ps(0x1p120f));
+    mag = _mm512_mask_blend_ps(_mm512_cmpeq_epi32_mask(em, _mm512_set1_epi32(0x7F)), mag, _mm512_set1_ps(__builtin_nanf("")));
+    const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0x80)), 24);
+    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(mag), sign));
+  }
+  static Reg fp8(const uint8_t* p) { return fp8_lanes(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))); }
+  static Reg fp8_n(const uint8_t* p, int n) { return fp8_lanes(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask(n), p))); }
+  static IReg iload(const uint8_t* p) { return _mm512_loadu_si512(p); }
+  static IReg iload_n(const uint8_t* p, int n) { return _mm512_maskz_loadu_epi32(mask(n), p); }
+  static Reg fnmadd(Reg a, Reg b, Reg c) { return _mm512_fnmadd_ps(a, b, c); }
+  // float((v >> shift) & 15): vpermps reads only the low 4 bits of each
+  // index, so the shifted word indexes the table 0..15 directly.
+  static Reg nibf(IReg v, int shift) {
+    const Reg values = _mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+    return _mm512_permutexvar_ps(_mm512_srl_epi32(v, _mm_cvtsi32_si128(shift)), values);
+  }
+  static Reg zeros4(const uint8_t* p, int n) {
+    const __m512i words = _mm512_maskz_loadu_epi32(__mmask16((1u << ((n + 7) / 8)) - 1u), p);
+    const __m512i lane_word = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    const __m512i shift = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+    const __m512i v = _mm512_srlv_epi32(_mm512_permutexvar_epi32(lane_word, words), shift);
+    return _mm512_maskz_mov_ps(mask(n), _mm512_cvtepi32_ps(_mm512_and_si512(v, _mm512_set1_epi32(15))));
+  }
+  static Reg load_f16(const uint8_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+  static Reg load_f16_n(const uint8_t* p, int n) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(mask(n), p)); }
   static void store(float* p, Reg v) { _mm512_storeu_ps(p, v); }
   static void store_n(float* p, Reg v, int n) { _mm512_mask_storeu_ps(p, mask(n), v); }
   static float hsum(Reg v) {
@@ -43,6 +91,7 @@ const KernelTable kTable = {
     Isa::Avx512,
     matmul_f32_impl<Avx512>,
     matmul_bf16_impl<Avx512>,
+    matmul_quant_impl<Avx512>,
     dot_impl<Avx512>,
     sum_squares_impl<Avx512>,
     axpy_impl<Avx512>,

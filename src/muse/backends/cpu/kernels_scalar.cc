@@ -1,9 +1,12 @@
 // The scalar kernel table: plain loops, sequential fp32 sums. It is the
 // fallback on CPUs without AVX2 and a readable statement of what the SIMD
 // tables compute (they differ only in summation order). Also ISA selection.
+#include <array>
 #include <cmath>
+#include <cstring>
 
 #include "muse/backends/cpu/kernels.h"
+#include "muse/core/dtype.h"
 
 namespace muse::cpu {
 namespace {
@@ -27,6 +30,47 @@ void matmul_scalar(const float* x, int64_t ldx, int64_t T, const WT* w, int64_t 
       out[t * ldo + n] = acc;
     }
   }
+}
+
+// The scalar statement of matmul_quant: the dequantized value of every
+// code, exactly as loading/quant.cc's reference decoders compute it, summed
+// in order.
+float quant_scale(const QuantMatrix& w, int64_t n, int64_t k) {
+  const int64_t i = (n / w.block_rows) * w.scale_ld + k / w.block_cols;
+  float s;
+  if (w.scale_lut) s = w.scale_lut[w.scales[i]];
+  else std::memcpy(&s, w.scales + 4 * i, 4);
+  return s * w.global[n / w.global_rows];
+}
+
+float quant_value(const QuantMatrix& w, int64_t n, int64_t k) {
+  if (w.kind == QuantMatrix::Fp4) {
+    const uint8_t byte = w.codes[n * (w.cols / 2) + k / 2];
+    return e2m1_to_f32(k % 2 ? byte >> 4 : byte & 15) * quant_scale(w, n, k);
+  }
+  if (w.kind == QuantMatrix::Fp8) return f8_e4m3_to_f32(w.codes[n * w.cols + k]) * quant_scale(w, n, k);
+  const int64_t N = w.rows, g = k / w.block_cols;
+  uint32_t word;
+  std::memcpy(&word, w.codes + ((k / 8) * N + n) * 4, 4);
+  const int q = int((word >> (4 * (k % 8))) & 15u);
+  int z = 8;
+  if (w.zeros) {
+    std::memcpy(&word, w.zeros + (g * (N / 8) + n / 8) * 4, 4);
+    z = int((word >> (4 * (n % 8))) & 15u) + w.zero_offset;
+  }
+  uint16_t h;
+  std::memcpy(&h, w.scales + (g * N + n) * 2, 2);
+  return f16_to_f32(h) * float(q - z);
+}
+
+void matmul_quant_scalar(const float* x, int64_t ldx, int64_t T, const QuantMatrix& w, int64_t n0, int64_t N,
+                         float* out, int64_t ldo) {
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t n = 0; n < N; ++n) {
+      float acc = 0.0f;
+      for (int64_t k = 0; k < w.cols; ++k) acc += x[t * ldx + k] * quant_value(w, n0 + n, k);
+      out[t * ldo + n] = acc;
+    }
 }
 
 float dot_scalar(const float* a, const float* b, int64_t n) {
@@ -66,6 +110,7 @@ const KernelTable kScalar = {
     Isa::Scalar,
     matmul_scalar<float>,
     matmul_scalar<uint16_t>,
+    matmul_quant_scalar,
     dot_scalar,
     sum_squares_scalar,
     axpy_scalar,
@@ -85,6 +130,24 @@ const char* isa_name(Isa isa) {
 }
 
 const KernelTable* scalar_kernels() { return &kScalar; }
+
+const float* e4m3_table() {
+  static const std::array<float, 256> t = [] {
+    std::array<float, 256> a{};
+    for (int i = 0; i < 256; ++i) a[size_t(i)] = f8_e4m3_to_f32(uint8_t(i));
+    return a;
+  }();
+  return t.data();
+}
+
+const float* e8m0_table() {
+  static const std::array<float, 256> t = [] {
+    std::array<float, 256> a{};
+    for (int i = 0; i < 256; ++i) a[size_t(i)] = f8_e8m0_to_f32(uint8_t(i));
+    return a;
+  }();
+  return t.data();
+}
 
 bool cpu_has_avx2() {
 #if defined(__x86_64__)

@@ -184,3 +184,210 @@ void attend_impl(const float* q, const float* const* krows, const float* const* 
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------
+// Quantized products (kernels.h: matmul_quant). V additionally provides
+// IReg, sub, fnmadd, fp4(p) (W E2M1 codes from W/2 bytes, even element in the low
+// nibble), fp8(p) / fp8_n(p, n) (W E4M3 bytes), iload / iload_n (W int32),
+// nibf(v, shift) (float of (v >> shift) & 15), load_f16 / load_f16_n,
+// zeros4(p, n) (n 4-bit zero points packed along N, 8 per word from p).
+// ---------------------------------------------------------------------------
+namespace {
+
+using QMat = muse::cpu::QuantMatrix;
+
+inline float qscale_value(const QMat& w, int64_t index) {
+  if (w.scale_lut) return w.scale_lut[w.scales[index]];
+  float s;
+  __builtin_memcpy(&s, w.scales + 4 * index, 4);
+  return s;
+}
+
+// Row-major codes (FP4 / FP8): rows n..n+NR of w against MR rows of x. The
+// scale is applied to the decoded codes (the dequantized value, exactly as
+// the reference decoders compute it), then the same fma chain, tail and
+// tree as dot_block: the result equals matmul_f32 on the dequantized matrix.
+template <class V, int MR, int NR, bool FP4>
+inline void qdot_block(const float* x, int64_t ldx, const QMat& w, int64_t n, float* out, int64_t ldo) {
+  const int64_t K = w.cols, bc = w.block_cols;
+  const int64_t row_bytes = FP4 ? K / 2 : K;
+  typename V::Reg acc[MR][NR];
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) acc[i][j] = V::zero();
+  const uint8_t* crow[NR];
+  int64_t sbase[NR];
+  float g[NR];
+  for (int j = 0; j < NR; ++j) {
+    crow[j] = w.codes + (n + j) * row_bytes;
+    sbase[j] = ((n + j) / w.block_rows) * w.scale_ld;
+    g[j] = w.global[(n + j) / w.global_rows];
+  }
+  int64_t b = 0;
+  for (int64_t kb = 0; kb < K; kb += bc, ++b) {
+    const int64_t ke = kb + bc < K ? kb + bc : K;
+    typename V::Reg s[NR];
+    for (int j = 0; j < NR; ++j) s[j] = V::set1(qscale_value(w, sbase[j] + b) * g[j]);
+    int64_t k = kb;
+    for (; k + V::W <= ke; k += V::W) {
+      typename V::Reg wv[NR];
+      for (int j = 0; j < NR; ++j) wv[j] = V::mul(FP4 ? V::fp4(crow[j] + k / 2) : V::fp8(crow[j] + k), s[j]);
+      for (int i = 0; i < MR; ++i) {
+        typename V::Reg xv = V::load(x + i * ldx + k);
+        for (int j = 0; j < NR; ++j) acc[i][j] = V::fma(xv, wv[j], acc[i][j]);
+      }
+    }
+    if (k < ke) {  // only at the end of K (FP4 rows are whole chunks; FP8 blocks are multiples of W or all of K)
+      const int r = int(ke - k);
+      typename V::Reg wv[NR];
+      for (int j = 0; j < NR; ++j) wv[j] = V::mul(V::fp8_n(crow[j] + k, r), s[j]);
+      for (int i = 0; i < MR; ++i) {
+        typename V::Reg xv = V::load_n(x + i * ldx + k, r);
+        for (int j = 0; j < NR; ++j) acc[i][j] = V::fma(xv, wv[j], acc[i][j]);
+      }
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int j = 0; j < NR; ++j) out[i * ldo + j] = V::hsum(acc[i][j]);
+}
+
+template <class V, bool FP4>
+void qmatmul_rows(const float* x, int64_t ldx, int64_t T, const QMat& w, int64_t n0, int64_t N, float* out,
+                  int64_t ldo) {
+  if (T == 1) {
+    constexpr int NR1 = V::NR1;
+    int64_t n = 0;
+    for (; n + NR1 <= N; n += NR1) qdot_block<V, 1, NR1, FP4>(x, ldx, w, n0 + n, out + n, ldo);
+    for (; n < N; ++n) qdot_block<V, 1, 1, FP4>(x, ldx, w, n0 + n, out + n, ldo);
+    return;
+  }
+  constexpr int MR = V::MR, NR = V::NR;
+  for (int64_t n = 0; n < N; n += NR) {
+    const bool full = N - n >= NR;
+    int64_t t = 0;
+    for (; t + MR <= T; t += MR) {
+      if (full) qdot_block<V, MR, NR, FP4>(x + t * ldx, ldx, w, n0 + n, out + t * ldo + n, ldo);
+      else
+        for (int64_t j = n; j < N; ++j) qdot_block<V, MR, 1, FP4>(x + t * ldx, ldx, w, n0 + j, out + t * ldo + j, ldo);
+    }
+    for (; t < T; ++t) {
+      if (full) qdot_block<V, 1, NR, FP4>(x + t * ldx, ldx, w, n0 + n, out + t * ldo + n, ldo);
+      else
+        for (int64_t j = n; j < N; ++j) qdot_block<V, 1, 1, FP4>(x + t * ldx, ldx, w, n0 + j, out + t * ldo + j, ldo);
+    }
+  }
+}
+
+// INT4 (GPTQ layout: words [K/8, N], N contiguous): NB registers of W
+// columns starting at column c against MR rows of x; the last register has
+// `last` valid lanes. Per group g of G inputs the scale and zero factor out:
+// Σ_k x_k·s·(q_k − z) = s·(Σ_k x_k·q_k − z·Σ_k x_k), so the inner loop is a
+// nibble to float (V::nibf) and one fma per 16 weights, and each group ends
+// with acc = fma(s, a_g − z·xs_g, acc). Every column's output is one fixed
+// sequence (k in order, groups in order), whatever the blocking.
+constexpr int64_t kInt4Prefetch = 16;  // rows of words ahead
+
+template <class V, int MR, int NB>
+inline void int4_block(const float* x, int64_t ldx, const QMat& w, int64_t c, int last, float* out, int64_t ldo) {
+  const int64_t K = w.cols, N = w.rows, G = w.block_cols;
+  typename V::Reg acc[MR][NB];
+  for (int i = 0; i < MR; ++i)
+    for (int b = 0; b < NB; ++b) acc[i][b] = V::zero();
+  int64_t g = 0;
+  for (int64_t k0 = 0; k0 < K; k0 += G, ++g) {
+    const int64_t k1 = k0 + G < K ? k0 + G : K;
+    typename V::Reg s[NB], z[NB];
+    for (int b = 0; b < NB; ++b) {
+      const int64_t col = c + b * V::W;
+      const int cnt = b == NB - 1 ? last : V::W;
+      const uint8_t* sp = w.scales + (g * N + col) * 2;
+      s[b] = cnt == V::W ? V::load_f16(sp) : V::load_f16_n(sp, cnt);
+      if (w.zeros && col % 8 == 0) {
+        z[b] = V::add(V::zeros4(w.zeros + (g * (N / 8) + col / 8) * 4, cnt), V::set1(float(w.zero_offset)));
+      } else {
+        float zt[16] = {0};
+        for (int l = 0; l < cnt; ++l) {
+          const int64_t n = col + l;
+          int zv = 8;
+          if (w.zeros) {
+            uint32_t word;
+            __builtin_memcpy(&word, w.zeros + (g * (N / 8) + n / 8) * 4, 4);
+            zv = int((word >> (4 * (n % 8))) & 15u) + w.zero_offset;
+          }
+          zt[l] = float(zv);
+        }
+        z[b] = V::load(zt);
+      }
+    }
+    typename V::Reg a[MR][NB];
+    for (int i = 0; i < MR; ++i)
+      for (int b = 0; b < NB; ++b) a[i][b] = V::zero();
+    for (int64_t r = k0 / 8; r < k1 / 8; ++r) {
+      typename V::IReg q[NB];
+      for (int b = 0; b < NB; ++b) {
+        const uint8_t* qp = w.codes + (r * N + c + b * V::W) * 4;
+        q[b] = (b == NB - 1 && last != V::W) ? V::iload_n(qp, last) : V::iload(qp);
+        // Rows are N·4 bytes apart (a new page each for large N), which the
+        // hardware prefetcher does not follow: ask for a row well ahead.
+        if (r + kInt4Prefetch < K / 8) __builtin_prefetch(qp + kInt4Prefetch * N * 4);
+      }
+      for (int j = 0; j < 8; ++j) {
+        typename V::Reg qf[NB];
+        for (int b = 0; b < NB; ++b) qf[b] = V::nibf(q[b], 4 * j);
+        for (int i = 0; i < MR; ++i) {
+          typename V::Reg xv = V::set1(x[i * ldx + 8 * r + j]);
+          for (int b = 0; b < NB; ++b) a[i][b] = V::fma(xv, qf[b], a[i][b]);
+        }
+      }
+    }
+    for (int i = 0; i < MR; ++i) {
+      // Σ x over the group: W-wide partial sums in order, then the tree.
+      typename V::Reg xa = V::zero();
+      int64_t k = k0;
+      for (; k + V::W <= k1; k += V::W) xa = V::add(xa, V::load(x + i * ldx + k));
+      if (k < k1) xa = V::add(xa, V::load_n(x + i * ldx + k, int(k1 - k)));
+      const typename V::Reg xsv = V::set1(V::hsum(xa));
+      for (int b = 0; b < NB; ++b) acc[i][b] = V::fma(s[b], V::fnmadd(z[b], xsv, a[i][b]), acc[i][b]);
+    }
+  }
+  for (int i = 0; i < MR; ++i)
+    for (int b = 0; b < NB; ++b) {
+      float* o = out + i * ldo + b * V::W;
+      if (b == NB - 1 && last != V::W) V::store_n(o, acc[i][b], last);
+      else V::store(o, acc[i][b]);
+    }
+}
+
+template <class V, int MR, int NB>
+void int4_rows(const float* x, int64_t ldx, int64_t t0, int64_t t1, const QMat& w, int64_t n0, int64_t N,
+               float* out, int64_t ldo) {
+  // Whole NB·W column blocks, then single registers (the last one partial).
+  int64_t n = 0;
+  for (; n + NB * V::W <= N; n += NB * V::W)
+    for (int64_t t = t0; t + MR <= t1; t += MR) int4_block<V, MR, NB>(x + t * ldx, ldx, w, n0 + n, V::W, out + t * ldo + n, ldo);
+  for (; n < N; n += V::W) {
+    const int cnt = N - n < V::W ? int(N - n) : V::W;
+    for (int64_t t = t0; t + MR <= t1; t += MR) int4_block<V, MR, 1>(x + t * ldx, ldx, w, n0 + n, cnt, out + t * ldo + n, ldo);
+  }
+}
+
+template <class V>
+void matmul_quant_impl(const float* x, int64_t ldx, int64_t T, const QMat& w, int64_t n0, int64_t N, float* out,
+                       int64_t ldo) {
+  switch (w.kind) {
+    case QMat::Fp4: qmatmul_rows<V, true>(x, ldx, T, w, n0, N, out, ldo); return;
+    case QMat::Fp8: qmatmul_rows<V, false>(x, ldx, T, w, n0, N, out, ldo); return;
+    case QMat::Int4: {
+      if (T == 1) {
+        int4_rows<V, 1, V::QNB1>(x, ldx, 0, 1, w, n0, N, out, ldo);
+        return;
+      }
+      constexpr int MR = V::MR;
+      const int64_t tm = T / MR * MR;
+      int4_rows<V, MR, V::QNB>(x, ldx, 0, tm, w, n0, N, out, ldo);
+      int4_rows<V, 1, V::QNB>(x, ldx, tm, T, w, n0, N, out, ldo);
+      return;
+    }
+  }
+}
+
+}  // namespace
