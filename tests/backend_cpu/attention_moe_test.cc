@@ -1,5 +1,5 @@
-// Attention over the hybrid cache (ring and paged, chunked prefill and
-// decode, two sequences per step) and the MoE router/experts, against
+// Attention over the paged hybrid cache (full and sliding tables, chunked
+// prefill and decode, two sequences per step, F32/BF16/FP8 storage) and the MoE router/experts, against
 // double-precision references, for each ISA this CPU has.
 #include <algorithm>
 #include <numeric>
@@ -16,19 +16,21 @@ class AttentionMoe : public IsaTest {};
 struct SeqHistory {
   std::vector<float> q, k, v;  // per position
   std::vector<int64_t> chunks;
-  int32_t ring_slot;
   std::vector<int32_t> blocks;
 };
 
 // Runs both sequences chunk by chunk through attention + kv_store and
 // compares every output row with a double reference over the full history.
-void run_attention_case(Backend& b, KvLayout layout, int64_t window, const std::string& what) {
+// The layer is slot 1 of pages of 2 layers; sliding layers are group 1 of 2
+// pages per block and the sequence's sliding table starts at the first
+// block its window still reads (older blocks dropped, as the engine does).
+void run_attention_case(Backend& b, KvLayout layout, int64_t window, const std::string& what,
+                        DType cache_dtype = DType::F32, double tol = 2e-6) {
   const int64_t d = 8, hq = 4, hk = 2, qd = hq * d, kvd = hk * d, W = 5, bs = 4;
   const float scale = 0.35f;
   std::vector<SeqHistory> seqs(2);
   seqs[0].chunks = {7, 1, 1, 6, 1, 3};  // 19 positions: more than three windows
   seqs[1].chunks = {1, 1, 4, 1, 1, 1};
-  seqs[0].ring_slot = 1, seqs[1].ring_slot = 0;
   seqs[0].blocks = {5, 2, 7, 0, 9};
   seqs[1].blocks = {1, 3, 4};
   for (size_t s = 0; s < 2; ++s) {
@@ -37,15 +39,16 @@ void run_attention_case(Backend& b, KvLayout layout, int64_t window, const std::
     seqs[s].k = random_floats(size_t(n * kvd), 310 + uint32_t(s));
     seqs[s].v = random_floats(size_t(n * kvd), 320 + uint32_t(s));
   }
+  (void)W;
   KvLayerStorage cache;
   cache.layout = layout;
-  if (layout == KvLayout::Ring) {
-    cache.k = zeros(b, DType::F32, {2, W, kvd});
-    cache.v = zeros(b, DType::F32, {2, W, kvd});
-  } else {
-    cache.k = zeros(b, DType::F32, {10, bs, kvd});
-    cache.v = zeros(b, DType::F32, {10, bs, kvd});
-  }
+  cache.k = zeros(b, cache_dtype, {10, 2, bs, kvd});
+  cache.v = zeros(b, cache_dtype, {10, 2, bs, kvd});
+  cache.slot = 1;
+  const bool sliding = layout == KvLayout::Sliding;
+  cache.pages_per_block = sliding ? 2 : 1;
+  cache.group = sliding ? 1 : 0;
+  cache.k_scale = cache.v_scale = cache_dtype == DType::F8_E4M3 ? 0.5f : 1.0f;
   std::vector<int64_t> done(2, 0);
   const StepPlanCapacity cap{16, 2, 16, 16};
   StepPlanBuilder plan(cap);
@@ -58,8 +61,15 @@ void run_attention_case(Backend& b, KvLayout layout, int64_t window, const std::
     for (size_t s = 0; s < 2; ++s) {
       const int64_t n = seqs[s].chunks[step];
       const std::vector<int32_t> ids(size_t(n), 1);
-      ASSERT_TRUE(plan.fits(n, 0, int64_t(seqs[s].blocks.size())));
-      plan.add(ids, done[s], seqs[s].ring_slot, seqs[s].blocks, false, false);
+      std::vector<int32_t> slide;
+      int64_t first = 0;
+      if (sliding) {
+        first = std::max<int64_t>(0, done[s] - window + 1) / bs;
+        for (int64_t j = first; j < (done[s] + n + bs - 1) / bs; ++j) slide.insert(slide.end(), {-1, seqs[s].blocks[size_t(j)]});
+      }
+      const std::vector<int32_t> none;
+      ASSERT_TRUE(plan.fits(n, 0, int64_t(seqs[s].blocks.size() + slide.size())));
+      plan.add(ids, done[s], sliding ? none : seqs[s].blocks, slide, first, false, false);
       auto take = [&](std::vector<float>& dst, const std::vector<float>& src, int64_t w) {
         dst.insert(dst.end(), src.begin() + done[s] * w, src.begin() + (done[s] + n) * w);
       };
@@ -98,23 +108,32 @@ void run_attention_case(Backend& b, KvLayout layout, int64_t window, const std::
         }
       }
     }
-    expect_close(got, want, 2e-6, what + " step " + std::to_string(step));
+    expect_close(got, want, tol, what + " step " + std::to_string(step));
     for (size_t s = 0; s < 2; ++s) done[s] += seqs[s].chunks[step];
   }
 }
 
-TEST_P(AttentionMoe, SlidingRingLongerThanThreeWindows) {
-  run_attention_case(b(), KvLayout::Ring, 5, "ring");
+TEST_P(AttentionMoe, SlidingPagedLongerThanThreeWindows) {
+  run_attention_case(b(), KvLayout::Sliding, 5, "sliding");
 }
 TEST_P(AttentionMoe, FullPagedCache) { run_attention_case(b(), KvLayout::Paged, 0, "paged"); }
+// Stored rounded: the reference is exact, so the tolerance is the storage's.
+TEST_P(AttentionMoe, Bf16Cache) {
+  run_attention_case(b(), KvLayout::Paged, 0, "paged bf16", DType::BF16, 2e-2);
+  run_attention_case(b(), KvLayout::Sliding, 5, "sliding bf16", DType::BF16, 2e-2);
+}
+TEST_P(AttentionMoe, Fp8Cache) {
+  run_attention_case(b(), KvLayout::Paged, 0, "paged fp8", DType::F8_E4M3, 1.5e-1);
+  run_attention_case(b(), KvLayout::Sliding, 5, "sliding fp8", DType::F8_E4M3, 1.5e-1);
+}
 
 TEST_P(AttentionMoe, BadBatchIsAnError) {
-  KvLayerStorage cache{KvLayout::Paged, zeros(b(), DType::F32, {2, 4, 8}), zeros(b(), DType::F32, {2, 4, 8})};
+  KvLayerStorage cache{KvLayout::Paged, zeros(b(), DType::F32, {2, 1, 4, 8}), zeros(b(), DType::F32, {2, 1, 4, 8})};
   const StepPlanCapacity cap{4, 2, 4, 4};
   StepPlanBuilder plan(cap);
   plan.reset();
   const std::vector<int32_t> ids = {1}, blocks = {0, 1};
-  plan.add(ids, 9, -1, blocks, false, false);  // position 9 needs 3 blocks
+  plan.add(ids, 9, blocks, {}, 0, false, false);  // position 9 needs 3 blocks
   const StepPlanView view =
       StepPlanView::over(zeros(b(), DType::I32, {StepPlanLayout::for_capacity(cap).total}), cap, 0, 4);
   Tensor q = zeros(b(), DType::F32, {1, 8}), k = zeros(b(), DType::F32, {1, 8}), out = zeros(b(), DType::F32, {1, 8});

@@ -95,13 +95,23 @@ Status Engine::init(const ModelConfig& config, const EngineOptions& options, con
                       "max_position_embeddings (" + std::to_string(model_max) + ")");
   }
   if (options.max_logit_rows < 0) return make_error("max_logit_rows must not be negative");
+  if (options.kv_max_rollback < 0) return make_error("kv_max_rollback must not be negative");
+  if (options.kv_pages < 0) return make_error("kv_pages must not be negative");
   MUSE_ASSIGN_OR_RETURN(backend_, create_backend(options.backend));
   KvCacheOptions ko;
   ko.max_sequences = options.max_sequences;
   ko.block_size = options.kv_block_size;
+  ko.max_rollback = options.kv_max_rollback;
+  ko.prefix_caching = options.prefix_caching;
+  ko.dtype = options.kv_cache_dtype;
+  ko.max_step_rows = options.max_batch_tokens;
   const int64_t blocks_per_seq = (max_model_len_ + ko.block_size - 1) / ko.block_size;
-  ko.num_blocks = options.kv_blocks > 0 ? options.kv_blocks : options.max_sequences * blocks_per_seq;
   ko.max_blocks_per_sequence = blocks_per_seq;
+  const DType kv_dt = ko.dtype ? *ko.dtype : backend_->kv_dtype();
+  const KvGeometry geo = KvGeometry::of(config_, ko.block_size, ko.max_rollback, dtype_bits(kv_dt) / 8);
+  ko.num_pages = options.kv_pages > 0 ? options.kv_pages
+                                      : options.max_sequences * (geo.pages_for(max_model_len_) + geo.sliding_pages_per_block) +
+                                            geo.step_transient_pages(options.max_batch_tokens);
 
   // The step's capacity: every buffer of a step is sized from it, once.
   StepPlanCapacity cap;
@@ -110,9 +120,15 @@ Status Engine::init(const ModelConfig& config, const EngineOptions& options, con
   cap.max_logit_rows = options.max_logit_rows > 0
                            ? std::min(options.max_logit_rows, options.max_batch_tokens)
                            : std::min(options.max_batch_tokens, options.max_sequences + 256);
-  // A step's block tables together: each sequence's, at most the pool (no
-  // block is in two tables yet).
-  cap.max_blocks = std::max<int64_t>(1, std::min(cap.max_seqs * blocks_per_seq, ko.num_blocks));
+  // A step's page tables together: each sequence's full table and its
+  // sliding one (the window, the rollback margin and one step's rows).
+  // Pages may be shared, so the pool does not bound them.
+  const int64_t slide_blocks =
+      geo.sliding_layers > 0
+          ? std::min(blocks_per_seq, geo.blocks_covering(geo.window + geo.max_rollback + cap.max_rows) + 2)
+          : 0;
+  cap.max_blocks = std::max<int64_t>(1, cap.max_seqs * (blocks_per_seq * geo.full_pages_per_block +
+                                                        slide_blocks * geo.sliding_pages_per_block));
   ModelOptions mo;
   mo.plan = cap;
   mo.kv_block_size = ko.block_size;
@@ -126,17 +142,19 @@ Status Engine::init(const ModelConfig& config, const EngineOptions& options, con
 
 Engine::~Engine() = default;
 
-Result<std::unique_ptr<Session>> Engine::new_session() {
-  MUSE_ASSIGN_OR_RETURN(SequenceKv kv, kv_->open_sequence());
+Result<std::unique_ptr<Session>> Engine::new_session(std::span<const int32_t> tokens) {
+  const int64_t max_cached = std::min<int64_t>(int64_t(tokens.size()) - 1, max_model_len_);
+  MUSE_ASSIGN_OR_RETURN(SequenceKv kv, kv_->open_sequence(tokens, max_cached));
   std::unique_ptr<Session> s(new Session(this));
   s->kv_ = std::move(kv);
   // Capacity for the whole context now (virtual memory until used), so a
   // step never grows it.
   s->tokens_.reserve(size_t(max_model_len_));
+  s->tokens_.assign(tokens.begin(), tokens.begin() + s->kv_.length);
   return s;
 }
 
-void Engine::close(Session& s) { kv_->close_sequence(s.kv_); }
+void Engine::close(Session& s) { kv_->close_sequence(s.kv_, s.tokens_); }
 
 Status Engine::step(std::span<const StepItem> items) {
   const int64_t V = config_.vocab_size;
@@ -171,38 +189,42 @@ Status Engine::step(std::span<const StepItem> items) {
                       std::to_string(cap.max_logit_rows));
   }
   // All or nothing: check the pool covers every item before growing any table.
-  int64_t new_blocks = 0;
+  int64_t new_pages = 0;
   for (const StepItem& it : items)
-    new_blocks += std::max<int64_t>(0, kv_->blocks_for(it.session->length() + int64_t(it.tokens.size())) -
-                                           int64_t(it.session->kv_.blocks.size()));
-  if (new_blocks > kv_->free_blocks()) {
-    return make_error("KV cache full: this step needs " + std::to_string(new_blocks) + " more blocks of " +
-                      std::to_string(kv_->block_size()) + " positions, " + std::to_string(kv_->free_blocks()) +
-                      " free");
+    new_pages += kv_->pages_to_grow(it.session->kv_, it.session->length() + int64_t(it.tokens.size()));
+  if (new_pages > kv_->available_pages()) {
+    return make_error("KV cache full: this step needs " + std::to_string(new_pages) + " more pages, " +
+                      std::to_string(kv_->available_pages()) + " available");
   }
-  for (const StepItem& it : items)
-    MUSE_RETURN_IF_ERROR(kv_->reserve(it.session->kv_, it.session->length() + int64_t(it.tokens.size())));
+  // On any failure from here on, the pages taken for this step go back.
+  auto undo = [&](Status st) {
+    for (const StepItem& it : items) (void)kv_->truncate(it.session->kv_, it.session->length());
+    return st;
+  };
+  for (const StepItem& it : items) {
+    Status st = kv_->reserve(it.session->kv_, it.session->length() + int64_t(it.tokens.size()));
+    if (!st.ok()) return undo(st);
+  }
 
   // The step plan, in the buffer kept from the last step.
   plan_.reset();
   item_logit_row_.clear();
   for (const StepItem& it : items) {
     const Session& s = *it.session;
-    const int64_t blocks = kv_->blocks_for(s.length() + int64_t(it.tokens.size()));
-    if (!plan_.fits(int64_t(it.tokens.size()), it.logit_rows(), blocks))
-      return make_error("step: the step plan's capacity is exceeded (engine bug)");
+    const int64_t entries = int64_t(s.kv_.full.size() + s.kv_.sliding.size());
+    if (!plan_.fits(int64_t(it.tokens.size()), it.logit_rows(), entries))
+      return undo(make_error("step: the step plan's capacity is exceeded (engine bug)"));
     item_logit_row_.push_back(plan_.logit_rows());
-    plan_.add(it.tokens, s.length(), s.kv_.ring_slot,
-              std::span<const int32_t>(s.kv_.blocks.data(), size_t(blocks)), it.logits == LogitsWanted::All,
+    plan_.add(it.tokens, s.length(), s.kv_.full, s.kv_.sliding, s.kv_.sliding_first, it.logits == LogitsWanted::All,
               it.logits == LogitsWanted::Last);
   }
   item_logit_row_.push_back(plan_.logit_rows());
-  MUSE_RETURN_IF_ERROR(model_->forward(plan_, kv_->layers(), logits_.data()));
+  if (Status st = model_->forward(plan_, kv_->layers(), logits_.data()); !st.ok()) return undo(st);
 
   for (const StepItem& it : items) {
     Session& s = *it.session;
     s.tokens_.insert(s.tokens_.end(), it.tokens.begin(), it.tokens.end());
-    s.kv_.length = s.length();
+    kv_->advance(s.kv_, s.tokens_);
   }
   return Status::Ok();
 }
@@ -215,6 +237,12 @@ std::span<float> Engine::logits(size_t item) {
 
 Session::~Session() {
   if (engine_) engine_->close(*this);
+}
+
+Status Session::truncate(int64_t n) {
+  MUSE_RETURN_IF_ERROR(engine_->kv_->truncate(kv_, n));
+  tokens_.resize(size_t(n));
+  return Status::Ok();
 }
 
 Result<std::vector<float>> Session::feed(std::span<const int32_t> tokens, LogitsWanted want) {

@@ -27,7 +27,7 @@ namespace muse::cpu {
 // allocates nothing once the queue's capacity has grown to a step's length.
 class InlineOp {
  public:
-  static constexpr size_t kCapacity = 640;
+  static constexpr size_t kCapacity = 768;
   InlineOp() = default;
   template <class F>
   InlineOp(const char* name, F&& f) : name_(name) {
@@ -64,6 +64,10 @@ class CpuBackend final : public Backend {
   ~CpuBackend() override;
 
   std::string name() const override;
+  // F32 by default; BF16 and F8_E4M3 (--kv-cache-dtype) are decoded in attention.
+  bool supports_kv_dtype(DType t) const override {
+    return t == DType::F32 || t == DType::BF16 || t == DType::F8_E4M3;
+  }
   std::string profile_report() const override;
   void profile_reset() override { profile_times_.clear(); }
 
