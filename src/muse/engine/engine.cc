@@ -104,14 +104,14 @@ Status Engine::init(const ModelConfig& config, const EngineOptions& options, con
   ko.max_rollback = options.kv_max_rollback;
   ko.prefix_caching = options.prefix_caching;
   ko.dtype = options.kv_cache_dtype;
-  ko.max_step_rows = options.max_batch_tokens;
+  ko.max_step_rows = std::min(options.max_batch_tokens, max_model_len_);  // rows one sequence feeds in a step
   const int64_t blocks_per_seq = (max_model_len_ + ko.block_size - 1) / ko.block_size;
   ko.max_blocks_per_sequence = blocks_per_seq;
   const DType kv_dt = ko.dtype ? *ko.dtype : backend_->kv_dtype();
   const KvGeometry geo = KvGeometry::of(config_, ko.block_size, ko.max_rollback, dtype_bits(kv_dt) / 8);
   ko.num_pages = options.kv_pages > 0 ? options.kv_pages
                                       : options.max_sequences * (geo.pages_for(max_model_len_) + geo.sliding_pages_per_block) +
-                                            geo.step_transient_pages(options.max_batch_tokens);
+                                            geo.step_transient_pages(ko.max_step_rows);
 
   // The step's capacity: every buffer of a step is sized from it, once.
   StepPlanCapacity cap;

@@ -136,9 +136,8 @@ class KvCache {
   const PrefixCacheCounters& counters() const { return counters_; }
   // Pages one sequence of `length` positions needs at most (its steady
   // state plus one step's transient).
-  int64_t pages_for_sequence(int64_t length) const {
-    return geo_.pages_for(length) + geo_.step_transient_pages(options_.max_step_rows);
-  }
+  int64_t pages_for_sequence(int64_t length) const { return geo_.pages_for(length) + step_transient_pages(); }
+  int64_t step_transient_pages() const { return geo_.step_transient_pages(options_.max_step_rows); }
 
   // The longest reusable prefix of `tokens`, at most `max_tokens` (no change).
   PrefixMatch match(std::span<const int32_t> tokens, int64_t max_tokens) const;
