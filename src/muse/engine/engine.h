@@ -34,7 +34,7 @@ struct EngineOptions {
   // Pages in the KV pool (kv_cache.h); 0: enough for max_sequences ×
   // max_model_len plus one step's transient.
   int64_t kv_pages = 0;
-  int64_t kv_max_rollback = 16;   // positions Session::truncate can always drop
+  int64_t kv_max_rollback = kDefaultKvMaxRollback;  // positions Session::truncate can always drop
   bool prefix_caching = false;    // share complete blocks between sequences (kv_cache.h)
   std::optional<DType> kv_cache_dtype;  // default: the backend's kv_dtype()
   // Rows whose logits one step can return (one per decoding sequence, the

@@ -50,46 +50,6 @@ uint8_t f32_to_f8_e4m3(float f) {
 }
 
 // ---------------------------------------------------------------------------
-// Geometry
-// ---------------------------------------------------------------------------
-
-KvGeometry KvGeometry::of(const ModelConfig& config, int64_t block_size, int64_t max_rollback, int64_t bytes_per_value) {
-  KvGeometry g;
-  g.block_size = block_size;
-  g.window = config.sliding_window;
-  g.max_rollback = max_rollback;
-  g.full_layers = config.num_full_layers();
-  g.sliding_layers = config.num_sliding_layers();
-  g.kv_dim = config.kv_dim();
-  g.bytes_per_value = bytes_per_value;
-  if (g.full_layers > 0 && g.sliding_layers > 0) g.page_layers = std::min(g.full_layers, g.sliding_layers);
-  else g.page_layers = std::max<int64_t>(1, std::max(g.full_layers, g.sliding_layers));
-  g.full_pages_per_block = (g.full_layers + g.page_layers - 1) / g.page_layers;
-  g.sliding_pages_per_block = (g.sliding_layers + g.page_layers - 1) / g.page_layers;
-  return g;
-}
-
-int64_t KvGeometry::pages_for(int64_t length) const {
-  if (length <= 0) return 0;
-  const int64_t blocks = blocks_covering(length);
-  int64_t pages = full_pages_per_block * blocks;
-  if (sliding_layers > 0) pages += sliding_pages_per_block * (blocks - keep_from(length) / block_size);
-  return pages;
-}
-
-int64_t KvGeometry::tokens_fitting(int64_t pages) const {
-  if (pages_for(1) > pages) return 0;
-  int64_t lo = 1, hi = 1;
-  while (pages_for(hi * 2) <= pages && hi < (int64_t(1) << 40)) hi *= 2;
-  hi *= 2;  // pages_for(hi) > pages
-  while (hi - lo > 1) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    (pages_for(mid) <= pages ? lo : hi) = mid;
-  }
-  return lo;
-}
-
-// ---------------------------------------------------------------------------
 // Creation
 // ---------------------------------------------------------------------------
 

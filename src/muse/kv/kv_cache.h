@@ -43,38 +43,10 @@
 #include <vector>
 
 #include "muse/backends/backend.h"
+#include "muse/kv/kv_geometry.h"
 #include "muse/model/config.h"
 
 namespace muse {
-
-// The pool's arithmetic, shared by the engine, the server's sizing and
-// `muse plan` so they agree.
-struct KvGeometry {
-  int64_t block_size = 64, window = 0, max_rollback = 0;
-  int64_t full_layers = 0, sliding_layers = 0;
-  int64_t page_layers = 1;  // layers per page
-  int64_t full_pages_per_block = 0, sliding_pages_per_block = 0;
-  int64_t kv_dim = 0;
-  int64_t bytes_per_value = 4;
-
-  static KvGeometry of(const ModelConfig& config, int64_t block_size, int64_t max_rollback, int64_t bytes_per_value);
-  int64_t page_bytes() const { return 2 * page_layers * block_size * kv_dim * bytes_per_value; }
-  int64_t blocks_covering(int64_t length) const { return (length + block_size - 1) / block_size; }
-  // First position a sequence of `length` keeps in its sliding layers.
-  int64_t keep_from(int64_t length) const {
-    return std::max<int64_t>(0, length - window + 1 - max_rollback);
-  }
-  // Pages a sequence of `length` holds between steps (it grew step by step).
-  int64_t pages_for(int64_t length) const;
-  int64_t bytes_for(int64_t length) const { return pages_for(length) * page_bytes(); }
-  // Extra sliding pages a step of `rows` new positions may hold before the
-  // old ones are released (the transient of one step).
-  int64_t step_transient_pages(int64_t rows) const {
-    return sliding_layers > 0 ? sliding_pages_per_block * (blocks_covering(rows) + 1) : 0;
-  }
-  // Longest sequence whose pages_for fits in `pages` (0 if none).
-  int64_t tokens_fitting(int64_t pages) const;
-};
 
 struct KvCacheOptions {
   int64_t max_sequences = 1;  // sequences alive at once

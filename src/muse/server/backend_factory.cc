@@ -42,8 +42,7 @@ Result<int64_t> kv_cache_pages(const ModelConfig& config, const EngineServeOptio
   if (o.num_gpu_blocks_override > 0) return o.num_gpu_blocks_override;
   const int64_t budget = o.kv_cache_memory_bytes > 0 ? o.kv_cache_memory_bytes : kDefaultKvBytes;
   const int64_t fit = budget / g.page_bytes();
-  const int64_t all = std::max(1, o.max_num_seqs) * (g.pages_for(max_model_len) + g.sliding_pages_per_block) + transient;
-  const int64_t pages = std::min(all, fit);
+  const int64_t pages = g.pool_pages(o.max_num_seqs, max_model_len, o.max_num_batched_tokens, budget);
   if (pages < one && o.kv_cache_memory_bytes > 0)
     return make_error("--kv-cache-memory-bytes " + std::to_string(o.kv_cache_memory_bytes) + " holds " + std::to_string(fit) +
                       " pages, fewer than one sequence of --max-model-len " + std::to_string(max_model_len) + " needs (" +
