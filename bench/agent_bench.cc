@@ -10,7 +10,7 @@
 // (usage.prompt_tokens_details.cached_tokens), the tokens actually prefilled,
 // and the time to first token, for both servers; and the totals.
 //
-//   bench_agent_bench --muse build/muse [--turns 10] [--max-tokens 8] [--repeat 3] [-- SERVER_FLAGS...]
+//   muse_agent_bench (or bench_agent_bench) --muse build/muse [--turns 10] [--max-tokens 8] [--repeat 3] [-- SERVER_FLAGS...]
 //
 // TTFT is the median over --repeat runs of the whole conversation (each run on
 // a fresh server, so the cache starts empty).
