@@ -6,6 +6,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <mutex>
+#include <random>
 
 #include "engine_test_util.h"
 #include "muse/engine/scheduler.h"
@@ -216,6 +217,52 @@ TEST_P(SchedulerFamilies, PrefixCachingWithPreemptionEqualsAlone) {
   auto st = sched.stats();
   EXPECT_GT(st.prefix_cache_hits, 0u);
   EXPECT_GE(st.prefix_cache_queries, st.prefix_cache_hits);
+  EXPECT_EQ(e->kv_cache().used_pages(), 0);
+}
+
+// Randomized: prompts cut from three stems at random lengths (prefixes end
+// at every offset of a block and of the window), random tails and lengths,
+// greedy and seeded, submitted in random bursts to a pool that preempts:
+// every output equals the request alone on an engine without the cache.
+TEST_P(SchedulerFamilies, PrefixCachingRandomizedWithPreemptionEqualsAlone) {
+  EngineOptions o;
+  o.max_sequences = 5;
+  o.max_batch_tokens = 24;
+  o.kv_block_size = 4;
+  auto plain = tiny_engine(GetParam(), 2, o);
+  o.prefix_caching = true;
+  o.kv_pages = 50;  // one sequence of up to 78 positions needs 46
+  auto e = tiny_engine(GetParam(), 2, o);
+  std::mt19937 rng(4242);
+  std::vector<std::vector<int32_t>> stems;
+  for (int i = 0; i < 3; ++i) stems.push_back(some_tokens(60, 700 + i));
+  Scheduler sched(*e, {});
+  int64_t preempted = 0, cached = 0;
+  for (int burst = 0; burst < 4; ++burst) {
+    std::vector<std::vector<int32_t>> expect;
+    std::vector<std::shared_ptr<Collector>> got;
+    for (int k = 0; k < 6; ++k) {
+      const auto& stem = stems[rng() % stems.size()];
+      std::vector<int32_t> prompt(stem.begin(), stem.begin() + long(1 + rng() % 55));
+      const auto tail = some_tokens(1 + rng() % 6, 900 + burst * 10 + k);
+      prompt.insert(prompt.end(), tail.begin(), tail.end());
+      const int max_tokens = 4 + int(rng() % 14);
+      SamplingConfig sc = rng() % 2 ? sampled(rng()) : SamplingConfig{};
+      GenerateRequest r = request("b" + std::to_string(burst) + "k" + std::to_string(k), prompt, max_tokens, sc);
+      r.ignore_eos = true;
+      expect.push_back(alone(*plain, prompt, sc, max_tokens));
+      got.push_back(std::make_shared<Collector>());
+      ASSERT_EQ(sched.submit(r, got.back()).status, Scheduler::SubmitStatus::Ok);
+    }
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_TRUE(got[i]->wait());
+      EXPECT_EQ(got[i]->tokens[0], expect[i]) << "burst " << burst << " request " << i;
+      preempted += got[i]->summary.preemptions;
+      cached += got[i]->summary.cached_tokens;
+    }
+  }
+  EXPECT_GT(preempted, 0) << "the pool was meant to run out";
+  EXPECT_GT(cached, 0);
   EXPECT_EQ(e->kv_cache().used_pages(), 0);
 }
 
