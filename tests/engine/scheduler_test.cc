@@ -287,6 +287,32 @@ TEST(Scheduler, ChoicesSampleWithSeedPlusIndex) {
   EXPECT_EQ(c->summary.completion_tokens.size(), 3u);
 }
 
+// n > 1 with prefix caching: choices 1.. wait for choice 0's prompt and
+// reuse it from the cache (not prefilled n times); tokens unchanged.
+TEST(Scheduler, ChoicesShareThePromptThroughThePrefixCache) {
+  EngineOptions o;
+  o.max_sequences = 4;
+  o.max_batch_tokens = 32;
+  o.kv_block_size = 4;
+  auto plain = tiny_engine(true, 2, o);
+  o.prefix_caching = true;
+  auto e = tiny_engine(true, 2, o);
+  auto prompt = some_tokens(90, 19);
+  std::vector<std::vector<int32_t>> expect;
+  for (int i = 0; i < 3; ++i) expect.push_back(alone(*plain, prompt, sampled(60 + uint64_t(i)), 10));
+  Scheduler sched(*e, {});
+  auto c = std::make_shared<Collector>(3);
+  GenerateRequest r = request("n3", prompt, 10, sampled(60));
+  r.n = 3;
+  ASSERT_EQ(sched.submit(r, c).status, Scheduler::SubmitStatus::Ok);
+  ASSERT_TRUE(c->wait());
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(c->tokens[size_t(i)], expect[size_t(i)]) << i;
+  const auto st = sched.stats();
+  // Choices 1 and 2 found the prompt's blocks up to max_rollback behind its end.
+  EXPECT_GE(st.prefix_cache_hits, 2u * 68u);
+  EXPECT_LT(st.prompt_tokens_computed, 2u * 90u);
+}
+
 TEST(Scheduler, StopIdsEosIgnoreEosAndMinTokens) {
   auto e = tiny_engine(false, 2);
   auto prompt = some_tokens(8, 3);

@@ -296,6 +296,14 @@ void Scheduler::iterate() {
   while (!preempted && budget > 0 && !waiting_.empty() && int64_t(running_.size()) < max_seqs_) {
     Sequence* s = waiting_.front();
     const int64_t n_tokens = int64_t(s->tokens.size());
+    // n > 1 with prefix caching: the other choices wait while choice 0 is
+    // still computing the shared prompt, then find it in the cache instead of
+    // each prefilling it (it always progresses: it runs, and a preempted one
+    // goes to the front of the queue).
+    if (kv.prefix_caching() && s->index > 0 && !s->all_rows()) {
+      const Sequence* first = s->req->seqs[0].get();
+      if (!first->finished && first->session && first->session->length() < first->prompt_len) break;
+    }
     // Prompt logprobs need every row computed: no prefix reuse then.
     const PrefixMatch m = s->all_rows() ? PrefixMatch{} : kv.match(s->tokens, n_tokens - 1);
     int64_t take = std::min<int64_t>(n_tokens - m.tokens, budget);

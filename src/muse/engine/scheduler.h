@@ -13,7 +13,9 @@
 //      while a sequence slot (--max-num-seqs), token budget
 //      (--max-num-batched-tokens) and KV pages for their first chunk remain;
 //      with prefix caching a sequence starts after the longest cached prefix
-//      of its tokens (a preempted one usually finds its own blocks again).
+//      of its tokens (a preempted one usually finds its own blocks again),
+//      and choices 1.. of a request wait until choice 0 has computed the
+//      prompt, so that they reuse it.
 // A sequence whose last fed chunk ends at its last token gets logits, samples
 // one token, and is checked for stops. Cancellation is applied at the start
 // of every iteration, so it takes effect within one step.
