@@ -1,10 +1,11 @@
-// Attention over the hybrid cache (ring and paged, chunked prefill and
-// decode, two sequences per step) and the MoE router/experts, against
+// Attention over the paged hybrid cache (full and sliding tables, chunked
+// prefill and decode, two sequences per step, F32/BF16/FP8 storage) and the MoE router/experts, against
 // double-precision references, for each ISA this CPU has.
 #include <algorithm>
 #include <numeric>
 
 #include "backend_test_util.h"
+#include "muse/kv/kv_cache.h"
 
 namespace muse::testing {
 namespace {
@@ -15,37 +16,53 @@ class AttentionMoe : public IsaTest {};
 
 struct SeqHistory {
   std::vector<float> q, k, v;  // per position
+  std::vector<float> kr, vr;   // k, v as the cache stores them
   std::vector<int64_t> chunks;
-  int32_t ring_slot;
   std::vector<int32_t> blocks;
 };
 
 // Runs both sequences chunk by chunk through attention + kv_store and
 // compares every output row with a double reference over the full history.
-void run_attention_case(Backend& b, KvLayout layout, int64_t window, const std::string& what) {
+// The layer is slot 1 of pages of 2 layers; sliding layers are group 1 of 2
+// pages per block and the sequence's sliding table starts at the first
+// block its window still reads (older blocks dropped, as the engine does).
+void run_attention_case(Backend& b, KvLayout layout, int64_t window, const std::string& what,
+                        DType cache_dtype = DType::F32, double tol = 2e-6) {
   const int64_t d = 8, hq = 4, hk = 2, qd = hq * d, kvd = hk * d, W = 5, bs = 4;
   const float scale = 0.35f;
   std::vector<SeqHistory> seqs(2);
   seqs[0].chunks = {7, 1, 1, 6, 1, 3};  // 19 positions: more than three windows
   seqs[1].chunks = {1, 1, 4, 1, 1, 1};
-  seqs[0].ring_slot = 1, seqs[1].ring_slot = 0;
   seqs[0].blocks = {5, 2, 7, 0, 9};
   seqs[1].blocks = {1, 3, 4};
+  const float kv_scale = cache_dtype == DType::F8_E4M3 ? 0.5f : 1.0f;
+  // What a stored value reads back as: the reference uses it for every key
+  // (cached or of this step: the backend rounds both alike).
+  auto stored = [&](std::vector<float> x) {
+    for (float& f : x) {
+      if (cache_dtype == DType::BF16) f = round_bf16(f);
+      if (cache_dtype == DType::F8_E4M3) f = f8_e4m3_to_f32(f32_to_f8_e4m3(f / kv_scale)) * kv_scale;
+    }
+    return x;
+  };
   for (size_t s = 0; s < 2; ++s) {
     int64_t n = std::accumulate(seqs[s].chunks.begin(), seqs[s].chunks.end(), int64_t(0));
     seqs[s].q = random_floats(size_t(n * qd), 300 + uint32_t(s));
     seqs[s].k = random_floats(size_t(n * kvd), 310 + uint32_t(s));
     seqs[s].v = random_floats(size_t(n * kvd), 320 + uint32_t(s));
+    seqs[s].kr = stored(seqs[s].k);
+    seqs[s].vr = stored(seqs[s].v);
   }
+  (void)W;
   KvLayerStorage cache;
   cache.layout = layout;
-  if (layout == KvLayout::Ring) {
-    cache.k = zeros(b, DType::F32, {2, W, kvd});
-    cache.v = zeros(b, DType::F32, {2, W, kvd});
-  } else {
-    cache.k = zeros(b, DType::F32, {10, bs, kvd});
-    cache.v = zeros(b, DType::F32, {10, bs, kvd});
-  }
+  cache.k = zeros(b, cache_dtype, {10, 2, bs, kvd});
+  cache.v = zeros(b, cache_dtype, {10, 2, bs, kvd});
+  cache.slot = 1;
+  const bool sliding = layout == KvLayout::Sliding;
+  cache.pages_per_block = sliding ? 2 : 1;
+  cache.group = sliding ? 1 : 0;
+  cache.k_scale = cache.v_scale = kv_scale;
   std::vector<int64_t> done(2, 0);
   const StepPlanCapacity cap{16, 2, 16, 16};
   StepPlanBuilder plan(cap);
@@ -58,8 +75,15 @@ void run_attention_case(Backend& b, KvLayout layout, int64_t window, const std::
     for (size_t s = 0; s < 2; ++s) {
       const int64_t n = seqs[s].chunks[step];
       const std::vector<int32_t> ids(size_t(n), 1);
-      ASSERT_TRUE(plan.fits(n, 0, int64_t(seqs[s].blocks.size())));
-      plan.add(ids, done[s], seqs[s].ring_slot, seqs[s].blocks, false, false);
+      std::vector<int32_t> slide;
+      int64_t first = 0;
+      if (sliding) {
+        first = std::max<int64_t>(0, done[s] - window + 1) / bs;
+        for (int64_t j = first; j < (done[s] + n + bs - 1) / bs; ++j) slide.insert(slide.end(), {-1, seqs[s].blocks[size_t(j)]});
+      }
+      const std::vector<int32_t> none;
+      ASSERT_TRUE(plan.fits(n, 0, int64_t(seqs[s].blocks.size() + slide.size())));
+      plan.add(ids, done[s], sliding ? none : seqs[s].blocks, slide, first, false, false);
       auto take = [&](std::vector<float>& dst, const std::vector<float>& src, int64_t w) {
         dst.insert(dst.end(), src.begin() + done[s] * w, src.begin() + (done[s] + n) * w);
       };
@@ -84,7 +108,7 @@ void run_attention_case(Backend& b, KvLayout layout, int64_t window, const std::
           double mx = -1e300;
           for (int64_t j = lo; j <= p; ++j) {
             double dot = 0;
-            for (int64_t i = 0; i < d; ++i) dot += double(h.q[size_t(p * qd + head * d + i)]) * h.k[size_t(j * kvd + kh * d + i)];
+            for (int64_t i = 0; i < d; ++i) dot += double(h.q[size_t(p * qd + head * d + i)]) * h.kr[size_t(j * kvd + kh * d + i)];
             sc.push_back(dot * scale);
             mx = std::max(mx, sc.back());
           }
@@ -92,29 +116,39 @@ void run_attention_case(Backend& b, KvLayout layout, int64_t window, const std::
           for (auto& x : sc) sum += (x = std::exp(x - mx));
           for (int64_t i = 0; i < d; ++i) {
             double o = 0;
-            for (int64_t j = lo; j <= p; ++j) o += sc[size_t(j - lo)] / sum * h.v[size_t(j * kvd + kh * d + i)];
+            for (int64_t j = lo; j <= p; ++j) o += sc[size_t(j - lo)] / sum * h.vr[size_t(j * kvd + kh * d + i)];
             want.push_back(o);
           }
         }
       }
     }
-    expect_close(got, want, 2e-6, what + " step " + std::to_string(step));
+    expect_close(got, want, tol, what + " step " + std::to_string(step));
     for (size_t s = 0; s < 2; ++s) done[s] += seqs[s].chunks[step];
   }
 }
 
-TEST_P(AttentionMoe, SlidingRingLongerThanThreeWindows) {
-  run_attention_case(b(), KvLayout::Ring, 5, "ring");
+TEST_P(AttentionMoe, SlidingPagedLongerThanThreeWindows) {
+  run_attention_case(b(), KvLayout::Sliding, 5, "sliding");
 }
 TEST_P(AttentionMoe, FullPagedCache) { run_attention_case(b(), KvLayout::Paged, 0, "paged"); }
+// Stored rounded: against a reference over the rounded keys and values, as
+// tight as F32 (the decode is exact).
+TEST_P(AttentionMoe, Bf16Cache) {
+  run_attention_case(b(), KvLayout::Paged, 0, "paged bf16", DType::BF16);
+  run_attention_case(b(), KvLayout::Sliding, 5, "sliding bf16", DType::BF16);
+}
+TEST_P(AttentionMoe, Fp8Cache) {
+  run_attention_case(b(), KvLayout::Paged, 0, "paged fp8", DType::F8_E4M3);
+  run_attention_case(b(), KvLayout::Sliding, 5, "sliding fp8", DType::F8_E4M3);
+}
 
 TEST_P(AttentionMoe, BadBatchIsAnError) {
-  KvLayerStorage cache{KvLayout::Paged, zeros(b(), DType::F32, {2, 4, 8}), zeros(b(), DType::F32, {2, 4, 8})};
+  KvLayerStorage cache{KvLayout::Paged, zeros(b(), DType::F32, {2, 1, 4, 8}), zeros(b(), DType::F32, {2, 1, 4, 8})};
   const StepPlanCapacity cap{4, 2, 4, 4};
   StepPlanBuilder plan(cap);
   plan.reset();
   const std::vector<int32_t> ids = {1}, blocks = {0, 1};
-  plan.add(ids, 9, -1, blocks, false, false);  // position 9 needs 3 blocks
+  plan.add(ids, 9, blocks, {}, 0, false, false);  // position 9 needs 3 blocks
   const StepPlanView view =
       StepPlanView::over(zeros(b(), DType::I32, {StepPlanLayout::for_capacity(cap).total}), cap, 0, 4);
   Tensor q = zeros(b(), DType::F32, {1, 8}), k = zeros(b(), DType::F32, {1, 8}), out = zeros(b(), DType::F32, {1, 8});

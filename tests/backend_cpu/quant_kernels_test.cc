@@ -33,7 +33,7 @@ HostQuantWeight fp8_block(const std::vector<float>& w, int64_t N, int64_t K) {
   for (float& v : s) v = v > 0 ? v / 448.0f : 1.0f;
   q.codes.resize(size_t(N * K));
   for (int64_t n = 0; n < N; ++n)
-    for (int64_t k = 0; k < K; ++k) q.codes[size_t(n * K + k)] = f32_to_e4m3(w[size_t(n * K + k)] / s[size_t((n / 128) * bc + k / 128)]);
+    for (int64_t k = 0; k < K; ++k) q.codes[size_t(n * K + k)] = f32_to_f8_e4m3(w[size_t(n * K + k)] / s[size_t((n / 128) * bc + k / 128)]);
   q.scales.resize(s.size() * 4);
   std::memcpy(q.scales.data(), s.data(), q.scales.size());
   q.scale_shape = {br, bc};

@@ -53,7 +53,6 @@ std::string param_name(const ::testing::TestParamInfo<Params>& i) {
 struct SeqHistory {
   std::vector<float> q, k, v;  // per position, as stored in the activation dtype
   std::vector<int64_t> chunks;  // rows per step (0: absent that step)
-  int32_t ring_slot;
   std::vector<int32_t> blocks;
 };
 
@@ -61,8 +60,8 @@ struct Case {
   std::string name;
   KvLayout layout;
   int64_t window;  // attention window (0: full)
-  int64_t per;     // ring rows or block size
-  int64_t slots;   // rings or pool blocks
+  int64_t per;     // block size
+  int64_t slots;   // pool pages
   int64_t d, hq, hk;
   std::vector<std::vector<int64_t>> chunks;
   std::vector<std::vector<int32_t>> blocks;
@@ -79,9 +78,13 @@ void run_case(Attention& T, const Case& c) {
   int64_t max_rows = 0, max_blocks = 0;
   for (size_t s = 0; s < S; ++s) {
     seqs[s].chunks = c.chunks[s];
-    seqs[s].ring_slot = int32_t(S - 1 - s);
-    if (c.layout == KvLayout::Paged) seqs[s].blocks = c.blocks[s];
     const int64_t n = std::accumulate(seqs[s].chunks.begin(), seqs[s].chunks.end(), int64_t(0));
+    if (c.layout == KvLayout::Paged) {
+      seqs[s].blocks = c.blocks[s];
+    } else {  // sliding table from block 0, pages of distinct sequences interleaved, descending
+      const int64_t nb = (n + c.per - 1) / c.per;
+      for (int64_t j = 0; j < nb; ++j) seqs[s].blocks.push_back(int32_t(c.slots - 1 - (j * int64_t(S) + int64_t(s))));
+    }
     seqs[s].q = as_stored(random_floats(static_cast<size_t>(n * qd), 300 + uint32_t(s), 1.0f), T.act());
     seqs[s].k = as_stored(random_floats(static_cast<size_t>(n * kvd), 310 + uint32_t(s), 1.0f), T.act());
     seqs[s].v = as_stored(random_floats(static_cast<size_t>(n * kvd), 320 + uint32_t(s), 1.0f), T.act());
@@ -103,8 +106,8 @@ void run_case(Attention& T, const Case& c) {
   KvLayerStorage cache;
   cache.layout = c.layout;
   {
-    auto k = b.alloc(T.kv(), {c.slots, c.per, kvd});
-    auto v = b.alloc(T.kv(), {c.slots, c.per, kvd});
+    auto k = b.alloc(T.kv(), {c.slots, 1, c.per, kvd});
+    auto v = b.alloc(T.kv(), {c.slots, 1, c.per, kvd});
     ASSERT_TRUE(k.ok() && v.ok());
     cache.k = *k, cache.v = *v;
   }
@@ -117,7 +120,9 @@ void run_case(Attention& T, const Case& c) {
       const int64_t n = seqs[s].chunks[st];
       if (n == 0) continue;
       std::vector<int32_t> tokens(static_cast<size_t>(n), 7);
-      builder.add(tokens, done[s], seqs[s].ring_slot, seqs[s].blocks, false, true);
+      const std::vector<int32_t> none;
+      const bool paged = c.layout == KvLayout::Paged;
+      builder.add(tokens, done[s], paged ? seqs[s].blocks : none, paged ? none : seqs[s].blocks, 0, false, true);
       auto take = [&](std::vector<float>& dst, const std::vector<float>& src, int64_t w) {
         dst.insert(dst.end(), src.begin() + done[s] * w, src.begin() + (done[s] + n) * w);
       };
@@ -178,8 +183,8 @@ void run_case(Attention& T, const Case& c) {
   }
 }
 
-TEST_P(Attention, RingWrapsAroundWithChunksLongerThanTheWindow) {
-  Case c{"ring", KvLayout::Ring, 5, 5, 3, 36, 4, 2,
+TEST_P(Attention, SlidingWithChunksLongerThanTheWindow) {
+  Case c{"sliding", KvLayout::Sliding, 5, 4, 48, 36, 4, 2,
          {{7, 1, 1, 6, 1, 3}, {1, 1, 4, 1, 1, 1}, {0, 2, 0, 9, 1, 0}}, {}};
   run_case(*this, c);
 }
@@ -196,8 +201,8 @@ TEST_P(Attention, HeadDim256AndGroupOfEight) {
   run_case(*this, c);
 }
 
-TEST_P(Attention, LongContextRing) {
-  Case c{"long ring", KvLayout::Ring, 200, 200, 2, 128, 8, 2, {{150, 330, 1, 1, 100, 1}, {1, 1, 260, 1, 1, 40}}, {}};
+TEST_P(Attention, LongContextSliding) {
+  Case c{"long sliding", KvLayout::Sliding, 200, 16, 128, 128, 8, 2, {{150, 330, 1, 1, 100, 1}, {1, 1, 260, 1, 1, 40}}, {}};
   run_case(*this, c);
 }
 
@@ -210,17 +215,17 @@ TEST_P(Attention, LongContextPaged) {
 }
 
 // A decode row alone vs the same row inside a batch of 64 unrelated
-// sequences: bitwise equal (paged and ring caches).
+// sequences: bitwise equal (full and sliding tables).
 TEST_P(Attention, DecodeRowIsBatchInvariant) {
   const int64_t d = 128, hq = 8, hk = 2, kvd = hk * d, qd = hq * d, B = 64, at = 20;
-  for (KvLayout layout : {KvLayout::Paged, KvLayout::Ring}) {
+  for (KvLayout layout : {KvLayout::Paged, KvLayout::Sliding}) {
     const bool paged = layout == KvLayout::Paged;
-    const int64_t per = paged ? 16 : 128, slots = paged ? 400 : B, window = paged ? 0 : 128;
+    const int64_t per = 16, slots = 400, window = paged ? 0 : 128;
     KvLayerStorage cache;
     cache.layout = layout;
     auto ck = random_floats(static_cast<size_t>(slots * per * kvd), 900), cv = random_floats(static_cast<size_t>(slots * per * kvd), 901);
-    cache.k = up(kv(), {slots, per, kvd}, ck);
-    cache.v = up(kv(), {slots, per, kvd}, cv);
+    cache.k = up(kv(), {slots, 1, per, kvd}, ck);
+    cache.v = up(kv(), {slots, 1, per, kvd}, cv);
     std::mt19937 rng(902);
     std::vector<int64_t> len(static_cast<size_t>(B));
     std::vector<std::vector<int32_t>> blocks(static_cast<size_t>(B));
@@ -236,9 +241,10 @@ TEST_P(Attention, DecodeRowIsBatchInvariant) {
     StepPlanBuilder batch(cap), alone(cap);
     for (int64_t s = 0; s < B; ++s) {
       std::vector<int32_t> tok = {1};
-      if (!paged) blocks[size_t(s)].clear();
-      batch.add(tok, len[size_t(s)], int32_t(s), blocks[size_t(s)], false, true);
-      if (s == at) alone.add(tok, len[size_t(s)], int32_t(s), blocks[size_t(s)], false, true);
+      const std::vector<int32_t> none;
+      const std::vector<int32_t>& bl = blocks[size_t(s)];
+      batch.add(tok, len[size_t(s)], paged ? bl : none, paged ? none : bl, 0, false, true);
+      if (s == at) alone.add(tok, len[size_t(s)], paged ? bl : none, paged ? none : bl, 0, false, true);
     }
     Tensor buf_b, buf_a;
     StepPlanView vb = plan_view(batch, buf_b, window, per);
@@ -251,7 +257,7 @@ TEST_P(Attention, DecodeRowIsBatchInvariant) {
     auto rb = get_bytes(ob), ra = get_bytes(oa), rb2 = get_bytes(ob2);
     const size_t row = size_t(qd) * ob.element_bytes();
     EXPECT_EQ(0, std::memcmp(rb.data() + size_t(at) * row, ra.data(), row))
-        << (paged ? "paged" : "ring") << ": the decode row differs alone and in a batch of 64";
+        << (paged ? "paged" : "sliding") << ": the decode row differs alone and in a batch of 64";
     EXPECT_EQ(rb, rb2) << "the same attention twice differs";
   }
 }
@@ -260,12 +266,12 @@ TEST_P(Attention, BadBlockIdIsAnErrorNotAFault) {
   const int64_t d = 64, kvd = d;
   KvLayerStorage cache;
   cache.layout = KvLayout::Paged;
-  cache.k = *b().alloc(kv(), {4, 4, kvd});
-  cache.v = *b().alloc(kv(), {4, 4, kvd});
+  cache.k = *b().alloc(kv(), {4, 1, 4, kvd});
+  cache.v = *b().alloc(kv(), {4, 1, 4, kvd});
   StepPlanBuilder pb(StepPlanCapacity{4, 1, 1, 4});
   std::vector<int32_t> tok = {1};
   std::vector<int32_t> blocks = {0, 9};  // position 5 lives in block 9 of a 4-block pool
-  pb.add(tok, 5, 0, blocks, false, true);
+  pb.add(tok, 5, blocks, {}, 0, false, true);
   Tensor buf;
   StepPlanView view = plan_view(pb, buf, 0, 4);
   auto q = random_floats(static_cast<size_t>(d), 1), k = random_floats(static_cast<size_t>(kvd), 2);

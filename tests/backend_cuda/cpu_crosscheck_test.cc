@@ -127,14 +127,16 @@ TEST_P(CpuCrossCheck, ModelShapedPipelineMatchesTheCpuBackend) {
     s.wr = upload(be, {E, H}, w.wr, wdt), s.bias = upload(be, {E}, w.bias, g);
     s.gu = upload(be, {E, 2 * I, Hm}, w.gu, wdt), s.dn = upload(be, {E, Hm, I}, w.dn, wdt);
     s.pg = upload(be, {Hm}, w.pg, g), s.head = upload(be, {V, H}, w.head, wdt);
-    s.cache[0].layout = KvLayout::Ring;
-    s.cache[0].k = fresh(be, DType::F32, {2, W, kvd}), s.cache[0].v = fresh(be, DType::F32, {2, W, kvd});
+    // Layer 0 sliding, layer 1 full, each over its own pool of one-layer pages.
+    s.cache[0].layout = KvLayout::Sliding;
+    s.cache[0].k = fresh(be, DType::F32, {6, 1, BS, kvd}), s.cache[0].v = fresh(be, DType::F32, {6, 1, BS, kvd});
     s.cache[1].layout = KvLayout::Paged;
-    s.cache[1].k = fresh(be, DType::F32, {12, BS, kvd}), s.cache[1].v = fresh(be, DType::F32, {12, BS, kvd});
+    s.cache[1].k = fresh(be, DType::F32, {12, 1, BS, kvd}), s.cache[1].v = fresh(be, DType::F32, {12, 1, BS, kvd});
     s.plan = fresh(be, DType::I32, {pb.layout().total});
   }
   const std::vector<std::vector<int64_t>> chunks = {{9, 1, 1}, {1, 5, 1}};
-  const std::vector<std::vector<int32_t>> blocks = {{7, 2, 10}, {0, 9}};
+  const std::vector<std::vector<int32_t>> blocks = {{7, 2, 10}, {0, 9}};  // full-layer pages
+  const std::vector<std::vector<int32_t>> slide = {{4, 0, 2}, {5, 1}};     // sliding-layer pages
   std::vector<int64_t> done = {0, 0};
   std::mt19937 rng(77);
   for (size_t step = 0; step < 3; ++step) {
@@ -142,7 +144,7 @@ TEST_P(CpuCrossCheck, ModelShapedPipelineMatchesTheCpuBackend) {
     for (size_t q = 0; q < 2; ++q) {
       std::vector<int32_t> tok(static_cast<size_t>(chunks[q][step]));
       for (auto& t : tok) t = int32_t(rng() % uint32_t(V));
-      pb.add(tok, done[q], int32_t(1 - q), blocks[q], false, true);
+      pb.add(tok, done[q], blocks[q], slide[q], 0, false, true);
     }
     const int64_t T = pb.rows(), L = pb.logit_rows();
     std::vector<std::vector<float>> out[2];

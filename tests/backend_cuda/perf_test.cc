@@ -62,14 +62,14 @@ TEST_F(Timing, DISABLED_DecodeShapes) {
     KvLayerStorage cache;
     cache.layout = KvLayout::Paged;
     auto kvals = pattern(static_cast<size_t>(B * nb * bs * kvd), 12);
-    cache.k = up(DType::BF16, {B * nb, bs, kvd}, kvals);
-    cache.v = up(DType::BF16, {B * nb, bs, kvd}, kvals);
+    cache.k = up(DType::BF16, {B * nb, 1, bs, kvd}, kvals);
+    cache.v = up(DType::BF16, {B * nb, 1, bs, kvd}, kvals);
     StepPlanBuilder pb(StepPlanCapacity{B, B, B, B * nb});
     for (int64_t s = 0; s < B; ++s) {
       std::vector<int32_t> blocks;
       for (int64_t i = 0; i < nb; ++i) blocks.push_back(int32_t(s * nb + i));
       std::vector<int32_t> tok = {1};
-      pb.add(tok, ctx, int32_t(s), blocks, false, true);
+      pb.add(tok, ctx, blocks, {}, 0, false, true);
     }
     Tensor buf = *b().alloc(DType::I32, {pb.layout().total});
     b().set_input(buf, pb.data(), pb.upload_bytes());

@@ -135,50 +135,44 @@ TEST(EngineErrors, BadInputIsAClearError) {
   EXPECT_NE(st.message().find("max_batch_tokens"), std::string::npos) << st.message();
 }
 
-TEST(EngineKv, BlocksAreReturnedAndFullPoolIsAnError) {
+TEST(EngineKv, PagesAreReturnedAndFullPoolIsAnError) {
+  // Tiny: 2 full + 4 sliding layers, so a page is 2 layers' block: a full
+  // block is 1 page, a sliding block 2. Window 4, blocks of 4, no rollback
+  // margin: a sequence keeps the sliding blocks covering its last 3 positions.
   EngineOptions o;
   o.max_sequences = 2;
-  o.kv_blocks = 5;  // 20 positions of 4
+  o.kv_pages = 10;
+  o.kv_max_rollback = 0;
   o.max_model_len = 64;
   auto e = tiny_engine(false, 1, o);
   const KvCache& kv = e->kv_cache();
-  EXPECT_EQ(kv.free_blocks(), 5);
+  EXPECT_EQ(kv.geometry().full_pages_per_block, 1);
+  EXPECT_EQ(kv.geometry().sliding_pages_per_block, 2);
+  EXPECT_EQ(kv.available_pages(), 10);
   {
     auto a = e->new_session();
-    ASSERT_TRUE((*a)->feed(some_tokens(13)).ok());  // 4 blocks
-    EXPECT_EQ(kv.free_blocks(), 1);
+    ASSERT_TRUE((*a)->feed(some_tokens(13)).ok());  // 4 full blocks + sliding blocks 2, 3
+    EXPECT_EQ(kv.available_pages(), 2);
+    EXPECT_EQ(kv.geometry().pages_for(13), 8);
     auto b = e->new_session();
-    auto r = (*b)->feed(some_tokens(5));  // needs 2
+    auto r = (*b)->feed(some_tokens(5));  // needs 2 full + 2 sliding blocks: 6 pages
     ASSERT_FALSE(r.ok());
     EXPECT_NE(r.message().find("KV cache full"), std::string::npos) << r.message();
   }
-  EXPECT_EQ(kv.free_blocks(), 5);
+  EXPECT_EQ(kv.available_pages(), 10);
   EXPECT_EQ(kv.free_sequences(), 2);
-  // A step that does not fit grows no block table (all or nothing).
+  // A step that does not fit grows no table (all or nothing).
   auto a = e->new_session();
   auto b = e->new_session();
-  ASSERT_TRUE((*a)->feed(some_tokens(15)).ok());  // 4 blocks, 1 free
+  ASSERT_TRUE((*a)->feed(some_tokens(15)).ok());  // 4 full + 1 sliding block: 6 pages
+  EXPECT_EQ(kv.available_pages(), 4);
   auto one = some_tokens(2), five = some_tokens(5);
-  StepItem items[] = {{a->get(), one}, {b->get(), five}};  // a needs 1 more, b 2
+  StepItem items[] = {{a->get(), one}, {b->get(), five}};  // a needs 1 + 2 more, b 6
   Status st = e->step(items);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("KV cache full"), std::string::npos) << st.message();
-  EXPECT_EQ(kv.free_blocks(), 1);
+  EXPECT_EQ(kv.available_pages(), 4);
   EXPECT_EQ((*a)->length(), 15);
-}
-
-TEST(BlockAllocator, LowestIdFirst) {
-  BlockAllocator a(4);
-  EXPECT_EQ(*a.allocate(), 0);
-  EXPECT_EQ(*a.allocate(), 1);
-  EXPECT_EQ(*a.allocate(), 2);
-  a.release(1);
-  a.release(0);
-  EXPECT_EQ(*a.allocate(), 0);
-  EXPECT_EQ(*a.allocate(), 1);
-  EXPECT_EQ(*a.allocate(), 3);
-  EXPECT_FALSE(a.allocate().has_value());
-  EXPECT_EQ(a.free_count(), 0);
 }
 
 }  // namespace

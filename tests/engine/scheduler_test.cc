@@ -6,6 +6,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <mutex>
+#include <random>
 
 #include "engine_test_util.h"
 #include "muse/engine/scheduler.h"
@@ -138,7 +139,7 @@ TEST_P(SchedulerFamilies, PreemptionRecomputesToTheSameTokens) {
   o.max_sequences = 6;
   o.max_batch_tokens = 32;
   o.kv_block_size = 4;
-  o.kv_blocks = 26;  // one sequence needs up to 13 blocks
+  o.kv_pages = 60;  // one sequence needs up to 44 pages (26 + one step's transient)
   auto e = tiny_engine(GetParam(), 2, o);
   std::vector<std::vector<int32_t>> expect;
   std::vector<GenerateRequest> reqs;
@@ -163,7 +164,106 @@ TEST_P(SchedulerFamilies, PreemptionRecomputesToTheSameTokens) {
   }
   EXPECT_GT(preempted, 0) << "the pool was meant to run out";
   EXPECT_EQ(int64_t(sched.stats().preemptions), preempted);
-  EXPECT_EQ(e->kv_cache().free_blocks(), 26);
+  EXPECT_EQ(e->kv_cache().available_pages(), 60);
+}
+
+// Prefix caching under the scheduler: requests sharing a system prompt
+// (and some sharing more: multi-turn histories, n > 1), a pool small enough
+// to preempt, greedy and seeded sampling: every output equals the request
+// alone on an engine without the cache, and later requests report cached
+// prompt tokens.
+TEST_P(SchedulerFamilies, PrefixCachingWithPreemptionEqualsAlone) {
+  EngineOptions o;
+  o.max_sequences = 6;
+  o.max_batch_tokens = 32;
+  o.kv_block_size = 4;
+  auto plain = tiny_engine(GetParam(), 2, o);
+  o.prefix_caching = true;
+  o.kv_pages = 60;  // one sequence of 70 positions needs 48 at most; 6 want to run
+  auto e = tiny_engine(GetParam(), 2, o);
+  const auto system = some_tokens(23, 500);
+  std::vector<std::vector<int32_t>> expect;
+  std::vector<GenerateRequest> reqs;
+  std::vector<int32_t> history = system;
+  for (int i = 0; i < 14; ++i) {
+    std::vector<int32_t> prompt = i % 3 == 0 ? history : system;
+    const auto user = some_tokens(size_t(3 + i % 5), 600 + i);
+    prompt.insert(prompt.end(), user.begin(), user.end());
+    if (i % 3 == 0) history = prompt;  // the next "turn" extends this one
+    SamplingConfig sc = i % 2 ? sampled(40 + uint64_t(i)) : SamplingConfig{};
+    reqs.push_back(request("c" + std::to_string(i), prompt, 20, sc));
+    reqs.back().ignore_eos = true;
+    expect.push_back(alone(*plain, prompt, sc, 20));
+  }
+  Scheduler sched(*e, {});
+  std::vector<std::shared_ptr<Collector>> got;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    got.push_back(std::make_shared<Collector>());
+    ASSERT_EQ(sched.submit(reqs[i], got.back()).status, Scheduler::SubmitStatus::Ok);
+    if (i == 0) ASSERT_TRUE(got[0]->wait());  // the first fills the cache
+  }
+  int64_t preempted = 0, cached = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(got[i]->wait());
+    EXPECT_EQ(got[i]->tokens[0], expect[i]) << "request " << i;
+    preempted += got[i]->summary.preemptions;
+    cached += got[i]->summary.cached_tokens;
+    EXPECT_LE(got[i]->summary.cached_tokens, int64_t(reqs[i].prompt.size()) - 1);
+  }
+  EXPECT_GT(preempted, 0) << "the pool was meant to run out";
+  // Each later request shares 20+ system-prompt positions; under this much
+  // pressure some find them evicted (about 220 of 260 here).
+  EXPECT_GE(cached, 6 * 20);
+  auto st = sched.stats();
+  EXPECT_GT(st.prefix_cache_hits, 0u);
+  EXPECT_GE(st.prefix_cache_queries, st.prefix_cache_hits);
+  EXPECT_EQ(e->kv_cache().used_pages(), 0);
+}
+
+// Randomized: prompts cut from three stems at random lengths (prefixes end
+// at every offset of a block and of the window), random tails and lengths,
+// greedy and seeded, submitted in random bursts to a pool that preempts:
+// every output equals the request alone on an engine without the cache.
+TEST_P(SchedulerFamilies, PrefixCachingRandomizedWithPreemptionEqualsAlone) {
+  EngineOptions o;
+  o.max_sequences = 5;
+  o.max_batch_tokens = 24;
+  o.kv_block_size = 4;
+  auto plain = tiny_engine(GetParam(), 2, o);
+  o.prefix_caching = true;
+  o.kv_pages = 50;  // one sequence of up to 78 positions needs 46
+  auto e = tiny_engine(GetParam(), 2, o);
+  std::mt19937 rng(4242);
+  std::vector<std::vector<int32_t>> stems;
+  for (int i = 0; i < 3; ++i) stems.push_back(some_tokens(60, 700 + i));
+  Scheduler sched(*e, {});
+  int64_t preempted = 0, cached = 0;
+  for (int burst = 0; burst < 4; ++burst) {
+    std::vector<std::vector<int32_t>> expect;
+    std::vector<std::shared_ptr<Collector>> got;
+    for (int k = 0; k < 6; ++k) {
+      const auto& stem = stems[rng() % stems.size()];
+      std::vector<int32_t> prompt(stem.begin(), stem.begin() + long(1 + rng() % 55));
+      const auto tail = some_tokens(1 + rng() % 6, 900 + burst * 10 + k);
+      prompt.insert(prompt.end(), tail.begin(), tail.end());
+      const int max_tokens = 4 + int(rng() % 14);
+      SamplingConfig sc = rng() % 2 ? sampled(rng()) : SamplingConfig{};
+      GenerateRequest r = request("b" + std::to_string(burst) + "k" + std::to_string(k), prompt, max_tokens, sc);
+      r.ignore_eos = true;
+      expect.push_back(alone(*plain, prompt, sc, max_tokens));
+      got.push_back(std::make_shared<Collector>());
+      ASSERT_EQ(sched.submit(r, got.back()).status, Scheduler::SubmitStatus::Ok);
+    }
+    for (size_t i = 0; i < got.size(); ++i) {
+      ASSERT_TRUE(got[i]->wait());
+      EXPECT_EQ(got[i]->tokens[0], expect[i]) << "burst " << burst << " request " << i;
+      preempted += got[i]->summary.preemptions;
+      cached += got[i]->summary.cached_tokens;
+    }
+  }
+  EXPECT_GT(preempted, 0) << "the pool was meant to run out";
+  EXPECT_GT(cached, 0);
+  EXPECT_EQ(e->kv_cache().used_pages(), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Scheduler, SchedulerFamilies, ::testing::Values(false, true),
@@ -185,6 +285,32 @@ TEST(Scheduler, ChoicesSampleWithSeedPlusIndex) {
   for (int i = 0; i < 3; ++i) EXPECT_EQ(c->tokens[size_t(i)], expect[size_t(i)]) << i;
   EXPECT_NE(c->tokens[0], c->tokens[1]);
   EXPECT_EQ(c->summary.completion_tokens.size(), 3u);
+}
+
+// n > 1 with prefix caching: choices 1.. wait for choice 0's prompt and
+// reuse it from the cache (not prefilled n times); tokens unchanged.
+TEST(Scheduler, ChoicesShareThePromptThroughThePrefixCache) {
+  EngineOptions o;
+  o.max_sequences = 4;
+  o.max_batch_tokens = 32;
+  o.kv_block_size = 4;
+  auto plain = tiny_engine(true, 2, o);
+  o.prefix_caching = true;
+  auto e = tiny_engine(true, 2, o);
+  auto prompt = some_tokens(90, 19);
+  std::vector<std::vector<int32_t>> expect;
+  for (int i = 0; i < 3; ++i) expect.push_back(alone(*plain, prompt, sampled(60 + uint64_t(i)), 10));
+  Scheduler sched(*e, {});
+  auto c = std::make_shared<Collector>(3);
+  GenerateRequest r = request("n3", prompt, 10, sampled(60));
+  r.n = 3;
+  ASSERT_EQ(sched.submit(r, c).status, Scheduler::SubmitStatus::Ok);
+  ASSERT_TRUE(c->wait());
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(c->tokens[size_t(i)], expect[size_t(i)]) << i;
+  const auto st = sched.stats();
+  // Choices 1 and 2 found the prompt's blocks up to max_rollback behind its end.
+  EXPECT_GE(st.prefix_cache_hits, 2u * 68u);
+  EXPECT_LT(st.prompt_tokens_computed, 2u * 90u);
 }
 
 TEST(Scheduler, StopIdsEosIgnoreEosAndMinTokens) {
@@ -275,7 +401,9 @@ TEST(Scheduler, AdmissionErrors) {
   EngineOptions o;
   o.max_sequences = 2;
   o.kv_block_size = 4;
-  o.kv_blocks = 8;  // 32 positions per sequence at most
+  o.kv_pages = 16;  // 31 positions: 8 full + 1 sliding block (2 pages) + one step's transient (6 pages)
+  o.kv_max_rollback = 0;
+  o.max_batch_tokens = 8;
   o.max_model_len = 64;
   auto e = tiny_engine(false, 2, o);
   Scheduler sched(*e, {});
@@ -289,7 +417,7 @@ TEST(Scheduler, AdmissionErrors) {
   EXPECT_NE(ctx.message.find("context"), std::string::npos) << ctx.message;
   auto kv = sched.submit(request("kv", some_tokens(30), 10), c);
   EXPECT_EQ(kv.status, S::Invalid);
-  EXPECT_NE(kv.message.find("KV-cache blocks"), std::string::npos) << kv.message;
+  EXPECT_NE(kv.message.find("KV-cache pages"), std::string::npos) << kv.message;
   GenerateRequest many = request("n", some_tokens(3), 4);
   many.n = 3;
   EXPECT_EQ(sched.submit(many, c).status, S::Invalid);
@@ -297,7 +425,9 @@ TEST(Scheduler, AdmissionErrors) {
   bias.sampling.logit_bias = {{1000, 1.0f}};
   EXPECT_EQ(sched.submit(bias, c).status, S::Invalid);
   EXPECT_EQ(c->updates, 0);
-  // Fits exactly: 22 + 10 - 1 = 31 positions = 8 blocks.
+  // Fits exactly: 22 + 10 - 1 = 31 positions = 16 pages.
+  EXPECT_EQ(e->kv_cache().pages_for_sequence(31), 16);
+  EXPECT_EQ(e->kv_cache().pages_for_sequence(33), 19);
   EXPECT_EQ(sched.submit(request("fits", some_tokens(22), 10), c).status, S::Ok);
   ASSERT_TRUE(c->wait());
 }
@@ -360,7 +490,7 @@ TEST(Scheduler, LogitsObserverSeesEveryPositionOnceInOrder) {
   o.max_sequences = 4;
   o.max_batch_tokens = 16;
   o.kv_block_size = 4;
-  o.kv_blocks = 20;  // one sequence needs up to 10 blocks: preemption
+  o.kv_pages = 50;  // one sequence needs up to ~40 pages: preemption
   auto e = tiny_engine(true, 2, o);
   const int64_t V = e->config().vocab_size;
   std::vector<std::vector<float>> rows(6);

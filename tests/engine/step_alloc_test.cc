@@ -48,6 +48,8 @@ TEST_P(StepAllocations, DecodeAndPrefillStepsAllocateNothingAfterWarmUp) {
   EngineOptions o;
   o.max_sequences = 3;
   o.max_batch_tokens = 16;
+  o.prefix_caching = true;  // block hashing and registration allocate nothing either
+  o.kv_max_rollback = 2;    // so that blocks are registered (and sliding ones released) within the rounds
   auto e = tiny_engine(GetParam(), 2, o);
   ASSERT_TRUE(e);
   auto a = e->new_session(), b = e->new_session(), c = e->new_session();

@@ -275,24 +275,24 @@ TEST(QuantConfig, DescribesSchemes) {
 #include "muse/model/quantize.h"
 
 TEST(QuantKnownAnswer, E4m3EncoderRoundsToNearestEvenAndSaturates) {
-  EXPECT_EQ(f32_to_e4m3(1.0f), 0x38);
-  EXPECT_EQ(f32_to_e4m3(-2.0f), 0xC0);
-  EXPECT_EQ(f32_to_e4m3(448.0f), 0x7E);   // max normal
-  EXPECT_EQ(f32_to_e4m3(10000.0f), 0x7E);  // saturates (no inf in e4m3fn)
-  EXPECT_EQ(f32_to_e4m3(-10000.0f), 0xFE);
-  EXPECT_EQ(f32_to_e4m3(0.0f), 0x00);
-  EXPECT_EQ(f32_to_e4m3(-0.0f), 0x80);     // negative zero keeps its sign
-  EXPECT_EQ(f32_to_e4m3(std::ldexp(1.0f, -9)), 0x01);          // smallest subnormal
-  EXPECT_EQ(f32_to_e4m3(std::ldexp(1.0f, -10)), 0x00);         // tie between 0 and 2^-9: to even (0)
-  EXPECT_EQ(f32_to_e4m3(std::ldexp(3.0f, -10)), 0x02);         // 1.5 · 2^-9: tie to even (2)
-  EXPECT_EQ(f32_to_e4m3(std::ldexp(7.5f, -9)), 0x08);          // rounds up out of the subnormals
-  EXPECT_EQ(f32_to_e4m3(1.0625f), 0x38);                      // 1 + 1/16: tie to even mantissa (1.0)
-  EXPECT_EQ(f32_to_e4m3(1.1875f), 0x3A);                      // 1 + 3/16: tie to even (1.25)
-  EXPECT_EQ(f32_to_e4m3(std::nanf("")), 0x7F);
+  EXPECT_EQ(f32_to_f8_e4m3(1.0f), 0x38);
+  EXPECT_EQ(f32_to_f8_e4m3(-2.0f), 0xC0);
+  EXPECT_EQ(f32_to_f8_e4m3(448.0f), 0x7E);   // max normal
+  EXPECT_EQ(f32_to_f8_e4m3(10000.0f), 0x7E);  // saturates (no inf in e4m3fn)
+  EXPECT_EQ(f32_to_f8_e4m3(-10000.0f), 0xFE);
+  EXPECT_EQ(f32_to_f8_e4m3(0.0f), 0x00);
+  EXPECT_EQ(f32_to_f8_e4m3(-0.0f), 0x80);     // negative zero keeps its sign
+  EXPECT_EQ(f32_to_f8_e4m3(std::ldexp(1.0f, -9)), 0x01);          // smallest subnormal
+  EXPECT_EQ(f32_to_f8_e4m3(std::ldexp(1.0f, -10)), 0x00);         // tie between 0 and 2^-9: to even (0)
+  EXPECT_EQ(f32_to_f8_e4m3(std::ldexp(3.0f, -10)), 0x02);         // 1.5 · 2^-9: tie to even (2)
+  EXPECT_EQ(f32_to_f8_e4m3(std::ldexp(7.5f, -9)), 0x08);          // rounds up out of the subnormals
+  EXPECT_EQ(f32_to_f8_e4m3(1.0625f), 0x38);                      // 1 + 1/16: tie to even mantissa (1.0)
+  EXPECT_EQ(f32_to_f8_e4m3(1.1875f), 0x3A);                      // 1 + 3/16: tie to even (1.25)
+  EXPECT_EQ(f32_to_f8_e4m3(std::nanf("")), 0x7F);
   // Every finite code round-trips.
   for (int c = 0; c < 256; ++c) {
     if ((c & 0x7F) == 0x7F) continue;
-    EXPECT_EQ(f32_to_e4m3(f8_e4m3_to_f32(uint8_t(c))), c) << c;
+    EXPECT_EQ(f32_to_f8_e4m3(f8_e4m3_to_f32(uint8_t(c))), c) << c;
   }
   EXPECT_TRUE(std::isnan(f8_e4m3_to_f32(0x7F)) && std::isnan(f8_e4m3_to_f32(0xFF)));
   EXPECT_EQ(f8_e4m3_to_f32(0x01), std::ldexp(1.0f, -9));

@@ -8,6 +8,8 @@
 
 #include "muse/chat/request_render.h"
 #include "muse/engine/default_model.h"
+#include "muse/engine/engine.h"
+#include "muse/kv/kv_cache.h"
 #include "muse/model/config.h"
 #include "muse/server/backend_factory.h"
 #include "muse/server/muse_adapter.h"
@@ -153,20 +155,35 @@ TEST(MuseAdapter, WithoutToolsACallStaysText) {
   EXPECT_NE(t.content.find("New Delhi"), std::string::npos);
 }
 
-TEST(MuseAdapter, KvBlocksFollowTheFlags) {
+TEST(MuseAdapter, KvPagesFollowTheFlags) {
   auto dir = default_model_dir();
   if (!dir.ok()) GTEST_SKIP() << dir.message();
   auto config = load_model_config(*dir);
   ASSERT_TRUE(config.ok());
   EngineServeOptions o;
   o.max_num_seqs = 4;
-  EXPECT_EQ(*kv_cache_blocks(*config, o, 4096, 64), 4 * 64) << "all sequences at full length fit the default budget";
+  o.max_num_batched_tokens = 256;
+  // muse-tiny: 3 full + 7 sliding layers, pages of 3 layers' blocks: a full
+  // block is 1 page, a sliding block 3; F32 page = 2 x 3 x 64 x 64 x 4 = 96 KiB.
+  const KvGeometry g = KvGeometry::of(*config, 64, EngineOptions{}.kv_max_rollback, 4);
+  EXPECT_EQ(g.page_bytes(), 2 * 3 * 64 * 64 * 4);
+  const int64_t one = g.pages_for(4096) + g.step_transient_pages(256);
+  EXPECT_EQ(g.pages_for(4096), 64 + 3 * 3);
+  EXPECT_EQ(*kv_cache_pages(*config, o, 4096, 64, DType::F32), 4 * (64 + 9 + 3) + g.step_transient_pages(256))
+      << "all sequences at full length fit the default budget";
   o.num_gpu_blocks_override = 10;
-  EXPECT_EQ(*kv_cache_blocks(*config, o, 4096, 64), 10);
+  EXPECT_EQ(*kv_cache_pages(*config, o, 4096, 64, DType::F32), 10);
   o.num_gpu_blocks_override = 0;
-  o.kv_cache_memory_bytes = 1 << 20;  // 3 full layers x 64 x 64 x 8 bytes = 96 KiB per block
-  EXPECT_FALSE(kv_cache_blocks(*config, o, 4096, 64).ok()) << "less than one sequence";
-  EXPECT_EQ(*kv_cache_blocks(*config, o, 512, 64), 10);
+  o.kv_cache_memory_bytes = 1 << 20;  // 10 pages
+  EXPECT_FALSE(kv_cache_pages(*config, o, 4096, 64, DType::F32).ok()) << "less than one sequence";
+  o.kv_cache_memory_bytes = 4 << 20;
+  EXPECT_EQ(*kv_cache_pages(*config, o, 4096, 64, DType::F8_E4M3), 170) << "fp8 pages are a quarter the size";
+  EXPECT_GE(one, 1);
+  EXPECT_EQ(*kv_cache_dtype("auto", false), DType::F32);
+  EXPECT_EQ(*kv_cache_dtype("auto", true), DType::BF16);
+  EXPECT_EQ(*kv_cache_dtype("fp8", false), DType::F8_E4M3);
+  EXPECT_EQ(*kv_cache_dtype("bfloat16", false), DType::BF16);
+  EXPECT_FALSE(kv_cache_dtype("fp8_e5m2", false).ok());
 }
 
 TEST(StopMatcher, NothingMatchesBeforeMinTokensButATailIsHeld) {

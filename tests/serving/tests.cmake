@@ -3,6 +3,9 @@
 # The serving benchmark (a program, run on demand; bench/NOTES.md "Serving").
 add_executable(muse_serving_bench ${CMAKE_CURRENT_SOURCE_DIR}/bench/serving_bench.cc)
 target_link_libraries(muse_serving_bench PRIVATE Threads::Threads)
+# The multi-turn agent benchmark, with and without prefix caching (bench/NOTES.md).
+add_executable(muse_agent_bench ${CMAKE_CURRENT_SOURCE_DIR}/bench/agent_bench.cc)
+target_link_libraries(muse_agent_bench PRIVATE muse_all Threads::Threads)
 
 # Load test on the real engine: 256 concurrent streams against models/muse-tiny,
 # ~30% of the clients hanging up, a KV cache small enough that sequences are
@@ -12,6 +15,12 @@ add_test(NAME serving_load_real
          COMMAND server_load_test --muse $<TARGET_FILE:muse> --clients 256 --real --max-tokens 24
                  -- --max-num-seqs 64 --max-model-len 512 --kv-cache-memory-bytes 4M --block-size 16)
 set_tests_properties(serving_load_real PROPERTIES TIMEOUT 600 LABELS "load" COST 70)  # starts first (COST)
+# The same with a shared system prompt on every request: the prefix cache (on
+# by default) shares its blocks across streams, hang-ups and preemptions.
+add_test(NAME serving_load_real_shared_prefix
+         COMMAND server_load_test --muse $<TARGET_FILE:muse> --clients 128 --real --max-tokens 24 --shared-system-prompt
+                 -- --max-num-seqs 64 --max-model-len 512 --kv-cache-memory-bytes 8M --block-size 16)
+set_tests_properties(serving_load_real_shared_prefix PROPERTIES TIMEOUT 600 LABELS "load")
 
 # `muse run` with no model (the embedded one), --prompt/--raw/--json.
 add_test(NAME serving_muse_run COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/serving/muse_run.sh $<TARGET_FILE:muse>)

@@ -66,7 +66,10 @@ int plan_command(int argc, char** argv) {
   args.option("--max-num-seqs", &o.max_num_seqs, "N", "concurrent sequences (default 256)");
   args.option("--max-num-batched-tokens", &o.max_num_batched_tokens, "N", "tokens per forward pass (default 8192)");
   args.option("--gpu-memory-utilization", &o.gpu_memory_utilization, "F", "fraction of GPU memory to use (default 0.9)");
-  args.option("--kv-cache-dtype", &o.kv_cache_dtype, "DTYPE", "auto|bf16|fp8|fp8_e4m3|fp8_e5m2 (default auto = bf16)");
+  args.option("--kv-cache-dtype", &o.kv_cache_dtype, "DTYPE", "auto|bf16|fp8|fp8_e4m3|fp8_e5m2|f32 (default auto = bf16; f32 is the CPU server's auto)");
+  args.option("--block-size", &o.block_size, "N", "positions per KV block of the paged pool (default 64)");
+  args.option("--kv-cache-memory-bytes", &o.kv_cache_memory_bytes, "BYTES",
+              "the pool's budget, as muse serve (default: the machine's KV budget)");
   args.option("--cpu-offload-gb", &offload, "GIB",
               "weights to offload per GPU, GiB, as vLLM (default: the minimum that fits)");
   args.repeated("--cpu-offload-params", &offload_params, "NAMES",

@@ -116,7 +116,6 @@ void declare_refused(ArgParser& args) {
       {"--enable-expert-parallel", false, "muse runs on one GPU (no expert parallelism yet)"},
       {"--moe-backend", true, "muse has one MoE implementation per backend"},
       {"--speculative-config", true, "speculative decoding (DSpark) is not implemented yet"},
-      {"--kv-cache-dtype", true, "the KV cache dtype is fixed per backend for now"},
       {"--lora-modules", true, "LoRA adapters are not implemented yet"},
       {"--enable-lora", false, "LoRA adapters are not implemented yet"},
       {"--ssl-keyfile", true, "TLS is not implemented; put a reverse proxy in front"},
@@ -141,6 +140,7 @@ int serve_main(int argc, char** argv, const ServeBackendOverride* override) {
   int64_t max_body_mb = 64;
   int64_t max_buffered_mb = 0;  // 0: 4 x max_body_mb
   std::string kv_cache_memory;
+  bool enable_prefix_caching = false, no_prefix_caching = false;
 
   ArgParser args("serve", "Serve a Muse checkpoint over the OpenAI (/v1/chat/completions, /v1/completions) and Anthropic "
                           "(/v1/messages) APIs. Flags follow `vllm serve`.");
@@ -156,12 +156,18 @@ int serve_main(int argc, char** argv, const ServeBackendOverride* override) {
   args.option("--max-num-batched-tokens", &o.engine.max_num_batched_tokens, "N", "tokens per engine step, prefill chunks included (default 8192)");
   args.option("--device", &o.engine.device, "cpu|cuda", "where the model runs (default cpu; cuda needs a build with the CUDA backend and a GPU)");
   args.option("--gpu-memory-utilization", &o.engine.gpu_memory_utilization, "F", "share of GPU memory muse may use (default 0.9)");
-  args.option("--block-size", &o.engine.block_size, "N", "positions per KV-cache block of full-attention layers (default 64)");
+  args.option("--block-size", &o.engine.block_size, "N", "positions per KV-cache block, both layer kinds (default 64)");
   args.option("--num-gpu-blocks-override", &o.engine.num_gpu_blocks_override, "N",
-              "KV-cache blocks for full-attention layers (default: as many as --kv-cache-memory-bytes holds)");
+              "pages in the KV pool (a page: one block of positions for a group of layers; default: as many as "
+              "--kv-cache-memory-bytes holds)");
   args.option("--kv-cache-memory-bytes", &kv_cache_memory, "SIZE",
-              "memory for the full-attention KV cache, e.g. 4G or 512M (default 1 GiB on the CPU, never more than "
+              "memory for the KV pool, e.g. 4G or 512M (default 1 GiB on the CPU, never more than "
               "--max-num-seqs full-length sequences need)");
+  args.option("--kv-cache-dtype", &o.engine.kv_cache_dtype, "T",
+              "KV cache storage: auto (F32 on the CPU, BF16 on CUDA), bfloat16, or fp8 / fp8_e4m3 (E4M3 with per-layer "
+              "scales, 1.0 when the checkpoint has none)");
+  args.flag("--enable-prefix-caching", &enable_prefix_caching, "reuse the KV blocks of earlier requests' shared prefixes (default on)");
+  args.flag("--no-enable-prefix-caching", &no_prefix_caching, "turn prefix caching off");
   args.option("--logprobs-mode", &o.engine.logprobs_mode, "MODE",
               "processed_logprobs (default: of the distribution sampled from, after penalties, bias, temperature and "
               "top-k/top-p/min-p) or raw_logprobs (the model's own distribution, vLLM's default)");
@@ -250,6 +256,9 @@ int serve_main(int argc, char** argv, const ServeBackendOverride* override) {
   if (max_buffered_mb < max_body_mb || max_buffered_mb > 65536)
     return fail("--max-buffered-request-mb must be in [--max-request-body-mb, 65536]");
   o.api.http.max_buffered_bytes = size_t(max_buffered_mb) << 20;
+  if (enable_prefix_caching && no_prefix_caching)
+    return fail("--enable-prefix-caching and --no-enable-prefix-caching contradict each other");
+  o.engine.enable_prefix_caching = !no_prefix_caching;
   if (!kv_cache_memory.empty()) {
     auto n = parse_bytes("--kv-cache-memory-bytes", kv_cache_memory);
     if (!n.ok()) return fail(n.message());

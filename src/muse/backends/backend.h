@@ -54,18 +54,25 @@ enum class NormGain {
 };
 
 // ---------------------------------------------------------------------------
-// KV cache layout. kv/ owns the bookkeeping (which ring slot, which blocks);
-// the storage tensors are backend memory. K is stored after QK-norm and RoPE,
-// V raw; one row per position of `kv_dim = num_kv_heads * head_dim` values.
+// KV cache layout. kv/ owns the bookkeeping (which pages a sequence holds);
+// the storage is backend memory: one pool of pages for every layer, K and V
+// tensors [pages, page_layers, block_size, kv_dim]. Page p, slot i holds
+// block_size positions of one layer. K is stored after QK-norm and RoPE, V
+// raw; one row per position of `kv_dim = num_kv_heads * head_dim` values,
+// in the cache dtype (F32, BF16, or F8_E4M3 storing fp8(x / scale)).
 // ---------------------------------------------------------------------------
 enum class KvLayout {
-  Ring,   // sliding-window layer: [num_slots, window, kv_dim]; position p at row p % window
-  Paged,  // full layer: [num_blocks, block_size, kv_dim]; position p in block table[p / block_size]
+  Paged,    // full layer: block b of a sequence is in its full table
+  Sliding,  // sliding-window layer: its sliding table, from a first block on; -1 = not kept
 };
 
 struct KvLayerStorage {
   KvLayout layout = KvLayout::Paged;
-  Tensor k, v;
+  Tensor k, v;                  // the whole pool, shared by every layer
+  int32_t slot = 0;             // this layer's slot within a page
+  int32_t group = 0;            // which page of a logical block holds it
+  int32_t pages_per_block = 1;  // table entries per logical block of this layer's kind
+  float k_scale = 1.0f, v_scale = 1.0f;  // F8 caches: stored = fp8(x / scale), read = fp8 · scale
 };
 
 // One weight applied to a shared input: out[T, N] = x[T, K] · weight[N, K]ᵀ.
@@ -94,8 +101,10 @@ class Backend {
   // holds BF16 (an F32 checkpoint is rounded once, at load, as the bf16
   // reference run does).
   virtual DType matrix_dtype(DType stored) const { return stored; }
-  // Storage dtype of the KV cache.
+  // Default storage dtype of the KV cache, and whether another one works
+  // (--kv-cache-dtype).
   virtual DType kv_dtype() const { return DType::F32; }
+  virtual bool supports_kv_dtype(DType dtype) const { return dtype == kv_dtype(); }
   // Whether project() and moe_experts() take weights of this quantized kind
   // (Tensor::quant set; codes, scales and zeros imported with import_weight
   // as stored). The loader asks before importing and reports a backend that
@@ -175,12 +184,14 @@ class Backend {
   // Causal GQA attention over the step plan's sequences: each row attends
   // to the keys of its own sequence at positions ≤ its own (the last `window` only, when
   // window > 0). Keys before the sequence's pos_begin come from the cache,
-  // keys in this step from k_new/v_new. softmax in fp32, scores × `scale`.
+  // keys in this step from k_new/v_new, rounded to the cache dtype first so
+  // a key reads the same whether it was cached or computed in this step
+  // (prefix caching and chunking stay exact). softmax in fp32, scores × `scale`.
   // q/out [T, Hq·d]; k_new/v_new [T, Hk·d].
   virtual void attention(const Tensor& out, const Tensor& q, const Tensor& k_new, const Tensor& v_new,
                          const KvLayerStorage& cache, const StepPlanView& plan, int64_t head_dim,
                          int64_t window, float scale) = 0;
-  // Writes this step's k/v rows into the cache (rings keep the last window).
+  // Writes this step's k/v rows into the cache (rows whose sliding page is -1 are not kept).
   virtual void kv_store(const KvLayerStorage& cache, const Tensor& k_new, const Tensor& v_new,
                         const StepPlanView& plan) = 0;
 

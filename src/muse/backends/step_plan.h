@@ -16,11 +16,17 @@
 //   row_seq[max_rows]     sequence index of each row
 //   seq_row_begin[max_seqs+1]   rows of sequence s: [seq_row_begin[s], seq_row_begin[s+1])
 //   seq_pos_begin[max_seqs]     position of the sequence's first row in this step
-//   seq_ring_slot[max_seqs]     sliding layers: the sequence's ring
-//   seq_block_begin[max_seqs+1] its block table: block_table[seq_block_begin[s] ...]
+//   seq_full_begin[max_seqs]    its full-layer pages: block_table[seq_full_begin[s] ...]
+//   seq_full_count[max_seqs]    ... that many entries (pages_per_block per logical block, block-major)
+//   seq_slide_begin[max_seqs]   its sliding-layer pages: block_table[seq_slide_begin[s] ...]
+//   seq_slide_count[max_seqs]   ... that many entries, -1 where a block is not kept
+//   seq_slide_first[max_seqs]   logical block of its first sliding entry
 //   logit_rows[max_logit_rows]  rows whose logits are produced, in output order
-//   block_table[max_blocks]     full layers: block ids covering [0, end of the step)
-// Rows of a sequence are consecutive and its positions consecutive.
+//   block_table[max_blocks]     page ids (see kv_cache.h), both kinds, all sequences
+// Rows of a sequence are consecutive and its positions consecutive. Page
+// of logical block j, group g (a layer's page within the block, of n per
+// block): full  block_table[full_begin + j*n + g];
+//        sliding block_table[slide_begin + (j - slide_first)*n + g].
 #pragma once
 
 #include <cstdint>
@@ -36,13 +42,14 @@ struct StepPlanCapacity {
   int64_t max_rows = 1;        // token rows per step
   int64_t max_seqs = 1;        // sequences per step
   int64_t max_logit_rows = 1;  // rows whose logits a step produces
-  int64_t max_blocks = 1;      // block-table entries per step, all sequences together
+  int64_t max_blocks = 1;      // page-table entries per step, both kinds, all sequences together
 };
 
 struct StepPlanLayout {
   static constexpr int64_t kRows = 0, kSeqs = 1, kLogitRows = 2, kBlocks = 3, kHeader = 8;
-  int64_t tokens = 0, positions = 0, row_seq = 0, seq_row_begin = 0, seq_pos_begin = 0, seq_ring_slot = 0,
-          seq_block_begin = 0, logit_rows = 0, block_table = 0, total = 0;
+  int64_t tokens = 0, positions = 0, row_seq = 0, seq_row_begin = 0, seq_pos_begin = 0, seq_full_begin = 0,
+          seq_full_count = 0, seq_slide_begin = 0, seq_slide_count = 0, seq_slide_first = 0, logit_rows = 0,
+          block_table = 0, total = 0;
 
   static StepPlanLayout for_capacity(const StepPlanCapacity& c) {
     StepPlanLayout l;
@@ -53,8 +60,11 @@ struct StepPlanLayout {
     l.row_seq = take(c.max_rows);
     l.seq_row_begin = take(c.max_seqs + 1);
     l.seq_pos_begin = take(c.max_seqs);
-    l.seq_ring_slot = take(c.max_seqs);
-    l.seq_block_begin = take(c.max_seqs + 1);
+    l.seq_full_begin = take(c.max_seqs);
+    l.seq_full_count = take(c.max_seqs);
+    l.seq_slide_begin = take(c.max_seqs);
+    l.seq_slide_count = take(c.max_seqs);
+    l.seq_slide_first = take(c.max_seqs);
     l.logit_rows = take(c.max_logit_rows);
     l.block_table = take(c.max_blocks);
     l.total = at;
@@ -69,7 +79,7 @@ struct StepPlanView {
   Tensor buffer;  // I32 [layout.total]
   StepPlanLayout layout;
   int64_t window = 0;      // sliding window (keys visible to a query, itself included)
-  int64_t block_size = 0;  // positions per paged block
+  int64_t block_size = 0;  // positions per block
   Tensor tokens, positions, logit_rows;  // I32 [capacity] views
 
   // The view of `buffer` (I32, at least layout.total elements) for a plan of
@@ -98,9 +108,19 @@ struct StepPlanReader {
   int64_t row_begin(int64_t s) const { return p[l.seq_row_begin + s]; }
   int64_t num_rows(int64_t s) const { return p[l.seq_row_begin + s + 1] - p[l.seq_row_begin + s]; }
   int64_t pos_begin(int64_t s) const { return p[l.seq_pos_begin + s]; }
-  int32_t ring_slot(int64_t s) const { return p[l.seq_ring_slot + s]; }
-  const int32_t* blocks(int64_t s) const { return p + l.block_table + p[l.seq_block_begin + s]; }
-  int64_t num_blocks(int64_t s) const { return p[l.seq_block_begin + s + 1] - p[l.seq_block_begin + s]; }
+  int64_t full_count(int64_t s) const { return p[l.seq_full_count + s]; }
+  int64_t slide_count(int64_t s) const { return p[l.seq_slide_count + s]; }
+  int64_t slide_first(int64_t s) const { return p[l.seq_slide_first + s]; }
+  // Page of logical block j, group g of n per block; -1 when the table has none.
+  int32_t full_page(int64_t s, int64_t j, int64_t g, int64_t n) const {
+    const int64_t i = j * n + g;
+    return j >= 0 && i < full_count(s) ? p[l.block_table + p[l.seq_full_begin + s] + i] : -1;
+  }
+  int32_t slide_page(int64_t s, int64_t j, int64_t g, int64_t n) const {
+    const int64_t jj = j - slide_first(s), i = jj * n + g;
+    return jj >= 0 && i < slide_count(s) ? p[l.block_table + p[l.seq_slide_begin + s] + i] : -1;
+  }
+  int64_t table_entries() const { return p[StepPlanLayout::kBlocks]; }
 };
 
 // Builds the host image of a plan, step after step, in memory allocated
@@ -116,19 +136,18 @@ class StepPlanBuilder {
   void reset() {
     rows_ = seqs_ = logits_ = blocks_ = 0;
     image_[size_t(layout_.seq_row_begin)] = 0;
-    image_[size_t(layout_.seq_block_begin)] = 0;
     write_header();
   }
-  // Whether a sequence of this many rows, logit rows and blocks still fits.
+  // Whether a sequence of this many rows, logit rows and table entries still fits.
   bool fits(int64_t rows, int64_t logit_rows, int64_t blocks) const {
     return rows_ + rows <= cap_.max_rows && seqs_ + 1 <= cap_.max_seqs && logits_ + logit_rows <= cap_.max_logit_rows &&
            blocks_ + blocks <= cap_.max_blocks;
   }
-  // Appends one sequence: `tokens` at positions pos_begin..., its ring slot
-  // and block table; logits for its last row (last_logit) or every row
+  // Appends one sequence: `tokens` at positions pos_begin..., its full and
+  // sliding page tables; logits for its last row (last_logit) or every row
   // (all_logits). The caller checks fits() first.
-  void add(std::span<const int32_t> tokens, int64_t pos_begin, int32_t ring_slot, std::span<const int32_t> blocks,
-           bool all_logits, bool last_logit) {
+  void add(std::span<const int32_t> tokens, int64_t pos_begin, std::span<const int32_t> full_pages,
+           std::span<const int32_t> slide_pages, int64_t slide_first, bool all_logits, bool last_logit) {
     int32_t* im = image_.data();
     const int64_t n = int64_t(tokens.size());
     for (int64_t r = 0; r < n; ++r) {
@@ -138,13 +157,18 @@ class StepPlanBuilder {
       if (all_logits || (last_logit && r == n - 1)) im[layout_.logit_rows + logits_++] = int32_t(rows_ + r);
     }
     im[layout_.seq_pos_begin + seqs_] = int32_t(pos_begin);
-    im[layout_.seq_ring_slot + seqs_] = ring_slot;
-    for (size_t b = 0; b < blocks.size(); ++b) im[layout_.block_table + blocks_ + int64_t(b)] = blocks[b];
+    im[layout_.seq_full_begin + seqs_] = int32_t(blocks_);
+    im[layout_.seq_full_count + seqs_] = int32_t(full_pages.size());
+    for (size_t b = 0; b < full_pages.size(); ++b) im[layout_.block_table + blocks_ + int64_t(b)] = full_pages[b];
+    blocks_ += int64_t(full_pages.size());
+    im[layout_.seq_slide_begin + seqs_] = int32_t(blocks_);
+    im[layout_.seq_slide_count + seqs_] = int32_t(slide_pages.size());
+    im[layout_.seq_slide_first + seqs_] = int32_t(slide_first);
+    for (size_t b = 0; b < slide_pages.size(); ++b) im[layout_.block_table + blocks_ + int64_t(b)] = slide_pages[b];
+    blocks_ += int64_t(slide_pages.size());
     rows_ += n;
-    blocks_ += int64_t(blocks.size());
     ++seqs_;
     im[layout_.seq_row_begin + seqs_] = int32_t(rows_);
-    im[layout_.seq_block_begin + seqs_] = int32_t(blocks_);
     write_header();
   }
 

@@ -82,6 +82,25 @@ uint16_t f32_to_f16(float f) {
   return sign | uint16_t(h);
 }
 
+// Round to nearest even; saturates at ±448 (0x7E) as vLLM's fp8 casts do;
+// NaN stays NaN. Shared by the FP8 KV cache and the load-time quantizers.
+uint8_t f32_to_f8_e4m3(float x) {
+  if (std::isnan(x)) return 0x7F;
+  const uint8_t sign = std::signbit(x) ? 0x80 : 0;
+  const float a = std::fabs(x);
+  if (a == 0.0f) return sign;
+  int e = std::ilogb(a);
+  if (e < -6) {  // subnormal: multiples of 2^-9 (8 rounds up into the smallest normal, 0x08)
+    const int m = int(std::nearbyint(std::ldexp(a, 9)));
+    return uint8_t(sign | m);
+  }
+  int m = int(std::nearbyint((std::ldexp(a, -e) - 1.0f) * 8.0f));
+  if (m == 8) m = 0, ++e;
+  const int biased = e + 7;
+  if (biased > 15 || (biased == 15 && m == 7)) return uint8_t(sign | 0x7E);  // saturate to 448
+  return uint8_t(sign | (biased << 3) | m);
+}
+
 float f8_e4m3_to_f32(uint8_t v) {
   uint32_t sign = v >> 7, exp = (v >> 3) & 0xf, man = v & 7;
   if (exp == 15 && man == 7) return std::numeric_limits<float>::quiet_NaN();

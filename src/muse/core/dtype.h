@@ -40,6 +40,7 @@ inline float round_bf16(float f) { return bf16_to_f32(f32_to_bf16(f)); }
 float f16_to_f32(uint16_t h);
 uint16_t f32_to_f16(float f);
 float f8_e4m3_to_f32(uint8_t v);  // e4m3fn: no inf, NaN = S.1111.111
+uint8_t f32_to_f8_e4m3(float f);  // nearest even, saturating at ±448
 float f8_e5m2_to_f32(uint8_t v);
 float f8_e8m0_to_f32(uint8_t v);  // 2^(v-127), 0xFF = NaN
 float e2m1_to_f32(uint8_t code);  // low 4 bits

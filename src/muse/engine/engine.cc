@@ -116,13 +116,23 @@ Status Engine::init(const ModelConfig& config, const EngineOptions& options, con
   if (options.max_logit_rows < 0) return make_error("max_logit_rows must not be negative");
   if (!(options.gpu_memory_utilization > 0 && options.gpu_memory_utilization <= 1))
     return make_error("gpu_memory_utilization must be in (0, 1]");
+  if (options.kv_max_rollback < 0) return make_error("kv_max_rollback must not be negative");
+  if (options.kv_pages < 0) return make_error("kv_pages must not be negative");
   MUSE_ASSIGN_OR_RETURN(backend_, create_backend(options.backend));
   KvCacheOptions ko;
   ko.max_sequences = options.max_sequences;
   ko.block_size = options.kv_block_size;
+  ko.max_rollback = options.kv_max_rollback;
+  ko.prefix_caching = options.prefix_caching;
+  ko.dtype = options.kv_cache_dtype;
+  ko.max_step_rows = std::min(options.max_batch_tokens, max_model_len_);  // rows one sequence feeds in a step
   const int64_t blocks_per_seq = (max_model_len_ + ko.block_size - 1) / ko.block_size;
-  ko.num_blocks = options.kv_blocks > 0 ? options.kv_blocks : options.max_sequences * blocks_per_seq;
   ko.max_blocks_per_sequence = blocks_per_seq;
+  const DType kv_dt = ko.dtype ? *ko.dtype : backend_->kv_dtype();
+  const KvGeometry geo = KvGeometry::of(config_, ko.block_size, ko.max_rollback, dtype_bits(kv_dt) / 8);
+  ko.num_pages = options.kv_pages > 0 ? options.kv_pages
+                                      : options.max_sequences * (geo.pages_for(max_model_len_) + geo.sliding_pages_per_block) +
+                                            geo.step_transient_pages(ko.max_step_rows);
 
   // A device backend: muse takes gpu_memory_utilization of the device in
   // all (vLLM's meaning); a model whose weights do not fit is refused before
@@ -154,17 +164,21 @@ Status Engine::init(const ModelConfig& config, const EngineOptions& options, con
   cap.max_logit_rows = options.max_logit_rows > 0
                            ? std::min(options.max_logit_rows, options.max_batch_tokens)
                            : std::min(options.max_batch_tokens, options.max_sequences + 256);
-  // A step's block tables together: each sequence's, at most the pool (no
-  // block is in two tables yet).
-  // (On a device the pool is sized after the weights load: bound by the tables.)
-  cap.max_blocks = std::max<int64_t>(1, device && options.kv_blocks == 0 ? cap.max_seqs * blocks_per_seq
-                                                                         : std::min(cap.max_seqs * blocks_per_seq, ko.num_blocks));
+  // A step's page tables together: each sequence's full table and its
+  // sliding one (the window, the rollback margin and one step's rows).
+  // Pages may be shared, so the pool does not bound them.
+  const int64_t slide_blocks =
+      geo.sliding_layers > 0
+          ? std::min(blocks_per_seq, geo.blocks_covering(geo.window + geo.max_rollback + cap.max_rows) + 2)
+          : 0;
+  cap.max_blocks = std::max<int64_t>(1, cap.max_seqs * (blocks_per_seq * geo.full_pages_per_block +
+                                                        slide_blocks * geo.sliding_pages_per_block));
   ModelOptions mo;
   mo.plan = cap;
   mo.kv_block_size = ko.block_size;
   mo.weights.quantize = options.quantization;
   MUSE_ASSIGN_OR_RETURN(model_, MuseModel::create(*backend_, config_, reader ? *reader : *source_, mo));
-  if (device && options.kv_blocks == 0) MUSE_RETURN_IF_ERROR(size_device_kv(mem0, requested, &ko));
+  if (device && options.kv_pages == 0) MUSE_RETURN_IF_ERROR(size_device_kv(mem0, requested, geo, &ko));
   MUSE_ASSIGN_OR_RETURN(kv_, KvCache::create(*backend_, config_, ko));
   plan_ = StepPlanBuilder(cap);
   logits_.assign(size_t(cap.max_logit_rows * config_.vocab_size), 0.0f);
@@ -173,60 +187,48 @@ Status Engine::init(const ModelConfig& config, const EngineOptions& options, con
 }
 
 // The KV pool on a device: what the budget leaves once weights and
-// activations are resident (or --kv-cache-memory-bytes), less the sliding
-// rings every sequence slot holds.
-Status Engine::size_device_kv(const Backend::Memory& before, uint64_t requested, KvCacheOptions* ko) {
+// activations are resident (or --kv-cache-memory-bytes), in pages of the one
+// pool both layer kinds share, capped at what every sequence at full length
+// can use.
+Status Engine::size_device_kv(const Backend::Memory& before, uint64_t requested, const KvGeometry& geo,
+                              KvCacheOptions* ko) {
   const Backend::Memory now = backend_->memory();
   const uint64_t used = before.free > now.free ? before.free - now.free : 0;
-  const uint64_t kv_bytes = uint64_t(dtype_bits(backend_->kv_dtype()) / 8);
-  int64_t full = 0, sliding = 0;
-  for (int64_t l = 0; l < config_.num_layers; ++l) (config_.is_full(l) ? full : sliding) += 1;
-  const uint64_t row = uint64_t(config_.kv_dim()) * 2 * kv_bytes;  // K and V of one position, one layer
-  const uint64_t rings = uint64_t(sliding) * uint64_t(ko->max_sequences) * uint64_t(config_.sliding_window) * row;
-  const uint64_t per_block = uint64_t(full) * uint64_t(ko->block_size) * row;
   const uint64_t budget = options_.kv_cache_memory_bytes > 0 ? uint64_t(options_.kv_cache_memory_bytes)
                           : requested > used + kDeviceReserveBytes ? requested - used - kDeviceReserveBytes
                                                                   : 0;
-  if (budget < rings)
-    return make_error("KV cache: the sliding-window rings of " + std::to_string(ko->max_sequences) +
-                      " sequences need " + std::to_string(double(rings) / kGiB) + " GiB, but only " +
-                      std::to_string(double(budget) / kGiB) +
-                      " GiB are left after the weights: lower --max-num-seqs or raise --gpu-memory-utilization");
-  const int64_t blocks_per_seq = ko->max_blocks_per_sequence;
-  if (per_block == 0) {
-    ko->num_blocks = 0;
-  } else {
-    const int64_t fit = int64_t(std::min<uint64_t>((budget - rings) / per_block, (uint64_t(1) << 31) - 1));
-    // No more than every sequence at full length can use: a pool beyond that
-    // would hold memory (and a free list) nothing can ever fill.
-    ko->num_blocks = std::min(fit, ko->max_sequences * blocks_per_seq);
-    if (fit < blocks_per_seq)
-      return make_error("KV cache: " + std::to_string(double(budget - rings) / kGiB) + " GiB hold " +
-                        std::to_string(fit * ko->block_size) + " positions, fewer than one sequence of " +
-                        "--max-model-len " + std::to_string(max_model_len_) +
-                        ": lower it, or raise --gpu-memory-utilization");
-  }
-  LOG_INFO("KV cache on the GPU: %lld blocks of %lld positions = %lld tokens in full-attention layers (%.2f GiB; "
-           "the budget holds %.2f GiB) + sliding rings for %lld sequences (%.2f GiB); weights and activations %.2f GiB",
-           (long long)ko->num_blocks, (long long)ko->block_size, (long long)(ko->num_blocks * ko->block_size),
-           double(uint64_t(ko->num_blocks) * per_block) / kGiB, double(budget - rings) / kGiB,
-           (long long)ko->max_sequences, double(rings) / kGiB, double(used) / kGiB);
+  const int64_t budget_pages = int64_t(std::min<uint64_t>(budget / uint64_t(geo.page_bytes()), (uint64_t(1) << 31) - 1));
+  ko->num_pages = std::min<int64_t>(ko->num_pages, budget_pages);
+  const int64_t one_seq = geo.pages_for(max_model_len_) + geo.step_transient_pages(ko->max_step_rows);
+  if (budget_pages < one_seq)
+    return make_error("KV cache: " + std::to_string(double(budget) / kGiB) + " GiB hold " +
+                      std::to_string(geo.tokens_fitting(budget_pages)) + " positions, fewer than one sequence of " +
+                      "--max-model-len " + std::to_string(max_model_len_) +
+                      " needs: lower it or --max-num-seqs, or raise --gpu-memory-utilization");
+  LOG_INFO("KV cache on the GPU: %lld pages of %lld bytes (%.2f GiB; the budget holds %.2f GiB): one sequence of "
+           "up to %lld tokens, %lld at full length; weights and activations %.2f GiB",
+           (long long)ko->num_pages, (long long)geo.page_bytes(),
+           double(uint64_t(ko->num_pages) * uint64_t(geo.page_bytes())) / kGiB, double(budget) / kGiB,
+           (long long)geo.tokens_fitting(ko->num_pages), (long long)(ko->num_pages / std::max<int64_t>(1, one_seq)),
+           double(used) / kGiB);
   return Status::Ok();
 }
 
 Engine::~Engine() = default;
 
-Result<std::unique_ptr<Session>> Engine::new_session() {
-  MUSE_ASSIGN_OR_RETURN(SequenceKv kv, kv_->open_sequence());
+Result<std::unique_ptr<Session>> Engine::new_session(std::span<const int32_t> tokens) {
+  const int64_t max_cached = std::min<int64_t>(int64_t(tokens.size()) - 1, max_model_len_);
+  MUSE_ASSIGN_OR_RETURN(SequenceKv kv, kv_->open_sequence(tokens, max_cached));
   std::unique_ptr<Session> s(new Session(this));
   s->kv_ = std::move(kv);
   // Capacity for the whole context now (virtual memory until used), so a
   // step never grows it.
   s->tokens_.reserve(size_t(max_model_len_));
+  s->tokens_.assign(tokens.begin(), tokens.begin() + s->kv_.length);
   return s;
 }
 
-void Engine::close(Session& s) { kv_->close_sequence(s.kv_); }
+void Engine::close(Session& s) { kv_->close_sequence(s.kv_, s.tokens_); }
 
 Status Engine::step(std::span<const StepItem> items) {
   const int64_t V = config_.vocab_size;
@@ -261,38 +263,42 @@ Status Engine::step(std::span<const StepItem> items) {
                       std::to_string(cap.max_logit_rows));
   }
   // All or nothing: check the pool covers every item before growing any table.
-  int64_t new_blocks = 0;
+  int64_t new_pages = 0;
   for (const StepItem& it : items)
-    new_blocks += std::max<int64_t>(0, kv_->blocks_for(it.session->length() + int64_t(it.tokens.size())) -
-                                           int64_t(it.session->kv_.blocks.size()));
-  if (new_blocks > kv_->free_blocks()) {
-    return make_error("KV cache full: this step needs " + std::to_string(new_blocks) + " more blocks of " +
-                      std::to_string(kv_->block_size()) + " positions, " + std::to_string(kv_->free_blocks()) +
-                      " free");
+    new_pages += kv_->pages_to_grow(it.session->kv_, it.session->length() + int64_t(it.tokens.size()));
+  if (new_pages > kv_->available_pages()) {
+    return make_error("KV cache full: this step needs " + std::to_string(new_pages) + " more pages, " +
+                      std::to_string(kv_->available_pages()) + " available");
   }
-  for (const StepItem& it : items)
-    MUSE_RETURN_IF_ERROR(kv_->reserve(it.session->kv_, it.session->length() + int64_t(it.tokens.size())));
+  // On any failure from here on, the pages taken for this step go back.
+  auto undo = [&](Status st) {
+    for (const StepItem& it : items) (void)kv_->truncate(it.session->kv_, it.session->length());
+    return st;
+  };
+  for (const StepItem& it : items) {
+    Status st = kv_->reserve(it.session->kv_, it.session->length() + int64_t(it.tokens.size()));
+    if (!st.ok()) return undo(st);
+  }
 
   // The step plan, in the buffer kept from the last step.
   plan_.reset();
   item_logit_row_.clear();
   for (const StepItem& it : items) {
     const Session& s = *it.session;
-    const int64_t blocks = kv_->blocks_for(s.length() + int64_t(it.tokens.size()));
-    if (!plan_.fits(int64_t(it.tokens.size()), it.logit_rows(), blocks))
-      return make_error("step: the step plan's capacity is exceeded (engine bug)");
+    const int64_t entries = int64_t(s.kv_.full.size() + s.kv_.sliding.size());
+    if (!plan_.fits(int64_t(it.tokens.size()), it.logit_rows(), entries))
+      return undo(make_error("step: the step plan's capacity is exceeded (engine bug)"));
     item_logit_row_.push_back(plan_.logit_rows());
-    plan_.add(it.tokens, s.length(), s.kv_.ring_slot,
-              std::span<const int32_t>(s.kv_.blocks.data(), size_t(blocks)), it.logits == LogitsWanted::All,
+    plan_.add(it.tokens, s.length(), s.kv_.full, s.kv_.sliding, s.kv_.sliding_first, it.logits == LogitsWanted::All,
               it.logits == LogitsWanted::Last);
   }
   item_logit_row_.push_back(plan_.logit_rows());
-  MUSE_RETURN_IF_ERROR(model_->forward(plan_, kv_->layers(), logits_.data()));
+  if (Status st = model_->forward(plan_, kv_->layers(), logits_.data()); !st.ok()) return undo(st);
 
   for (const StepItem& it : items) {
     Session& s = *it.session;
     s.tokens_.insert(s.tokens_.end(), it.tokens.begin(), it.tokens.end());
-    s.kv_.length = s.length();
+    kv_->advance(s.kv_, s.tokens_);
   }
   return Status::Ok();
 }
@@ -317,6 +323,12 @@ Status Session::extend_uncomputed(int64_t n, int32_t filler) {
 
 Session::~Session() {
   if (engine_) engine_->close(*this);
+}
+
+Status Session::truncate(int64_t n) {
+  MUSE_RETURN_IF_ERROR(engine_->kv_->truncate(kv_, n));
+  tokens_.resize(size_t(n));
+  return Status::Ok();
 }
 
 Result<std::vector<float>> Session::feed(std::span<const int32_t> tokens, LogitsWanted want) {

@@ -30,9 +30,13 @@ struct EngineOptions {
   int64_t max_batch_tokens = 256; // rows per forward step (prefill chunk size)
   int64_t max_sequences = 1;      // sessions alive at once
   int64_t max_model_len = 0;      // positions per sequence; 0: min(max_position_embeddings, 8192)
-  int64_t kv_block_size = 64;     // positions per full-layer KV block
-  int64_t kv_blocks = 0;          // 0: enough for max_sequences × max_model_len (CPU), or what
-                                  // the GPU budget leaves after weights and activations (GPU)
+  int64_t kv_block_size = 64;     // positions per KV block (both layer kinds)
+  // Pages in the KV pool (kv_cache.h); 0: enough for max_sequences ×
+  // max_model_len plus one step's transient.
+  int64_t kv_pages = 0;
+  int64_t kv_max_rollback = kDefaultKvMaxRollback;  // positions Session::truncate can always drop
+  bool prefix_caching = false;    // share complete blocks between sequences (kv_cache.h)
+  std::optional<DType> kv_cache_dtype;  // default: the backend's kv_dtype()
   double gpu_memory_utilization = 0.9;  // GPU: share of the device's memory muse may take (vLLM's meaning)
   int64_t kv_cache_memory_bytes = 0;    // GPU: a fixed KV budget instead (0: what the share leaves)
   // Rows whose logits one step can return (one per decoding sequence, the
@@ -85,9 +89,12 @@ class Engine {
   const MuseModel& model() const { return *model_; }
   const KvCache& kv_cache() const { return *kv_; }
 
-  // A new empty sequence; an error when max_sequences are alive. The
-  // session must not outlive the engine.
-  Result<std::unique_ptr<Session>> new_session();
+  // A new sequence; an error when max_sequences are alive. With prefix
+  // caching it starts with the longest cached prefix of `tokens` (at most
+  // tokens.size() - 1 positions, so there is always a token left to feed):
+  // length() then says where to continue. The session must not outlive the
+  // engine.
+  Result<std::unique_ptr<Session>> new_session(std::span<const int32_t> tokens = {});
 
   // One forward step. Each session appears at most once; at most
   // max_batch_tokens tokens, max_logit_rows logit rows. On success every
@@ -108,7 +115,7 @@ class Engine {
   // `reader`, when given, is read from instead of source_ (a wrapper over it).
   Status init(const ModelConfig& config, const EngineOptions& options, const WeightSource* reader = nullptr);
   void close(Session& s);
-  Status size_device_kv(const Backend::Memory& before, uint64_t requested, KvCacheOptions* ko);
+  Status size_device_kv(const Backend::Memory& before, uint64_t requested, const KvGeometry& geo, KvCacheOptions* ko);
 
   EngineOptions options_;
   ModelConfig config_;
@@ -131,8 +138,18 @@ class Session {
   Session& operator=(const Session&) = delete;
 
   int64_t length() const { return int64_t(tokens_.size()); }  // positions in the cache
-  int64_t kv_blocks() const { return int64_t(kv_.blocks.size()); }  // full-layer blocks held
+  const SequenceKv& kv() const { return kv_; }  // its pages
+  int64_t cached_tokens() const { return kv_.cached_tokens; }  // adopted from the prefix cache
   const std::vector<int32_t>& tokens() const { return tokens_; }
+
+  // Rollback: drops positions [n, length()) of every layer kind, exactly, so
+  // that continuing from n is bitwise what never having gone further gives.
+  // Always possible for n >= length() - max_rollback (EngineOptions
+  // kv_max_rollback); further back while the sliding layers still hold the
+  // window before n. An error, nothing changed, otherwise (or when the block
+  // n falls inside is shared through the prefix cache).
+  Status truncate(int64_t n);
+  bool can_truncate(int64_t n) const { return engine_->kv_->can_truncate(kv_, n); }
 
   // Feeds tokens in steps of max_batch_tokens; returns the logits of the
   // last position (Last), of every fed position (All), or nothing.

@@ -46,6 +46,7 @@ struct Scheduler::Request {
   Clock::time_point arrival, scheduled, first_token, last_token;
   bool has_scheduled = false, has_first_token = false, completed = false;
   int unfinished = 0;
+  int64_t cached_tokens = 0;  // of the first admission
   int64_t preemptions = 0;
   std::string error;
 };
@@ -90,11 +91,12 @@ Scheduler::SubmitResult Scheduler::submit(GenerateRequest req, std::shared_ptr<R
   // The last generated token is never fed back, so the KV cache holds at
   // most prompt + max_tokens - 1 positions of one sequence.
   const KvCache& kv = engine_.kv_cache();
-  const int64_t need = kv.blocks_for(P + req.max_tokens - 1);
-  if (need > kv.total_blocks())
-    return invalid("this request needs " + std::to_string(need) + " KV-cache blocks of " + std::to_string(kv.block_size()) +
-                   " positions for one sequence, more than the whole cache (" + std::to_string(kv.total_blocks()) +
-                   " blocks); shorten the prompt or max_tokens, or give the server a larger KV cache");
+  const int64_t need = kv.pages_for_sequence(P + req.max_tokens - 1);
+  if (need > kv.total_pages())
+    return invalid("this request needs " + std::to_string(need) + " KV-cache pages (blocks of " +
+                   std::to_string(kv.block_size()) + " positions) for one sequence, more than the whole cache (" +
+                   std::to_string(kv.total_pages()) +
+                   " pages); shorten the prompt or max_tokens, or give the server a larger KV cache");
   if (Status s = validate(req.sampling, V); !s.ok()) return invalid(s.message());
 
   auto r = std::make_unique<Request>();
@@ -196,7 +198,7 @@ void Scheduler::apply_cancels(const std::unordered_set<std::string>& cancels) {
 }
 
 void Scheduler::release(Sequence* s) {
-  s->session.reset();  // returns the ring slot and the blocks
+  s->session.reset();  // returns its pages (complete blocks stay in the prefix cache)
   if (auto it = std::find(running_.begin(), running_.end(), s); it != running_.end()) running_.erase(it);
   if (auto it = std::find(waiting_.begin(), waiting_.end(), s); it != waiting_.end()) waiting_.erase(it);
 }
@@ -227,6 +229,7 @@ void Scheduler::complete_if_done(Request* r) {
   const auto now = Clock::now();
   RequestSummary sum;
   sum.prompt_tokens = int64_t(r->r.prompt.size());
+  sum.cached_tokens = r->cached_tokens;
   for (const auto& s : r->seqs) sum.completion_tokens.push_back(s->generated());
   const auto scheduled = r->has_scheduled ? r->scheduled : now;
   sum.queue_seconds = seconds(scheduled - r->arrival);
@@ -280,9 +283,9 @@ void Scheduler::iterate() {
       ++i;
       continue;
     }
-    const int64_t need = std::max<int64_t>(0, kv.blocks_for(len + take) - s->session->kv_blocks());
+    const int64_t need = kv.pages_to_grow(s->session->kv(), len + take);
     bool self = false;
-    while (need > kv.free_blocks() - reserved) {
+    while (need > kv.available_pages() - reserved) {
       Sequence* victim = running_.back();
       self = victim == s;
       preempt(victim);
@@ -299,28 +302,46 @@ void Scheduler::iterate() {
   // 2. Waiting sequences in order, unless this step had to preempt.
   while (!preempted && budget > 0 && !waiting_.empty() && int64_t(running_.size()) < max_seqs_) {
     Sequence* s = waiting_.front();
-    int64_t take = std::min<int64_t>(int64_t(s->tokens.size()), budget);
+    const int64_t n_tokens = int64_t(s->tokens.size());
+    // n > 1 with prefix caching: the other choices wait while choice 0 is
+    // still computing the shared prompt, then find it in the cache instead of
+    // each prefilling it (it always progresses: it runs, and a preempted one
+    // goes to the front of the queue).
+    if (kv.prefix_caching() && s->index > 0 && !s->all_rows()) {
+      const Sequence* first = s->req->seqs[0].get();
+      if (!first->finished && first->session && first->session->length() < first->prompt_len) break;
+    }
+    // Prompt logprobs need every row computed: no prefix reuse then.
+    const PrefixMatch m = s->all_rows() ? PrefixMatch{} : kv.match(s->tokens, n_tokens - 1);
+    int64_t take = std::min<int64_t>(n_tokens - m.tokens, budget);
     if (s->all_rows()) take = std::min({take, opt_.max_logit_rows, logit_budget});
-    const int64_t rows = s->all_rows() ? take : take == int64_t(s->tokens.size()) ? 1 : 0;
+    const int64_t rows = s->all_rows() ? take : m.tokens + take == n_tokens ? 1 : 0;
     if (take < 1 || rows > logit_budget) break;
-    const int64_t need = kv.blocks_for(take);
-    if (need > kv.free_blocks() - reserved) break;  // first come, first served: no overtaking
-    auto session = engine_.new_session();
+    const int64_t need = m.revived + kv.pages_to_grow(m, m.tokens + take);
+    if (need > kv.available_pages() - reserved) break;  // first come, first served: no overtaking
+    auto session = s->all_rows() ? engine_.new_session() : engine_.new_session(s->tokens);
     if (!session.ok()) break;
     s->session = std::move(session).value();
+    const int64_t start = s->session->length();
+    if (start != m.tokens) {  // match() and new_session() look at the same cache: cannot differ
+      LOG_ERROR("[%s] prefix cache: matched %lld tokens, adopted %lld", s->req->r.id.c_str(), (long long)m.tokens,
+                (long long)start);
+      take = std::min<int64_t>(n_tokens - start, take);
+    }
     waiting_.pop_front();
     running_.push_back(s);
     Request* r = s->req;
     if (!r->has_scheduled) {
       r->has_scheduled = true;
       r->scheduled = t0;
+      r->cached_tokens = std::min<int64_t>(start, s->prompt_len);
       std::lock_guard lock(mu_);
       --queued_requests_;
     }
     reserved += need;
     budget -= take;
     logit_budget -= rows;
-    plan.push_back({s, 0, take});
+    plan.push_back({s, start, take});
   }
   if (plan.empty()) return;
 
@@ -420,8 +441,9 @@ void Scheduler::publish_stats() {
   s.sequences_running = int64_t(running_.size());
   s.sequences_waiting = int64_t(waiting_.size());
   const KvCache& kv = engine_.kv_cache();
-  s.kv_usage = kv.total_blocks() > 0 ? double(kv.total_blocks() - kv.free_blocks()) / double(kv.total_blocks())
-                                     : double(running_.size()) / double(std::max<int64_t>(1, max_seqs_));
+  s.kv_usage = double(kv.used_pages()) / double(std::max<int64_t>(1, kv.total_pages()));
+  s.prefix_cache_queries = kv.counters().queries;
+  s.prefix_cache_hits = kv.counters().hits;
   std::lock_guard lock(mu_);
   stats_ = s;
 }

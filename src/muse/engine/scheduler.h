@@ -11,7 +11,11 @@
 //      itself;
 //   2. then, if nothing was preempted, waiting sequences in arrival order
 //      while a sequence slot (--max-num-seqs), token budget
-//      (--max-num-batched-tokens) and KV blocks for their first chunk remain.
+//      (--max-num-batched-tokens) and KV pages for their first chunk remain;
+//      with prefix caching a sequence starts after the longest cached prefix
+//      of its tokens (a preempted one usually finds its own blocks again),
+//      and choices 1.. of a request wait until choice 0 has computed the
+//      prompt, so that they reuse it.
 // A sequence whose last fed chunk ends at its last token gets logits, samples
 // one token, and is checked for stops. Cancellation is applied at the start
 // of every iteration, so it takes effect within one step.
@@ -89,6 +93,7 @@ struct SequenceUpdate {
 
 struct RequestSummary {
   int64_t prompt_tokens = 0;
+  int64_t cached_tokens = 0;  // prompt positions the first admission took from the prefix cache
   std::vector<int64_t> completion_tokens;  // per choice
   double queue_seconds = 0, prefill_seconds = 0, decode_seconds = 0;
   int64_t preemptions = 0;
@@ -110,7 +115,8 @@ class RequestObserver {
 struct SchedulerStats {
   int64_t requests_running = 0, requests_waiting = 0;
   int64_t sequences_running = 0, sequences_waiting = 0;
-  double kv_usage = 0;  // 0..1: full-layer blocks in use (ring slots when the model has no full layers)
+  double kv_usage = 0;  // 0..1: KV pages held by sequences (cached, evictable ones not counted)
+  uint64_t prefix_cache_queries = 0, prefix_cache_hits = 0;  // tokens looked up, tokens found
   uint64_t steps = 0, preemptions = 0;
   uint64_t prompt_tokens_computed = 0, tokens_generated = 0;
   double busy_seconds = 0;   // iterations with work, end to end

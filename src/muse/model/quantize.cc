@@ -7,23 +7,6 @@
 
 namespace muse {
 
-uint8_t f32_to_e4m3(float x) {
-  if (std::isnan(x)) return 0x7F;
-  const uint8_t sign = std::signbit(x) ? 0x80 : 0;
-  const float a = std::fabs(x);
-  if (a == 0.0f) return sign;
-  int e = std::ilogb(a);
-  if (e < -6) {  // subnormal: multiples of 2^-9 (8 rounds up into the smallest normal, 0x08)
-    const int m = int(std::nearbyint(std::ldexp(a, 9)));
-    return uint8_t(sign | m);
-  }
-  int m = int(std::nearbyint((std::ldexp(a, -e) - 1.0f) * 8.0f));
-  if (m == 8) m = 0, ++e;
-  const int biased = e + 7;
-  if (biased > 15 || (biased == 15 && m == 7)) return uint8_t(sign | 0x7E);  // saturate to 448
-  return uint8_t(sign | (biased << 3) | m);
-}
-
 uint8_t f32_to_e2m1(float x) {
   const uint8_t sign = std::signbit(x) ? 8 : 0;
   const float a = std::fabs(x);
@@ -96,7 +79,7 @@ Result<HostQuantWeight> quantize_weight(QuantKind kind, const float* w, const st
             for (int64_t b = 0; b < K / 16; ++b) {
               const int64_t row = e * N + h * hrows + r;
               const float* blk = w + row * K + b * 16;
-              const uint8_t sc = f32_to_e4m3(amax_of(blk, 16) / 6.0f / s2);
+              const uint8_t sc = f32_to_f8_e4m3(amax_of(blk, 16) / 6.0f / s2);
               q.scales[size_t(row * (K / 16) + b)] = sc;
               const float s = f8_e4m3_to_f32(sc) * s2;
               for (int64_t i = 0; i < 16; ++i)
@@ -135,7 +118,7 @@ Result<HostQuantWeight> quantize_weight(QuantKind kind, const float* w, const st
         const float amax = amax_of(w + row * K, K);
         const float s = amax > 0 ? amax / 448.0f : 1.0f;
         std::memcpy(q.scales.data() + row * 4, &s, 4);
-        for (int64_t k = 0; k < K; ++k) q.codes[size_t(row * K + k)] = f32_to_e4m3(w[row * K + k] / s);
+        for (int64_t k = 0; k < K; ++k) q.codes[size_t(row * K + k)] = f32_to_f8_e4m3(w[row * K + k] / s);
       }
       return q;
     }

@@ -22,8 +22,6 @@
 
 namespace muse {
 
-// f32 → E4M3 (e4m3fn) byte, nearest-even, saturating to ±448 (NaN → 0x7F).
-uint8_t f32_to_e4m3(float x);
 // f32 → E2M1 code (bit 3 = sign), nearest-even, saturating to ±6.
 uint8_t f32_to_e2m1(float x);
 

@@ -3,6 +3,8 @@
 // (weight_format.h); docs/plan.md explains each step.
 #include "muse/plan/plan.h"
 
+#include "muse/kv/kv_geometry.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -39,8 +41,11 @@ Status parse_kv_dtype(const std::string& name, KvPlan* kv) {
   } else if (n == "fp8" || n == "fp8_e4m3" || n == "fp8_e5m2") {
     kv->dtype = "fp8";
     kv->bytes_per_value = 1;
+  } else if (n == "f32" || n == "float32") {  // what `muse serve --device cpu` stores by default
+    kv->dtype = "f32";
+    kv->bytes_per_value = 4;
   } else {
-    return make_error("--kv-cache-dtype '" + name + "' is not supported (valid: auto, bf16, fp8, fp8_e4m3, fp8_e5m2)");
+    return make_error("--kv-cache-dtype '" + name + "' is not supported (valid: auto, bf16, fp8, fp8_e4m3, fp8_e5m2, f32)");
   }
   return Status::Ok();
 }
@@ -285,7 +290,26 @@ Result<Plan> make_plan(const PlanOptions& options) {
     else kv.drafter_bytes_per_token = dl;
   }
 
+  // The paged pool, as the engine builds it.
+  auto size_pool = [&](int64_t budget) {
+    KvPlan::Pool& pl = kv.pool;
+    const KvGeometry g = KvGeometry::of(c, p.options.block_size, kDefaultKvMaxRollback, kv.bytes_per_value);
+    pl.block_size = g.block_size;
+    pl.page_bytes = g.page_bytes();
+    pl.max_rollback = g.max_rollback;
+    pl.pages_at_max_model_len = g.pages_for(p.options.max_model_len);
+    pl.bytes_at_max_model_len = g.bytes_for(p.options.max_model_len);
+    if (budget <= 0) return;
+    pl.sized = true;
+    pl.budget_bytes = budget;
+    pl.pages = g.pool_pages(p.options.max_num_seqs, p.options.max_model_len, p.options.max_num_batched_tokens, budget);
+    const int64_t transient =
+        g.step_transient_pages(std::min(p.options.max_num_batched_tokens, p.options.max_model_len));
+    pl.longest_sequence_tokens = g.tokens_fitting(pl.pages - transient);
+  };
+  if (p.options.block_size < 1) return make_error("--block-size must be at least 1");
   if (!p.has_hardware) {
+    size_pool(p.options.kv_cache_memory_bytes);
     if (p.options.cpu_offload_gib || p.options.runtime_overhead_gib || !p.options.cpu_offload_params.empty())
       return make_error("--cpu-offload-gb, --cpu-offload-params and --runtime-overhead-gb need a machine: pass "
                         "--hardware NAME or --gpu-memory-gb and --gpu-bandwidth-gbs");
@@ -339,6 +363,8 @@ Result<Plan> make_plan(const PlanOptions& options) {
   kv.budget_bytes = e.kv_budget_total;
   kv.capacity_tokens = e.capacity;
   kv.max_concurrency = e.concurrency;
+  size_pool(p.options.kv_cache_memory_bytes > 0 ? p.options.kv_cache_memory_bytes
+                                                : e.kv_budget_total / std::max<int64_t>(1, kv.replication));
 
   // Verdict.
   const std::string need = "one " + std::to_string(p.options.max_model_len) + "-token sequence needs " +

@@ -25,7 +25,9 @@ struct PlanOptions {
   int64_t max_num_seqs = 256;         // vLLM's default
   int64_t max_num_batched_tokens = 8192;
   double gpu_memory_utilization = 0.9;
-  std::string kv_cache_dtype = "auto";  // auto|bf16|bfloat16|fp8|fp8_e4m3|fp8_e5m2
+  std::string kv_cache_dtype = "auto";  // auto|bf16|bfloat16|fp8|fp8_e4m3|fp8_e5m2|f32 (the CPU's auto)
+  int64_t block_size = 64;              // KV block (--block-size), for the paged pool's arithmetic
+  int64_t kv_cache_memory_bytes = 0;    // --kv-cache-memory-bytes: the pool's budget (else the machine's KV budget)
   std::optional<double> cpu_offload_gib;  // per GPU, as vLLM's --cpu-offload-gb; unset = minimum needed
   std::vector<std::string> cpu_offload_params;  // name segments (vLLM --cpu-offload-params)
   std::string drafter;                // drafter profile / config.json
@@ -61,6 +63,14 @@ struct KvPlan {
   int64_t budget_bytes = 0;                // all GPUs, after weights and overhead (may be < 0)
   int64_t capacity_tokens = 0;             // full-attention tokens that fit beside one sequence's rings
   int64_t max_concurrency = 0;             // max_model_len sequences that fit, capped at max_num_seqs
+  // The engine's paged pool (kv/kv_geometry.h, the same code `muse serve` sizes with).
+  struct Pool {
+    int64_t block_size = 0, page_bytes = 0, max_rollback = 0;
+    int64_t pages_at_max_model_len = 0, bytes_at_max_model_len = 0;  // one sequence between steps
+    bool sized = false;                  // a budget is known
+    int64_t budget_bytes = 0, pages = 0;
+    int64_t longest_sequence_tokens = 0;  // one sequence alone (one step's transient kept free)
+  } pool;
 };
 
 struct MemoryPlan {  // per GPU (per device)

@@ -169,6 +169,16 @@ Json plan_to_json(const Plan& p) {
   k.set("budget_bytes", p.has_hardware ? Json(kv.budget_bytes) : Json());
   k.set("capacity_tokens", p.has_hardware ? Json(kv.capacity_tokens) : Json());
   k.set("max_concurrency_at_max_model_len", p.has_hardware ? Json(kv.max_concurrency) : Json());
+  Json pool = Json::object();
+  pool.set("block_size", kv.pool.block_size);
+  pool.set("page_bytes", kv.pool.page_bytes);
+  pool.set("max_rollback", kv.pool.max_rollback);
+  pool.set("pages_at_max_model_len", kv.pool.pages_at_max_model_len);
+  pool.set("bytes_at_max_model_len", kv.pool.bytes_at_max_model_len);
+  pool.set("budget_bytes", kv.pool.sized ? Json(kv.pool.budget_bytes) : Json());
+  pool.set("pages", kv.pool.sized ? Json(kv.pool.pages) : Json());
+  pool.set("longest_sequence_tokens", kv.pool.sized ? Json(kv.pool.longest_sequence_tokens) : Json());
+  k.set("paged_pool", std::move(pool));
   j.set("kv", k);
   if (!p.has_hardware) {
     // Model only: nothing about memory, offload or speed can be said.
@@ -298,6 +308,14 @@ std::string plan_to_table(const Plan& p) {
   if (p.drafter.present)
     t += row("drafter context KV", bytes_text(double(kv.drafter_bytes_per_sequence)),
              kv.drafter_bytes_per_token ? grouped(kv.drafter_bytes_per_token) + " B/token" : "per sequence");
+  t += row("paged pool: page of " + std::to_string(kv.pool.block_size) + " positions",
+           grouped(kv.pool.page_bytes) + " B",
+           "sliding layers keep window + " + std::to_string(kv.pool.max_rollback) + " (rollback)");
+  t += row("pool pages at max-model-len", grouped(kv.pool.pages_at_max_model_len) + " pages",
+           bytes_text(double(kv.pool.bytes_at_max_model_len)));
+  if (kv.pool.sized)
+    t += row("pool of " + bytes_text(double(kv.pool.budget_bytes)), grouped(kv.pool.pages) + " pages",
+             "one sequence of up to " + grouped(kv.pool.longest_sequence_tokens) + " tokens");
   if (!p.has_hardware)
     return t + "\nNo hardware given: pass --hardware (" + [] {
              std::string l;

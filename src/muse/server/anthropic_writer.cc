@@ -91,7 +91,11 @@ class MessagesWriter : public ResponseWriter {
     Json delta = Json::object();
     delta.set("stop_reason", stop_reason_of(finish_));
     delta.set("stop_sequence", finish_.stop_reason.is_string() ? finish_.stop_reason : Json());
+    // Anthropic's meaning: input_tokens are the ones not read from the cache
+    // (message_start, sent before scheduling, gives the whole prompt).
     Json usage = Json::object();
+    usage.set("input_tokens", u.prompt_tokens - u.cached_tokens);
+    usage.set("cache_read_input_tokens", u.cached_tokens);
     usage.set("output_tokens", u.completion_tokens);
     Json e = Json::object();
     e.set("type", "message_delta");
@@ -143,8 +147,9 @@ class MessagesWriter : public ResponseWriter {
       }
       content.push_back(std::move(j));
     }
+    // Anthropic's meaning: input_tokens + cache_read_input_tokens = the prompt.
     Json usage = Json::object();
-    usage.set("input_tokens", u.prompt_tokens);
+    usage.set("input_tokens", u.prompt_tokens - u.cached_tokens);
     usage.set("output_tokens", u.completion_tokens);
     usage.set("cache_read_input_tokens", u.cached_tokens);
     Json r = Json::object();

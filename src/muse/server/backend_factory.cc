@@ -25,24 +25,29 @@ constexpr int64_t kDefaultKvBytes = int64_t(1) << 30;
 
 }  // namespace
 
-Result<int64_t> kv_cache_blocks(const ModelConfig& config, const EngineServeOptions& o, int64_t max_model_len,
-                                int64_t block_size) {
-  int64_t full_layers = 0;
-  for (int64_t l = 0; l < config.num_layers; ++l) full_layers += config.is_full(l) ? 1 : 0;
-  if (full_layers == 0) return int64_t(0);
-  const int64_t per_seq = (max_model_len + block_size - 1) / block_size;
+Result<DType> kv_cache_dtype(const std::string& name, bool cuda) {
+  if (name == "auto") return cuda ? DType::BF16 : DType::F32;
+  if (name == "bfloat16" || name == "bf16") return DType::BF16;
+  if (name == "fp8" || name == "fp8_e4m3") return DType::F8_E4M3;
+  return make_error("--kv-cache-dtype '" + name + "' is not supported (auto, bfloat16, fp8, fp8_e4m3)");
+}
+
+Result<int64_t> kv_cache_pages(const ModelConfig& config, const EngineServeOptions& o, int64_t max_model_len,
+                               int64_t block_size, DType kv_dtype) {
+  const EngineOptions defaults;
+  const KvGeometry g = KvGeometry::of(config, block_size, defaults.kv_max_rollback, dtype_bits(kv_dtype) / 8);
+  // One sequence feeds at most min(batched tokens, context) rows per step.
+  const int64_t transient = g.step_transient_pages(std::min<int64_t>(o.max_num_batched_tokens, max_model_len));
+  const int64_t one = g.pages_for(max_model_len) + transient;  // one full-length sequence
   if (o.num_gpu_blocks_override > 0) return o.num_gpu_blocks_override;
-  // F32 K and V for every full layer.
-  const int64_t bytes_per_block = full_layers * block_size * config.kv_dim() * 4 * 2;
   const int64_t budget = o.kv_cache_memory_bytes > 0 ? o.kv_cache_memory_bytes : kDefaultKvBytes;
-  const int64_t fit = budget / bytes_per_block;
-  const int64_t all = per_seq * std::max(1, o.max_num_seqs);
-  const int64_t blocks = std::min(all, fit);
-  if (blocks < per_seq && o.kv_cache_memory_bytes > 0)
+  const int64_t fit = budget / g.page_bytes();
+  const int64_t pages = g.pool_pages(o.max_num_seqs, max_model_len, o.max_num_batched_tokens, budget);
+  if (pages < one && o.kv_cache_memory_bytes > 0)
     return make_error("--kv-cache-memory-bytes " + std::to_string(o.kv_cache_memory_bytes) + " holds " + std::to_string(fit) +
-                      " blocks, fewer than one sequence of --max-model-len " + std::to_string(max_model_len) + " needs (" +
-                      std::to_string(per_seq) + " blocks of " + std::to_string(bytes_per_block) + " bytes)");
-  return std::max(blocks, per_seq);
+                      " pages, fewer than one sequence of --max-model-len " + std::to_string(max_model_len) + " needs (" +
+                      std::to_string(one) + " pages of " + std::to_string(g.page_bytes()) + " bytes)");
+  return std::max(pages, one);
 }
 
 Result<ServeBackend> make_engine_backend(const EngineServeOptions& options) {
@@ -82,17 +87,19 @@ Result<ServeBackend> make_engine_backend(const EngineServeOptions& options) {
   if (o.block_size > 0) eo.kv_block_size = o.block_size;
   eo.gpu_memory_utilization = o.gpu_memory_utilization;
   eo.kv_cache_memory_bytes = o.kv_cache_memory_bytes;
-  if (*device == Device::Cpu) {
-    auto blocks = kv_cache_blocks(*config, o, max_model_len, eo.kv_block_size);
-    if (!blocks.ok()) return make_error("muse serve: " + blocks.message());
-    eo.kv_blocks = *blocks;
-    // KvCache treats 0 as "enough for everything"; a model without full layers needs none.
-    if (eo.kv_blocks == 0) eo.kv_blocks = 1;
+  auto kv_dtype = kv_cache_dtype(o.kv_cache_dtype, *device == Device::Cuda);
+  if (!kv_dtype.ok()) return make_error("muse serve: " + kv_dtype.message());
+  eo.kv_cache_dtype = *kv_dtype;
+  if (*device == Device::Cpu || o.num_gpu_blocks_override > 0) {
+    auto pages = kv_cache_pages(*config, o, max_model_len, eo.kv_block_size, *kv_dtype);
+    if (!pages.ok()) return make_error("muse serve: " + pages.message());
+    eo.kv_pages = *pages;
   } else {
     // On the GPU the engine sizes the pool once the weights are resident
     // (what --gpu-memory-utilization or --kv-cache-memory-bytes leaves).
-    eo.kv_blocks = o.num_gpu_blocks_override;
+    eo.kv_pages = 0;
   }
+  eo.prefix_caching = o.enable_prefix_caching;
   eo.load.language_model_only = o.language_model_only;
   SchedulerOptions& sc = so.scheduler;
   sc.eos_token_ids = (*adapter)->info().eos_token_ids;

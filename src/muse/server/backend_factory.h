@@ -3,6 +3,8 @@
 // service (engine_service.h).
 #pragma once
 
+#include "muse/core/dtype.h"
+
 #include "muse/core/status.h"
 #include "muse/model/config.h"
 #include "muse/server/generation_service.h"
@@ -14,11 +16,14 @@ namespace muse::server {
 // weights load later, in GenerationService::load().
 Result<ServeBackend> make_engine_backend(const EngineServeOptions& options);
 
-// Full-attention KV blocks for the options: --num-gpu-blocks-override, else
-// enough for every sequence at full length within --kv-cache-memory-bytes
-// (default 1 GiB), never fewer than one full-length sequence needs. 0 when
-// the model has no full-attention layers.
-Result<int64_t> kv_cache_blocks(const ModelConfig& config, const EngineServeOptions& options, int64_t max_model_len,
-                                int64_t block_size);
+// The KV cache dtype --kv-cache-dtype names: auto (the device's default:
+// F32 on the CPU, BF16 on CUDA), bfloat16/bf16, fp8/fp8_e4m3.
+Result<DType> kv_cache_dtype(const std::string& name, bool cuda);
+// KV pool pages (kv_cache.h) for the options: --num-gpu-blocks-override,
+// else enough for every sequence at full length within
+// --kv-cache-memory-bytes (default 1 GiB), never fewer than one
+// full-length sequence needs.
+Result<int64_t> kv_cache_pages(const ModelConfig& config, const EngineServeOptions& options, int64_t max_model_len,
+                               int64_t block_size, DType kv_dtype);
 
 }  // namespace muse::server

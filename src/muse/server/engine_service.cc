@@ -82,6 +82,7 @@ class SinkObserver : public RequestObserver {
   void on_complete(const RequestSummary& s) override {
     GenerationSummary g;
     g.prompt_tokens = int(s.prompt_tokens);
+    g.cached_prompt_tokens = int(s.cached_tokens);
     for (int64_t c : s.completion_tokens) g.completion_tokens.push_back(int(c));
     g.queue_seconds = s.queue_seconds;
     g.prefill_seconds = s.prefill_seconds;
@@ -133,11 +134,19 @@ class SchedulerService final : public EngineService {
     if (!engine.ok()) return engine.error();
     engine_ = std::move(engine).value();
     const KvCache& kv = engine_->kv_cache();
-    LOG_INFO("engine: %s backend, context %lld, %lld sequences, %lld tokens per step; KV cache %.1f MiB (%lld blocks of %lld "
-             "positions for full-attention layers, rings of %lld for sliding ones)",
-             engine_->backend().name().c_str(), (long long)engine_->max_model_len(), (long long)opt_.engine.max_sequences,
-             (long long)opt_.engine.max_batch_tokens, double(kv.bytes()) / (1 << 20), (long long)kv.total_blocks(),
-             (long long)kv.block_size(), (long long)kv.window());
+    const KvGeometry& g = kv.geometry();
+    LOG_INFO("engine: %s backend, context %lld, %lld sequences, %lld tokens per step", engine_->backend().name().c_str(),
+             (long long)engine_->max_model_len(), (long long)opt_.engine.max_sequences,
+             (long long)opt_.engine.max_batch_tokens);
+    LOG_INFO("KV cache: %s, %.1f MiB = %lld pages of %lld bytes (blocks of %lld positions; %lld full + %lld sliding layers, "
+             "window %lld, rollback %lld); one sequence of %lld tokens holds %lld pages (%.2f MiB); the pool holds one "
+             "sequence of up to %lld tokens; prefix caching %s",
+             std::string(dtype_name(kv.dtype())).c_str(), double(kv.bytes()) / (1 << 20), (long long)kv.total_pages(),
+             (long long)g.page_bytes(), (long long)g.block_size, (long long)g.full_layers, (long long)g.sliding_layers,
+             (long long)g.window, (long long)g.max_rollback, (long long)engine_->max_model_len(),
+             (long long)g.pages_for(engine_->max_model_len()), double(g.bytes_for(engine_->max_model_len())) / (1 << 20),
+             (long long)g.tokens_fitting(kv.total_pages() - kv.step_transient_pages()),
+             kv.prefix_caching() ? "on" : "off");
     auto sched = std::make_unique<Scheduler>(*engine_, opt_.scheduler);
     std::lock_guard lock(mu_);
     scheduler_ = std::move(sched);
@@ -204,6 +213,8 @@ class SchedulerService final : public EngineService {
     e.num_requests_running = int(st.requests_running);
     e.num_requests_waiting = int(st.requests_waiting);
     e.kv_cache_usage = st.kv_usage;
+    e.prefix_cache_queries = st.prefix_cache_queries;
+    e.prefix_cache_hits = st.prefix_cache_hits;
     e.num_preemptions = st.preemptions;
     e.engine_steps = st.steps;
     e.engine_busy_seconds = st.busy_seconds;

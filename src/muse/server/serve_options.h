@@ -33,6 +33,8 @@ struct EngineServeOptions {
   int block_size = 0;                // 0: the engine's default (64)
   int64_t num_gpu_blocks_override = 0;
   int64_t kv_cache_memory_bytes = 0;
+  std::string kv_cache_dtype = "auto";  // auto | bfloat16 (bf16) | fp8 (fp8_e4m3)
+  bool enable_prefix_caching = true;    // --no-enable-prefix-caching turns it off
   std::string logprobs_mode = "processed_logprobs";  // or raw_logprobs
   int max_waiting_requests = 4096;   // queued requests beyond which submit answers 429
 };

@@ -5,7 +5,7 @@
 // exits 0 on SIGTERM (under ASan/LSan a leak or error makes that fail).
 //
 //   server_load_test --muse build/muse_fake [--clients 256] [--disconnect 0.3] [--seed 1]
-//                    [--max-tokens 64] [-- SERVER_FLAGS...]
+//                    [--max-tokens 64] [--shared-system-prompt] [-- SERVER_FLAGS...]
 //   server_load_test --muse build/muse --real ...
 //
 // --muse names the server binary: by default `muse_fake` (`muse serve` over
@@ -84,12 +84,19 @@ const char* kQuestions[] = {"What color is the sky?", "Hello!", "What's the weat
                             "What sound does a cow make?"};
 
 int g_max_tokens = 64;
+// --shared-system-prompt: every request starts with this system message (a
+// hundred tokens with muse-tiny's tokenizer), so that the prefix cache shares its blocks.
+bool g_shared_system = false;
+const char* kSystem =
+    "You are the assistant of a travel agency. Keep every answer short, friendly and factual, and name the city "
+    "you talk about.";
 
 std::string request_body(int prompt) {
   // Prompts 0-7: the questions; 8-11: four of them with a weather tool declared.
   std::string tools = prompt >= 8 ? R"(,"tools":[{"type":"function","function":{"name":"get_weather","description":"Get the current weather for a city.","parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}])"
                                   : "";
-  return R"({"messages":[{"role":"user","content":")" + std::string(kQuestions[prompt % 8]) + R"("}],"stream":true,"temperature":0,"max_tokens":)" +
+  const std::string system = g_shared_system ? R"({"role":"system","content":")" + std::string(kSystem) + R"("},)" : "";
+  return R"({"messages":[)" + system + R"({"role":"user","content":")" + std::string(kQuestions[prompt % 8]) + R"("}],"stream":true,"temperature":0,"max_tokens":)" +
          std::to_string(g_max_tokens) + R"(,"stream_options":{"include_usage":true})" + tools + "}";
 }
 
@@ -112,6 +119,10 @@ int main(int argc, char** argv) {
       real = true;
       continue;
     }
+    if (a == "--shared-system-prompt") {
+      g_shared_system = true;
+      continue;
+    }
     if (i + 1 >= argc) return std::fprintf(stderr, "%s needs a value\n", a.c_str()), 2;
     if (a == "--muse") muse = argv[++i];
     else if (a == "--clients") clients = std::atoi(argv[++i]);
@@ -122,7 +133,7 @@ int main(int argc, char** argv) {
   }
   if (muse.empty())
     return std::fprintf(stderr, "usage: server_load_test --muse PATH [--clients N] [--disconnect F] [--seed N] [--real] "
-                                "[--max-tokens N] [-- SERVER_FLAGS...]\n"), 2;
+                                "[--max-tokens N] [--shared-system-prompt] [-- SERVER_FLAGS...]\n"), 2;
   signal(SIGPIPE, SIG_IGN);
   rlimit rl;  // one socket per client
   if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {

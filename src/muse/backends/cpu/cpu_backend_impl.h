@@ -64,6 +64,10 @@ class CpuBackend final : public Backend {
   ~CpuBackend() override;
 
   std::string name() const override;
+  // F32 by default; BF16 and F8_E4M3 (--kv-cache-dtype) are decoded in attention.
+  bool supports_kv_dtype(DType t) const override {
+    return t == DType::F32 || t == DType::BF16 || t == DType::F8_E4M3;
+  }
   std::string profile_report() const override;
   bool supports_quant(QuantKind kind) const override { return true; }  // all four kinds (cpu_matmul.cc)
   void profile_reset() override { profile_times_.clear(); }

@@ -1,13 +1,13 @@
 // Attention over the hybrid KV cache, and the cache writes. Both read the
 // step plan from device memory when they run: a row's sequence (row_seq),
-// the sequence's first row and position, its ring slot or block table.
+// the sequence's first row and position, its full or sliding page table.
 //
 // A query at position p sees positions [lo, p], lo = p - window + 1 on
 // sliding layers (0 on full ones). Positions before the sequence's first
-// row in this step come from the cache (ring row p % ring, or block
-// table[p / block_size]); positions inside the step from k_new / v_new, so a
-// prefill chunk longer than the window never reads a ring row it has
-// overwritten (kv_store runs after attention; a ring keeps the last rows).
+// row in this step come from the paged pool (kv_cache.h: the page of
+// logical block p / block_size in the layer's table, slot `slot` of the
+// page); positions inside the step from k_new / v_new. kv_store runs after
+// attention and skips rows whose sliding page is -1 (not kept).
 //
 // One block per (row, q head), 8 warps. Warp w takes key tiles w, w+8, ...
 // of 32 keys; each lane scores one key (q in shared memory, a sequential
@@ -35,9 +35,10 @@ struct KvArgs {
   void* ck;  // cache K, V
   void* cv;
   int cdt;
-  bool ring;
-  int64_t per;    // ring rows, or positions per block
-  int64_t slots;  // rings, or blocks in the pool
+  bool sliding;      // the sliding table (else the full one)
+  int64_t per;       // positions per block
+  int64_t pages;     // pages in the pool
+  int64_t page_layers, slot, group, n;  // layers per page, this layer's slot, its page of a block, pages per block
 };
 
 // The row's sequence, validated; false (and an error recorded) when the plan is bad.
@@ -62,29 +63,27 @@ __device__ __forceinline__ bool row_sequence(const PlanDev& P, int64_t t, RowSeq
   return ok;
 }
 
-// Element index of position j's row (cache), or -1 with an error recorded.
+// Element index of position j's row (cache); -1 with an error recorded when
+// the table has no page for it, or -2 (no error) for a sliding block that is
+// not kept, when `skip_unkept` (kv_store).
 __device__ __forceinline__ int64_t cache_row(const KvArgs& a, const PlanDev& P, const RowSeq& rs, int64_t j,
-                                             DeviceError* err, int op) {
-  if (a.ring) {
-    const int slot = P.p[P.seq_ring_slot + rs.s];
-    if (slot < 0 || slot >= a.slots) {
-      report_error(err, op, kErrRingSlot, slot, int(a.slots));
-      return -1;
-    }
-    return (int64_t(slot) * a.per + j % a.per) * a.kv_dim;
-  }
-  const int b0 = P.p[P.seq_block_begin + rs.s], b1 = P.p[P.seq_block_begin + rs.s + 1];
+                                             DeviceError* err, int op, bool skip_unkept = false) {
   const int64_t bi = j / a.per;
-  if (b0 < 0 || b1 > P.max_blocks || bi >= b1 - b0) {
-    report_error(err, op, kErrBlockTable, int(j), b1 - b0);
+  const int begin = P.p[(a.sliding ? P.seq_slide_begin : P.seq_full_begin) + rs.s];
+  const int count = P.p[(a.sliding ? P.seq_slide_count : P.seq_full_count) + rs.s];
+  const int64_t rel = a.sliding ? bi - P.p[P.seq_slide_first + rs.s] : bi;
+  const int64_t i = rel * a.n + a.group;
+  if (begin < 0 || count < 0 || begin + count > P.max_blocks || rel < 0 || i >= count) {
+    report_error(err, op, kErrBlockTable, int(j), count);
     return -1;
   }
-  const int blk = P.p[P.block_table + b0 + bi];
-  if (blk < 0 || blk >= a.slots) {
-    report_error(err, op, kErrBlock, blk, int(a.slots));
+  const int page = P.p[P.block_table + begin + i];
+  if (page == -1 && a.sliding && skip_unkept) return -2;
+  if (page < 0 || page >= a.pages) {
+    report_error(err, op, kErrBlock, page, int(a.pages));
     return -1;
   }
-  return (int64_t(blk) * a.per + j % a.per) * a.kv_dim;
+  return ((int64_t(page) * a.page_layers + a.slot) * a.per + j % a.per) * a.kv_dim;
 }
 
 template <bool VEC_BF16>
@@ -126,10 +125,6 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(void* out, i
   if (!row_sequence(P, t, rs, err, op)) return;
   const int64_t p = rs.pos_begin + (t - rs.row_begin);
   const int64_t lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
-  if (a.ring && rs.pos_begin - lo > a.per) {
-    if (threadIdx.x == 0) report_error(err, op, kErrRingWindow, int(p - lo + 1), int(a.per));
-    return;
-  }
   for (int i = threadIdx.x; i < d; i += blockDim.x) qs[i] = ld(q, qdt, t * ldq + int64_t(h) * d + i);
   __syncthreads();
   const int64_t kv_off = int64_t(h / group) * d;
@@ -200,11 +195,10 @@ __global__ void kv_store_kernel(KvArgs a, PlanDev P, DeviceError* err, int op) {
   RowSeq rs;
   if (!row_sequence(P, t, rs, err, op)) return;
   const int64_t r = t - rs.row_begin, p = rs.pos_begin + r;
-  if (a.ring && r < rs.num_rows - a.per) return;  // a ring keeps only the last rows of the chunk
   __shared__ int64_t dst;
-  if (threadIdx.x == 0) dst = cache_row(a, P, rs, p, err, op);
+  if (threadIdx.x == 0) dst = cache_row(a, P, rs, p, err, op, true);
   __syncthreads();
-  if (dst < 0) return;
+  if (dst < 0) return;  // -2: a sliding block the sequence does not keep
   for (int64_t i = threadIdx.x; i < a.kv_dim; i += blockDim.x) {
     st(a.ck, a.cdt, dst + i, ld(a.k_new, a.ndt, t * a.kv_dim + i));
     st(a.cv, a.cdt, dst + i, ld(a.v_new, a.ndt, t * a.kv_dim + i));
@@ -212,21 +206,35 @@ __global__ void kv_store_kernel(KvArgs a, PlanDev P, DeviceError* err, int op) {
 }
 
 std::string check_cache(const KvLayerStorage& c, const Tensor& k_new, const Tensor& v_new, const StepPlanView& plan) {
-  if (c.k.rank != 3 || c.v.rank != 3 || c.k.shape != c.v.shape || c.k.dtype != c.v.dtype || !is_float_dtype(c.k.dtype))
-    return "cache tensors must be F32 or BF16 [slots, rows, kv_dim], K and V alike";
-  if (c.k.dim(2) != k_new.cols() || k_new.numel() != v_new.numel() || k_new.dtype != v_new.dtype ||
+  if (c.k.rank != 4 || c.v.rank != 4 || c.k.shape != c.v.shape || c.k.dtype != c.v.dtype || !is_float_dtype(c.k.dtype))
+    return "cache tensors must be F32 or BF16 [pages, page_layers, block_size, kv_dim], K and V alike";
+  if (c.slot < 0 || c.slot >= c.k.dim(1) || c.pages_per_block < 1 || c.group < 0 || c.group >= c.pages_per_block)
+    return "the layer's slot/group do not fit the pool";
+  if (c.k.dim(3) != k_new.cols() || k_new.numel() != v_new.numel() || k_new.dtype != v_new.dtype ||
       !is_float_dtype(k_new.dtype))
     return "k/v rows do not match the cache";
   if (plan.buffer.dtype != DType::I32 || plan.buffer.empty() || plan.buffer.numel() < plan.layout.total)
     return "the step plan buffer is not an I32 tensor of the layout's size";
   if (k_new.rows() > plan.layout.positions - plan.layout.tokens) return "more rows than the step plan holds";
-  if (c.k.dim(0) >= (int64_t(1) << 31)) return "too many cache slots";
+  if (c.k.dim(0) >= (int64_t(1) << 31)) return "too many cache pages";
   return {};
 }
 
 KvArgs kv_args(const KvLayerStorage& c, const Tensor& k_new, const Tensor& v_new) {
-  return KvArgs{k_new.data,  v_new.data, dt_code(k_new.dtype),        k_new.cols(), c.k.data, c.v.data,
-                dt_code(c.k.dtype), c.layout == KvLayout::Ring, c.k.dim(1), c.k.dim(0)};
+  return KvArgs{k_new.data,
+                v_new.data,
+                dt_code(k_new.dtype),
+                k_new.cols(),
+                c.k.data,
+                c.v.data,
+                dt_code(c.k.dtype),
+                c.layout == KvLayout::Sliding,
+                c.k.dim(2),
+                c.k.dim(0),
+                c.k.dim(1),
+                c.slot,
+                c.group,
+                c.pages_per_block};
 }
 
 }  // namespace
@@ -243,8 +251,7 @@ void CudaBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_
                               std::to_string(d)))
     return;
   std::string bad = check_cache(cache, k_new, v_new, plan);
-  if (bad.empty() && cache.layout == KvLayout::Ring && (window <= 0 || window > cache.k.dim(1)))
-    bad = "a ring layer needs 0 < window <= ring rows (" + std::to_string(cache.k.dim(1)) + ")";
+  if (bad.empty() && cache.layout == KvLayout::Sliding && window <= 0) bad = "a sliding layer needs window > 0";
   if (!check(bad.empty(), "attention", bad)) return;
   const int64_t T = q.rows();
   if (T == 0) return;

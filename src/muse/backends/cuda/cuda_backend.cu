@@ -269,7 +269,9 @@ PlanDev CudaBackend::plan_dev(const StepPlanView& v) {
   p.p = static_cast<const int32_t*>(v.buffer.data);
   p.tokens = int(l.tokens), p.positions = int(l.positions), p.row_seq = int(l.row_seq);
   p.seq_row_begin = int(l.seq_row_begin), p.seq_pos_begin = int(l.seq_pos_begin);
-  p.seq_ring_slot = int(l.seq_ring_slot), p.seq_block_begin = int(l.seq_block_begin);
+  p.seq_full_begin = int(l.seq_full_begin), p.seq_full_count = int(l.seq_full_count);
+  p.seq_slide_begin = int(l.seq_slide_begin), p.seq_slide_count = int(l.seq_slide_count);
+  p.seq_slide_first = int(l.seq_slide_first);
   p.block_table = int(l.block_table);
   p.max_rows = int(l.positions - l.tokens);
   p.max_seqs = int(l.seq_pos_begin - l.seq_row_begin - 1);

@@ -108,8 +108,8 @@ __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf
 // The step plan as kernels read it (StepPlanLayout offsets, capacities).
 struct PlanDev {
   const int32_t* p = nullptr;
-  int tokens = 0, positions = 0, row_seq = 0, seq_row_begin = 0, seq_pos_begin = 0, seq_ring_slot = 0,
-      seq_block_begin = 0, block_table = 0;
+  int tokens = 0, positions = 0, row_seq = 0, seq_row_begin = 0, seq_pos_begin = 0, seq_full_begin = 0,
+      seq_full_count = 0, seq_slide_begin = 0, seq_slide_count = 0, seq_slide_first = 0, block_table = 0;
   int max_rows = 0, max_seqs = 0, max_blocks = 0;
 };
 
