@@ -44,7 +44,9 @@ TEST_P(Project, OddShapesBothWeightDtypesTwoOutputs) {
         b().project(tx, std::span<const Projection>(ps, 2));
         run();
         std::vector<double> want, scale;
-        // Own kernel: K/32 sequential fmas per lane + 5 butterfly levels;
+        // Own kernels: the warp dot, K/32 sequential fmas per lane + 5
+        // butterfly levels; mma_gemv (BF16 x and W, K % 8 == 0), K/64 mma
+        // steps per K-slice + 3 additions of the slices (within that bound);
         // cuBLASLt (T > 64, same dtypes): an unknown order, so K.
         const bool lt = T > 64 && wdt == act();
         const double n = lt ? double(K) + 2 : double(K) / 32 + 8;
@@ -62,7 +64,9 @@ TEST_P(Project, OddShapesBothWeightDtypesTwoOutputs) {
 
 TEST_P(Project, DecodeRowIsBatchInvariantAndDeterministic) {
   const int64_t K = 1000, N = 300, B = 64, at = 37;
-  for (int64_t kk : {K, int64_t(67)}) {  // vector and scalar paths
+  // mma_gemv (K 1000, 4168: a K tail, BF16 activations), the warp dot's
+  // vector path (F32 activations) and its scalar path (K 67).
+  for (int64_t kk : {K, int64_t(67), int64_t(4168)}) {
     auto xb = random_floats(static_cast<size_t>(B * kk), 2000);
     auto w = random_floats(static_cast<size_t>(N * kk), 2001, 0.05f);
     Tensor tw = up(DType::BF16, {N, kk}, w);
@@ -79,6 +83,19 @@ TEST_P(Project, DecodeRowIsBatchInvariantAndDeterministic) {
     EXPECT_EQ(0, std::memcmp(bytes_b.data() + size_t(at) * row, bytes_1.data(), row))
         << "row " << at << " of a batch of 64 differs from the same row alone (K " << kk << ")";
     EXPECT_EQ(bytes_b, bytes_b2) << "the same product twice differs";
+    // Batches of 4, 13 and 20 rows (other tiles of mma_gemv) holding the row.
+    for (int64_t Bs : {4, 13, 20}) {
+      const int64_t first = at - Bs / 2;
+      std::vector<float> xs(xb.begin() + first * kk, xb.begin() + (first + Bs) * kk);
+      Tensor txs = up(act(), {Bs, kk}, xs);
+      Tensor os = poisoned(act(), {Bs, N});
+      b().matmul(os, txs, tw);
+      run();
+      auto bytes_s = get_bytes(os);
+      EXPECT_EQ(0, std::memcmp(bytes_b.data() + size_t(first) * row, bytes_s.data(), size_t(Bs) * row))
+          << "rows " << first << ".." << first + Bs - 1 << " of a batch of 64 differ from a batch of " << Bs
+          << " (K " << kk << ")";
+    }
   }
 }
 

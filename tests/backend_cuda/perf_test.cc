@@ -5,6 +5,7 @@
 #include <chrono>
 
 #include "cuda_test_util.h"
+#include "muse/backends/cuda/cuda_bench.h"
 #include "muse/backends/step_plan.h"
 
 namespace muse::cuda_testing {
@@ -91,6 +92,44 @@ TEST_F(Timing, DISABLED_DecodeShapes) {
     Tensor out = poisoned(DType::BF16, {1, Hm});
     const double s = time_op([&] { b().moe_experts(out, tu, tgu, tdn, tg, ids, tw, 1e-6f); });
     line("moe_experts decode 8 of 64 experts 3x2048x1024", s, double(Kk * 3 * Hm * I * 2));
+  }
+}
+
+// The decode products of Muse Glimmer 30B (BF16 weights and activations,
+// weights made on the GPU), T = 1, 4, 16, 64 rows, against a streaming HBM
+// read measured in the same run. MUSE_CUDA_WARP_GEMV=1 times the warp-dot
+// kernel instead of mma_gemv (before/after).
+TEST_F(Timing, DISABLED_DecodeProducts) {
+  auto ceil = measure_gpu_ceilings(uint64_t(4) << 30, 2048, 5);
+  ASSERT_TRUE(ceil.ok()) << ceil.message();
+  const double hbm = ceil->hbm_read_gbps;
+  std::printf("HBM streaming read: %.1f GB/s (%s)\n", hbm, ceil->device.c_str());
+  struct Shape {
+    const char* name;
+    int64_t N, K;
+  };
+  const Shape shapes[] = {{"qkv+gate", 8704, 6656}, {"o", 6656, 4096}, {"gate+up", 39936, 6656},
+                          {"down", 6656, 19968},    {"lm_head", 202048, 6656}};
+  uint64_t seed = 100;
+  for (const Shape& sh : shapes) {
+    auto tw = b().alloc(DType::BF16, {sh.N, sh.K});
+    ASSERT_TRUE(tw.ok());
+    ASSERT_TRUE(b().fill_uniform(*tw, ++seed, 0.02f, 0.0f).ok());
+    for (int64_t T : {1, 4, 16, 64}) {
+      auto tx = b().alloc(DType::BF16, {T, sh.K});
+      auto out = b().alloc(DType::BF16, {T, sh.N});
+      ASSERT_TRUE(tx.ok() && out.ok());
+      ASSERT_TRUE(b().fill_uniform(*tx, ++seed, 1.0f, 0.0f).ok());
+      const double bytes = double(sh.N * sh.K * 2);
+      const int reps = std::max(5, int(2e9 / bytes));
+      const double s = time_op([&] { b().matmul(*out, *tx, *tw); }, reps);
+      std::printf("project %-9s %6lldx%-6lld T %2lld %9.1f us %8.1f GB/s %5.1f%% of HBM read\n", sh.name,
+                  (long long)sh.N, (long long)sh.K, (long long)T, s * 1e6, bytes / s * 1e-9,
+                  100.0 * bytes / s * 1e-9 / hbm);
+      b().release(*tx);
+      b().release(*out);
+    }
+    b().release(*tw);
   }
 }
 

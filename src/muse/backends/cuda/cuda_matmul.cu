@@ -1,13 +1,38 @@
 // project: out[T, N] = x[T, K] · W[N, K]ᵀ, fp32 accumulation.
-//  - T <= 64 (decode, small batches): our own kernel (cuda_dot.cuh), whose
-//    reduction order does not depend on T, so a row's result is bitwise the
-//    same alone or in a batch of 64.
+//  - T <= 64, x and W both BF16, K % 8 == 0, 16-byte aligned rows: the
+//    weight-streaming tensor-core kernel below (mma_gemv).
+//  - T <= 64 otherwise (F32 x or W, odd K): the warp-dot kernel
+//    (cuda_dot.cuh).
+//    Both have a reduction order that does not depend on T, so a row's
+//    result is bitwise the same alone or in a batch of 64.
 //  - T > 64 with x and W of one dtype: cuBLASLt (fp32 compute, no TF32;
 //    split-K only with out-of-place reductions, so results are
-//    deterministic run to run; they may differ from the T <= 64 kernel in
+//    deterministic run to run; they may differ from the T <= 64 kernels in
 //    the last bits).
-//  - otherwise (mixed x/W dtypes, or no cuBLASLt algorithm): our kernel.
+//  - otherwise (mixed x/W dtypes, or no cuBLASLt algorithm): our kernels.
+//
+// mma_gemv (decode: weights streamed once per step for all T <= 64 rows).
+//  - A block owns 16·RW·RWARPS weight rows; its warps are RWARPS row groups
+//    × kSplit (4) K-slices. K is cut into granules of 128; warp s of a row
+//    group takes granules s, s+4, s+8, ... in ascending order.
+//  - Per granule a lane loads, with 16-byte loads, 8 consecutive weights
+//    at k = 8·(lane%4) + 32j (j < 4) of rows lane/4 and lane/4+8 of each of
+//    its 16-row tiles, and the same 8 k of activation row lane/4 of each
+//    8-row tile of x. Those are exactly its fragments of
+//    mma.m16n8k16.bf16 (with the k of the 16-wide step permuted the same
+//    way in A and B), so no shared memory or shuffles are needed.
+//  - Each (weight row, activation row) accumulates in fp32 through the
+//    tensor cores: 2 mma steps per 32 k, granules in order, then the four
+//    K-slices' partials are added in the order s = 0 + 1 + 2 + 3 (shared
+//    memory). Tile shapes (RW, RWARPS, the 8-row tiles NT) follow T and N
+//    and change only which rows share a block, never that order; kSplit and
+//    the granule are fixed. Padded rows and the K tail are zeros. No atomics.
+//  MUSE_CUDA_WARP_GEMV=1 in the environment selects the warp-dot kernel for
+//  every T <= 64 product (for before/after timings); so does device code
+//  built below sm_80 (the mma needs it).
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "muse/backends/cuda/cuda_dot.cuh"
 
@@ -52,6 +77,197 @@ void launch_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, const Tensor&
     gemv_kernel<XT, WT, false><<<grid, 256, 0, s>>>(xp, K, T, wp, N, K, out.data, dt_code(out.dtype), out.cols());
 }
 
+// ---------------------------------------------------------------------------
+// mma_gemv
+// ---------------------------------------------------------------------------
+constexpr int kSplit = 4;      // warps along K per row group
+constexpr int kGranule = 128;  // k per granule
+
+__device__ __forceinline__ uint4 ld_stream(const __nv_bfloat16* p) {  // weights: read once
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+__device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#else
+  __trap();  // never launched: mma_gemv_built() is false when any code is built below sm_80
+#endif
+}
+
+template <int NT, int RW, int RWARPS>
+__global__ void __launch_bounds__(32 * kSplit * RWARPS)
+    mma_gemv_kernel(const __nv_bfloat16* __restrict__ x, int64_t T, const __nv_bfloat16* __restrict__ w, int64_t N,
+                    int64_t K, void* out, int odt, int64_t ldo) {
+  constexpr int kAcc = RW * NT * 4;
+  __shared__ float part[kSplit - 1][RWARPS][NT * 4][32];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int s = warp % kSplit, rg = warp / kSplit;
+  const int g = lane >> 2, tq = lane & 3;
+  const int64_t t0 = int64_t(blockIdx.y) * 64;
+  x += t0 * K;
+  const int64_t nt = T - t0 < 64 ? T - t0 : 64;
+  const int64_t n0 = (int64_t(blockIdx.x) * RWARPS + rg) * 16 * RW;
+  const __nv_bfloat16* wr[RW][2];
+  bool wok[RW][2];
+#pragma unroll
+  for (int r = 0; r < RW; ++r)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t n = n0 + 16 * r + g + 8 * h;
+      wok[r][h] = n < N;
+      wr[r][h] = w + (n < N ? n : N - 1) * K + 8 * tq;
+    }
+  const __nv_bfloat16* xr[NT];
+  bool xok[NT];
+#pragma unroll
+  for (int c = 0; c < NT; ++c) {
+    const int64_t t = 8 * c + g;
+    xok[c] = t < nt;
+    xr[c] = x + (t < nt ? t : nt - 1) * K + 8 * tq;
+  }
+  float acc[RW][NT][4];
+#pragma unroll
+  for (int r = 0; r < RW; ++r)
+#pragma unroll
+    for (int c = 0; c < NT; ++c)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[r][c][i] = 0.0f;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  const int64_t kmine = K - 8 * tq;  // this lane's k offset is 8·tq: k0 + 8·tq < K <=> k0 < kmine
+  for (int64_t k0 = int64_t(s) * kGranule; k0 < K; k0 += kSplit * kGranule) {
+    uint4 a[RW][2][4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int r = 0; r < RW; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          a[r][h][j] = wok[r][h] && k0 + 32 * j < kmine ? ld_stream(wr[r][h] + k0 + 32 * j) : zero;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      uint4 bv[NT];
+#pragma unroll
+      for (int c = 0; c < NT; ++c)
+        bv[c] = xok[c] && k0 + 32 * j < kmine ? __ldg(reinterpret_cast<const uint4*>(xr[c] + k0 + 32 * j)) : zero;
+#pragma unroll
+      for (int r = 0; r < RW; ++r)
+#pragma unroll
+        for (int c = 0; c < NT; ++c) {
+          mma16816(acc[r][c], a[r][0][j].x, a[r][1][j].x, a[r][0][j].y, a[r][1][j].y, bv[c].x, bv[c].y);
+          mma16816(acc[r][c], a[r][0][j].z, a[r][1][j].z, a[r][0][j].w, a[r][1][j].w, bv[c].z, bv[c].w);
+        }
+    }
+  }
+  // The K-slices' partials, added in the order s = 0, 1, 2, 3; one 16-row tile at a time.
+  static_assert(kAcc > 0, "");
+#pragma unroll
+  for (int r = 0; r < RW; ++r) {
+    if (r) __syncthreads();  // part is still read for the previous tile
+    if (s) {
+#pragma unroll
+      for (int c = 0; c < NT; ++c)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) part[s - 1][rg][c * 4 + i][lane] = acc[r][c][i];
+    }
+    __syncthreads();
+    if (s == 0) {
+#pragma unroll
+      for (int c = 0; c < NT; ++c)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          float v = acc[r][c][i];
+#pragma unroll
+          for (int q = 0; q < kSplit - 1; ++q) v += part[q][rg][c * 4 + i][lane];
+          const int64_t n = n0 + 16 * r + g + 8 * (i >> 1), t = 8 * c + 2 * tq + (i & 1);
+          if (n < N && t < nt) st(out, odt, (t0 + t) * ldo + n, v);
+        }
+    }
+  }
+}
+
+// Tile shapes: RW 16-row tiles per warp and RWARPS row groups per block,
+// chosen by the fixed rule of launch_mma_nt (no autotuning). MUSE_CUDA_MMA_TILE="RWxRWARPS"
+// (1x1, 1x2, 2x1, 2x2) overrides them for measurements; results are the
+// same bits whatever the tile.
+int mma_tile_override() {
+  static const int code = [] {
+    const char* e = std::getenv("MUSE_CUDA_MMA_TILE");
+    if (!e || std::strlen(e) != 3 || (e[0] != '1' && e[0] != '2') || (e[2] != '1' && e[2] != '2')) return 0;
+    return (e[0] - '0') * 10 + (e[2] - '0');
+  }();
+  return code;
+}
+
+template <int NT, int RW, int RWARPS>
+void launch_mma_tile(cudaStream_t s, const __nv_bfloat16* x, int64_t T, const __nv_bfloat16* w, int64_t N, int64_t K,
+                     void* out, int odt, int64_t ldo) {
+  constexpr int rows = 16 * RW * RWARPS;
+  const dim3 grid(unsigned((N + rows - 1) / rows), unsigned((T + 63) / 64));
+  mma_gemv_kernel<NT, RW, RWARPS><<<grid, 32 * kSplit * RWARPS, 0, s>>>(x, T, w, N, K, out, odt, ldo);
+}
+
+// The default rule, from the H200 timings of every tile on Glimmer's shapes
+// (bench/NOTES.md, 2026-12-01): one row group per block (128 threads) always;
+// two 16-row tiles per warp at T 9..16, and at T <= 8 for N >= 16384;
+// otherwise one. (Bigger tiles at T > 16 lost to the occupancy they cost.)
+template <int NT>
+void launch_mma_nt(cudaStream_t s, const __nv_bfloat16* x, int64_t T, const __nv_bfloat16* w, int64_t N, int64_t K,
+                   void* out, int odt, int64_t ldo) {
+  int tile = mma_tile_override();
+  if (!tile) tile = NT == 2 || (NT == 1 && N >= 16384) ? 21 : 11;
+  switch (tile) {
+    case 11: return launch_mma_tile<NT, 1, 1>(s, x, T, w, N, K, out, odt, ldo);
+    case 12: return launch_mma_tile<NT, 1, 2>(s, x, T, w, N, K, out, odt, ldo);
+    case 21: return launch_mma_tile<NT, 2, 1>(s, x, T, w, N, K, out, odt, ldo);
+    default: return launch_mma_tile<NT, 2, 2>(s, x, T, w, N, K, out, odt, ldo);
+  }
+}
+
+void launch_mma_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, const Tensor& out) {
+  const int64_t T = x.rows(), K = x.cols(), N = w.rows();
+  auto* xp = static_cast<const __nv_bfloat16*>(x.data);
+  auto* wp = static_cast<const __nv_bfloat16*>(w.data);
+  const int odt = dt_code(out.dtype);
+  const int64_t ldo = out.cols();
+  if (T <= 8) launch_mma_nt<1>(s, xp, T, wp, N, K, out.data, odt, ldo);
+  else if (T <= 16) launch_mma_nt<2>(s, xp, T, wp, N, K, out.data, odt, ldo);
+  else if (T <= 32) launch_mma_nt<4>(s, xp, T, wp, N, K, out.data, odt, ldo);
+  else launch_mma_nt<8>(s, xp, T, wp, N, K, out.data, odt, ldo);
+}
+
+// The bf16 mma needs device code built for sm_80 or newer (a build for the
+// nvcc default, sm_75, runs on the H200 from PTX): otherwise the warp dot.
+// __CUDA_ARCH_LIST__ (nvcc >= 11.5) names every architecture built, on the
+// host pass too.
+constexpr bool mma_gemv_built() {
+#ifdef __CUDA_ARCH_LIST__
+  constexpr int archs[] = {__CUDA_ARCH_LIST__};
+  for (int a : archs)
+    if (a < 800) return false;
+  return true;
+#else
+  return false;
+#endif
+}
+bool mma_gemv_usable() { return mma_gemv_built(); }
+
+bool warp_gemv_forced() {
+  static const bool forced = [] {
+    const char* e = std::getenv("MUSE_CUDA_WARP_GEMV");
+    return e && *e && *e != '0';
+  }();
+  return forced;
+}
+
 int pointer_alignment(const void* p) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   int al = 256;
@@ -65,7 +281,10 @@ cudaDataType_t lt_type(DType t) { return t == DType::BF16 ? CUDA_R_16BF : CUDA_R
 
 cudaError_t CudaBackend::launch_project(cudaStream_t s, const Tensor& x, const Projection& p) {
   const bool xb = x.dtype == DType::BF16, wb = p.weight.dtype == DType::BF16;
-  if (xb && wb) launch_gemv<__nv_bfloat16, __nv_bfloat16>(s, x, p.weight, p.out);
+  if (xb && wb && x.cols() % 8 == 0 && aligned16(x.data) && aligned16(p.weight.data) && !warp_gemv_forced() &&
+      mma_gemv_usable())
+    launch_mma_gemv(s, x, p.weight, p.out);
+  else if (xb && wb) launch_gemv<__nv_bfloat16, __nv_bfloat16>(s, x, p.weight, p.out);
   else if (xb) launch_gemv<__nv_bfloat16, float>(s, x, p.weight, p.out);
   else if (wb) launch_gemv<float, __nv_bfloat16>(s, x, p.weight, p.out);
   else launch_gemv<float, float>(s, x, p.weight, p.out);

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# One GPU-machine pass for the decode products (issue 12): the whole
+# test_backend_cuda, then the Glimmer-shaped project timings (mma_gemv, its
+# tile variants, and the warp-dot kernel as "before"), then the Project
+# tests under each tile variant and memcheck of them. Usage:
+#   tests/backend_cuda/decode-products-on-gpu.sh [path/to/test_backend_cuda]
+# Logs go to $OUT (or ./gpu-logs).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+B=${1:-build-cuda/test_backend_cuda}
+OUT=${OUT:-gpu-logs}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
+CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+S="$OUT/summary.txt"
+nvidia-smi -L | tee "$S"
+step() {  # log, timeout, command...
+  local name=$1 limit=$2 t0=$SECONDS
+  shift 2
+  timeout "$limit" "$@" >>"$OUT/$name.log" 2>&1
+  echo "$name: rc=$? ($((SECONDS - t0)) s) $*" | tee -a "$S"
+}
+timing='--gtest_also_run_disabled_tests --gtest_filter=*DecodeProducts*'
+step tests 130 "$B"
+echo "== mma_gemv (default tiles)" >>"$OUT/timing.log"
+step timing 40 "$B" $timing
+echo "== warp dot (before)" >>"$OUT/timing.log"
+step timing 60 env MUSE_CUDA_WARP_GEMV=1 "$B" $timing
+for t in 1x1 1x2 2x1; do
+  echo "== mma_gemv tiles $t" >>"$OUT/timing.log"
+  step timing 30 env MUSE_CUDA_MMA_TILE=$t "$B" $timing
+  step variants 30 env MUSE_CUDA_MMA_TILE=$t "$B" --gtest_filter='*Project*'
+done
+step memcheck 80 "$CS" --tool memcheck --error-exitcode 9 "$B" --gtest_filter='*Project*'
+grep -E "^\[  (PASSED|FAILED) |FAILED TEST|tests ran" "$OUT/tests.log" "$OUT/variants.log" | head -20 >>"$S"
+grep -E "ERROR SUMMARY" "$OUT/memcheck.log" >>"$S"
+grep -E "^==|HBM|project " "$OUT/timing.log" >>"$S"
+cat "$S"
