@@ -8,8 +8,11 @@
 
 #include <cmath>
 #include <filesystem>
+#include <random>
 
 #include "engine_test_util.h"
+#include "muse/backends/cpu/cpu_backend.h"
+#include "muse/engine/checkpoint_source.h"
 #include "muse/plan/weight_format.h"
 #include "quant_fixture.h"
 
@@ -165,6 +168,82 @@ TEST_P(QuantModel, PerExpertPiecesStackIntoTheFusedLayout) {
 INSTANTIATE_TEST_SUITE_P(Formats, QuantModel,
                          ::testing::Values(QuantKind::Nvfp4, QuantKind::Mxfp4, QuantKind::Fp8, QuantKind::Int4),
                          [](const ::testing::TestParamInfo<QuantKind>& i) { return std::string(quant_kind_name(i.param)); });
+
+}  // namespace
+}  // namespace muse::testing
+
+namespace muse::testing {
+namespace {
+
+// compressed-tensors pack-quantized INT4 ([N, K/8] words, value + 8, BF16
+// scales [N, K/G]) is transposed at load into the GPTQ layout the kernels
+// read: the product equals the one on the reference decoder's matrix.
+TEST(QuantCompressedTensorsInt4, TransposedAtLoadMatchesReferenceDecoder) {
+  const std::string dir = ::testing::TempDir() + "/muse_ct_int4";
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  auto cfg = Json::parse(kConfig);
+  ASSERT_TRUE(cfg.ok());
+  cfg->set("quantization_config", *Json::parse(R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
+      "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 32,
+      "symmetric": true}, "targets": ["Linear"]}}, "ignore": ["lm_head"]})"));
+  ASSERT_TRUE(write_random_model(dir, *cfg, {}).ok());
+  const std::string q = "model.language_model.layers.0.self_attn.q_proj.";
+  const int64_t N = 128, K = 128, G = 32;
+  std::mt19937 rng(5);
+  std::vector<uint32_t> words(size_t(N * K / 8));
+  for (auto& w : words) w = uint32_t(rng());
+  std::vector<float> sc(size_t(N * K / G));
+  for (auto& v : sc) v = 0.001f * float(1 + rng() % 50);
+  {
+    auto f = SafetensorsFile::open(dir + "/model.safetensors");
+    ASSERT_TRUE(f.ok());
+    std::vector<OwnedTensor> ts;
+    for (const TensorInfo& t : f->tensors()) {
+      if (t.name == q + "weight") continue;
+      ts.push_back({t.name, t.dtype, t.shape, std::string(reinterpret_cast<const char*>(f->data(t)), t.nbytes())});
+    }
+    ts.push_back({q + "weight_packed", DType::I32, {N, K / 8}, std::string(reinterpret_cast<const char*>(words.data()), words.size() * 4)});
+    ts.push_back({q + "weight_scale", DType::BF16, {N, K / G}, tensor_bytes_f32(sc, DType::BF16)});
+    std::string shape(16, '\0');
+    const int64_t dims[2] = {N, K};
+    std::memcpy(shape.data(), dims, 16);
+    ts.push_back({q + "weight_shape", DType::I64, {2}, shape});
+    f = Result<SafetensorsFile>(make_error("closed"));
+    write_tensors(dir + "/model.safetensors", ts);
+  }
+  auto ck = Checkpoint::open(dir);
+  ASSERT_TRUE(ck.ok()) << ck.message();
+  ASSERT_TRUE(ck->find("attn.q", 0)->quantized());
+  std::vector<float> ref(size_t(N * K));
+  ASSERT_TRUE(ck->read_f32("attn.q", 0, ref.data()).ok());  // decode_ct_int4: (q - 8) · scale
+  CheckpointWeightSource src(*ck);
+  const WeightSpec* spec = nullptr;
+  for (const WeightSpec& s : ck->weights())
+    if (s.slot == "attn.q" && s.layer == 0) spec = &s;
+  auto view = src.quantized(*spec);
+  ASSERT_TRUE(view.ok() && view->format.kind == QuantKind::Int4);
+  CpuBackendOptions bo;
+  bo.threads = 2;
+  auto b = std::move(create_cpu_backend(bo)).value();
+  ModelWeights owner;
+  auto tq = import_quantized(*b, {N, K}, *view, true, owner);
+  ASSERT_TRUE(tq.ok()) << tq.message();
+  std::vector<float> x(size_t(3 * K));
+  for (auto& v : x) v = float(int(rng() % 200) - 100) * 0.01f;
+  Tensor tx = *b->import_weight(DType::F32, {3, K}, x.data(), false);
+  Tensor tf = *b->import_weight(DType::F32, {N, K}, ref.data(), false);
+  Tensor oq = *b->alloc(DType::F32, {3, N}), of = *b->alloc(DType::F32, {3, N});
+  b->matmul(oq, tx, *tq);
+  b->matmul(of, tx, tf);
+  ASSERT_TRUE(b->execute().ok());
+  std::vector<float> got(size_t(3 * N)), want(size_t(3 * N));
+  ASSERT_TRUE(b->download(oq, got.data()).ok());
+  ASSERT_TRUE(b->download(of, want.data()).ok());
+  for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-4 * (1.0 + std::fabs(want[i]))) << i;
+  release_weights(*b, owner);
+  fs::remove_all(dir);
+}
 
 }  // namespace
 }  // namespace muse::testing

@@ -32,7 +32,7 @@ const char* quant_kind_name(QuantKind kind);  // "nvfp4", ...
 // How a quantized weight's codes and scales decode.
 struct QuantFormat {
   QuantKind kind = QuantKind::None;
-  // Scale element type: F8_E4M3 (NVFP4), F8_E8M0 (MXFP4), F32 (FP8), F16 (INT4).
+  // Scale element type: F8_E4M3 (NVFP4), F8_E8M0 (MXFP4), F32 (FP8), F16 or BF16 (INT4).
   DType scale_dtype = DType::F32;
   // Row-major kinds: one scale per block_rows × block_cols codes, the grid
   // [.., ceil(N/block_rows), ceil(K/block_cols)] row-major (per tensor:

@@ -67,11 +67,40 @@ Result<HostQuantWeight> stack_pieces(const ResolvedWeight& w) {
   return h;
 }
 
+// compressed-tensors pack-quantized INT4 in GPTQ's N-contiguous layout:
+// word (c, n) of [K/8, N] is word (n, c) of [N, K/8] (the same nibbles in the
+// same order), scales [N, K/G] -> [K/G, N]; symmetric, so no zero points.
+HostQuantWeight transpose_ct_int4(const ResolvedWeight& w) {
+  const bool fused = w.spec.shape.size() == 3;
+  const int64_t E = fused ? w.spec.shape[0] : 1, N = w.spec.shape[fused ? 1 : 0], K = w.spec.shape.back();
+  const int64_t C = K / 8, G = w.quant.format.block_cols, groups = (K + G - 1) / G;
+  HostQuantWeight h;
+  h.format = w.quant.format;
+  h.code_dtype = DType::F4;
+  h.codes.resize(size_t(E * N * C * 4));
+  h.scales.resize(size_t(E * N * groups * 2));
+  for (int64_t e = 0; e < E; ++e) {
+    const uint8_t* src = w.tensor.data + e * N * C * 4;
+    const uint8_t* ssrc = w.quant.scales.data + e * N * groups * 2;
+    for (int64_t n = 0; n < N; ++n) {
+      for (int64_t c = 0; c < C; ++c) std::memcpy(h.codes.data() + ((e * C + c) * N + n) * 4, src + (n * C + c) * 4, 4);
+      for (int64_t g = 0; g < groups; ++g)
+        std::memcpy(h.scales.data() + ((e * groups + g) * N + n) * 2, ssrc + (n * groups + g) * 2, 2);
+    }
+  }
+  h.scale_shape = fused ? std::vector<int64_t>{E, groups, N} : std::vector<int64_t>{groups, N};
+  return h;
+}
+
 }  // namespace
 
 Result<HostQuantView> CheckpointWeightSource::quantized(const WeightSpec& spec) const {
   const ResolvedWeight* w = ck_.find(spec.slot, spec.layer);
   if (!w || !w->quantized()) return HostQuantView{};
+  if (w->quant.n_major) {
+    stacked_.push_back(std::make_unique<HostQuantWeight>(transpose_ct_int4(*w)));
+    return quant_view(*stacked_.back());
+  }
   if (w->per_expert) {
     MUSE_ASSIGN_OR_RETURN(HostQuantWeight h, stack_pieces(*w));
     stacked_.push_back(std::make_unique<HostQuantWeight>(std::move(h)));

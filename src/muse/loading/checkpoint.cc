@@ -310,17 +310,54 @@ struct Resolver {
     q.format.kind = QuantKind::Fp8;
   }
 
+  // compressed-tensors pack-quantized W4A16 (symmetric): weight_packed I32
+  // [.., N, K/8] (k = 8c + j at bits 4j..4j+3, stored value = q + 8),
+  // weight_scale F16/BF16 [.., N, K/G], weight_shape; asymmetric zero points
+  // and act-order g_idx are refused by name.
+  void resolve_ct_int4(const WeightSpec& spec, const SlotRule& rule, const Naming& nm, ResolvedWeight& out, int64_t G) {
+    const int64_t K = spec.shape.back(), N = spec.shape[spec.shape.size() - 2];
+    if (K % 8 || N % 8 || G % 8) {
+      problems.push_back(slot_text(spec) + " is [" + std::to_string(N) + ", " + std::to_string(K) + "] with group " +
+                         std::to_string(G) + ": INT4 needs all three multiples of 8");
+      return;
+    }
+    for (const char* refused : {"weight_zero_point", "weight_g_idx"})
+      if (find(nm(refused))) {
+        problems.push_back("tensor " + nm(refused) + " in " + out.tensor.file + ": compressed-tensors INT4 with " +
+                           (std::string(refused) == "weight_g_idx" ? "act-order (g_idx)" : "asymmetric zero points") +
+                           " is not supported");
+        return;
+      }
+    const std::string scale = nm("weight_scale");
+    const Located* ls = need(out, scale, "weight_packed");
+    if (!ls) return;
+    ResolvedWeight::Quantized& q = out.quant;
+    q.scales = view(scale, *ls);
+    consumed.insert(scale);
+    if (find(nm("weight_shape"))) consumed.insert(nm("weight_shape"));
+    const int64_t groups = (K + G - 1) / G;
+    bool ok = true;
+    if (out.tensor.dtype != DType::I32 || out.tensor.shape != lead(spec, {N, K / 8}))
+      bad_part(spec, rule, out.tensor, "I32 " + shape_text(lead(spec, {N, K / 8}))), ok = false;
+    if ((q.scales.dtype != DType::F16 && q.scales.dtype != DType::BF16) || q.scales.shape != lead(spec, {N, groups}))
+      bad_part(spec, rule, q.scales, "F16 or BF16 " + shape_text(lead(spec, {N, groups}))), ok = false;
+    if (!ok) return;
+    q.n_major = true;
+    q.format.scale_dtype = q.scales.dtype;
+    q.format.block_rows = 1, q.format.block_cols = int32_t(G);
+    q.format.kind = QuantKind::Int4;
+  }
+
   // GPTQ / AutoRound 4-bit: qweight I32 [.., K/8, N], qzeros I32 [.., K/G, N/8],
   // scales F16 [.., K/G, N], optional g_idx I32 [K] that must be the plain
   // k / G (act-order permutations are refused by name).
   void resolve_int4(const WeightSpec& spec, const SlotRule& rule, const Naming& nm, ResolvedWeight& out) {
     const int64_t K = spec.shape.back(), N = spec.shape[spec.shape.size() - 2];
+    const int64_t G = info.group_size > 0 ? info.group_size : K;
     if (info.scheme == QuantScheme::CompressedTensorsInt4) {
-      problems.push_back("tensor " + out.tensor.name + " in " + out.tensor.file + ": compressed-tensors pack-quantized "
-                         "INT4 ([N, K/8] words) is not supported yet; GPTQ and AutoRound (auto_gptq packing) are");
+      resolve_ct_int4(spec, rule, nm, out, G);
       return;
     }
-    const int64_t G = info.group_size > 0 ? info.group_size : K;
     if (K % 8 || N % 8 || G % 8) {
       problems.push_back(slot_text(spec) + " is [" + std::to_string(N) + ", " + std::to_string(K) + "] with group " +
                          std::to_string(G) + ": GPTQ INT4 needs all three multiples of 8");
@@ -429,6 +466,11 @@ struct Resolver {
           if (!tmp.quantized()) {
             ok = false;
           } else {
+            if (tmp.quant.n_major) {
+              problems.push_back("tensor " + v.name + " in " + v.file + ": per-expert compressed-tensors INT4 pieces "
+                                 "are not supported (fused or GPTQ-layout experts are)");
+              return true;
+            }
             const QuantFormat& f = tmp.quant.format;
             const QuantFormat& f0 = quantized_pieces ? out.expert_quant[0][0].format : f;
             if (f.kind != f0.kind || f.block_cols != f0.block_cols || f.block_rows != f0.block_rows ||
@@ -553,6 +595,10 @@ Status decode_quantized(const ResolvedWeight& w, int64_t begin, int64_t end, flo
         break;
       }
       case QuantKind::Int4: {
+        if (q.n_major) {
+          MUSE_RETURN_IF_ERROR(decode_ct_int4({codes, cb, DType::I32}, {scales, sb, q.scales.dtype}, N, K, f.block_cols, out));
+          break;
+        }
         GptqArgs a;
         a.qweight = {codes, cb, DType::I32};
         a.qzeros = {q.zeros.data + size_t(e) * (q.zeros.nbytes / size_t(E)), q.zeros.nbytes / size_t(E), DType::I32};

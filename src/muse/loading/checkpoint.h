@@ -67,6 +67,9 @@ struct ResolvedWeight {
     TensorView scales, zeros;
     TensorView global_scale, input_scale;  // as stored; may be empty
     std::vector<float> global;
+    // compressed-tensors pack-quantized INT4: codes I32 [.., N, K/8] and
+    // scales [.., N, K/G] (not GPTQ's [K/8, N]); the engine transposes them.
+    bool n_major = false;
   } quant;
   // Per-expert layout with quantized pieces: expert_quant[e][i] holds the
   // parts of experts[e][i] (quant.format is their common format).

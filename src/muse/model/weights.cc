@@ -92,8 +92,8 @@ Status check_quant_layout(const WeightSpec& spec, const HostQuantView& v) {
         return bad("FP8 needs E4M3 codes, F32 scales and scale blocks of a multiple of 16 columns (or all of them)");
       break;
     case QuantKind::Int4:
-      if (K % 8 || N % 8 || f.block_cols % 8 || f.scale_dtype != DType::F16)
-        return bad("INT4 (GPTQ layout) needs in/out features and the group size multiples of 8 and F16 scales");
+      if (K % 8 || N % 8 || f.block_cols % 8 || (f.scale_dtype != DType::F16 && f.scale_dtype != DType::BF16))
+        return bad("INT4 (GPTQ layout) needs in/out features and the group size multiples of 8 and F16/BF16 scales");
       break;
     case QuantKind::None: return bad("no format");
   }
@@ -116,8 +116,8 @@ Result<Tensor> import_quant(Backend& b, const WeightSpec& spec, const HostQuantV
                             ModelWeights& w) {
   if (!b.supports_quant(v.format.kind))
     return make_error("the " + b.name() + " backend does not run " + quant_kind_name(v.format.kind) +
-                      " weights yet (quantized products are implemented on the CPU backend); load the BF16 "
-                      "checkpoint without --quantization");
+                      " weights yet (quantized products are implemented on the CPU backend): use --device cpu, or "
+                      "a BF16 checkpoint without --quantization");
   MUSE_RETURN_IF_ERROR(check_quant_layout(spec, v));
   auto parts = std::make_unique<QuantParts>();
   parts->format = v.format;

@@ -28,6 +28,7 @@ QuantMatrix quant_matrix(const Tensor& w, int64_t e) {
   if (f.kind == QuantKind::Int4) {
     m.kind = QuantMatrix::Int4;
     m.zero_offset = f.zero_offset;
+    m.bf16_scales = f.scale_dtype == DType::BF16;
     if (!qp.zeros.empty())
       m.zeros = static_cast<const uint8_t*>(qp.zeros.data) + size_t(e) * (qp.zeros.bytes() / size_t(w.rank == 3 ? w.dim(0) : 1));
     return m;

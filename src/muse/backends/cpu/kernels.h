@@ -31,12 +31,13 @@ struct QuantMatrix {
   // Row-major kinds: scale(n, k) = scale_value[(n / block_rows) · scale_ld + k / block_cols]
   // · global[n / global_rows]; scales are bytes through scale_lut (E4M3,
   // E8M0: 256 entries) or F32 (scale_lut null).
-  // Int4: scales are F16 [ceil(K/G), N] with G = block_cols, zeros I32 [ceil(K/G), N/8].
+  // Int4: scales are F16 (or BF16) [ceil(K/G), N] with G = block_cols, zeros I32 [ceil(K/G), N/8].
   int64_t block_rows = 1, block_cols = 16, scale_ld = 0;
   const float* scale_lut = nullptr;
   float global[2] = {1.0f, 1.0f};
   int64_t global_rows = 0;  // rows per global multiplier (N when there is one)
   int32_t zero_offset = 0;
+  bool bf16_scales = false;  // Int4: scales BF16 instead of F16 (compressed-tensors)
 };
 // 256-entry tables: f8_e4m3 and f8_e8m0 values of every byte.
 const float* e4m3_table();

@@ -60,7 +60,7 @@ float quant_value(const QuantMatrix& w, int64_t n, int64_t k) {
   }
   uint16_t h;
   std::memcpy(&h, w.scales + (g * N + n) * 2, 2);
-  return f16_to_f32(h) * float(q - z);
+  return (w.bf16_scales ? bf16_to_f32(h) : f16_to_f32(h)) * float(q - z);
 }
 
 void matmul_quant_scalar(const float* x, int64_t ldx, int64_t T, const QuantMatrix& w, int64_t n0, int64_t N,

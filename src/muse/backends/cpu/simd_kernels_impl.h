@@ -300,7 +300,12 @@ inline void int4_block(const float* x, int64_t ldx, const QMat& w, int64_t c, in
       const int64_t col = c + b * V::W;
       const int cnt = b == NB - 1 ? last : V::W;
       const uint8_t* sp = w.scales + (g * N + col) * 2;
-      s[b] = cnt == V::W ? V::load_f16(sp) : V::load_f16_n(sp, cnt);
+      if (w.bf16_scales) {
+        const uint16_t* bp = reinterpret_cast<const uint16_t*>(sp);
+        s[b] = cnt == V::W ? V::load_bf16(bp) : V::load_bf16_n(bp, cnt);
+      } else {
+        s[b] = cnt == V::W ? V::load_f16(sp) : V::load_f16_n(sp, cnt);
+      }
       if (w.zeros && col % 8 == 0) {
         z[b] = V::add(V::zeros4(w.zeros + (g * (N / 8) + col / 8) * 4, cnt), V::set1(float(w.zero_offset)));
       } else {
