@@ -1,6 +1,9 @@
-# Extra Jinja tests: the renderer used by the differential checks (it links the
-# jinja library alone), and the @huggingface/jinja and Python jinja2
-# conformance runs.
+# Extra Jinja tests: the renderer used by the differential checks, and the
+# @huggingface/jinja and Python jinja2 conformance runs. test_jinja, the
+# renderer and fuzz/fuzz_jinja.cc link the jinja library alone (with core).
+if(TARGET test_jinja)
+  set_property(TARGET test_jinja PROPERTY LINK_LIBRARIES muse_jinja GTest::gtest GTest::gtest_main)
+endif()
 add_executable(jinja_render ${CMAKE_CURRENT_SOURCE_DIR}/tests/jinja/tools/jinja_render_cases.cc)
 target_link_libraries(jinja_render PRIVATE muse_jinja)
 
