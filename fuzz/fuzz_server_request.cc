@@ -10,6 +10,7 @@
 // Input: byte 0 picks the endpoint (low 3 bits) and the framing (bit 3:
 // HTTP/1.0; bit 4: chunked body; bit 5: an Expect: 100-continue header);
 // the rest is the body.
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -82,7 +83,8 @@ struct Server {
 };
 
 Server* start_server() {
-  set_log_level(LogLevel::Error);
+  // Quiet; FUZZ_LOG_INFO (debugging the harness only) shows every request.
+  set_log_level(std::getenv("FUZZ_LOG_INFO") ? LogLevel::Info : LogLevel::Error);
   auto dir = default_model_dir();
   if (!dir.ok()) {
     std::fprintf(stderr, "fuzz_server_request: %s\n", dir.message().c_str());
@@ -146,6 +148,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (n == 0) break;
     if (n < 0) {
       std::fprintf(stderr, "fuzz_server_request: no complete answer within 10 s (%zu bytes so far)\n", reply.size());
+      if (std::getenv("FUZZ_STOP_ON_HANG")) raise(SIGSTOP);  // debugging: stop for a debugger to attach
       std::abort();
     }
     reply.append(buf, size_t(n));

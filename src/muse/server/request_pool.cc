@@ -26,7 +26,11 @@ bool RequestPool::try_submit(std::function<void()> task) {
     if (stopping_ || queue_.size() >= max_queued_) return false;
     queue_.push_back(std::move(task));
   }
-  cv_.notify_one();
+  // notify_all, not notify_one: with two idle workers, glibc's condition
+  // variable can lose a notify_one (sourceware bug 25847, unfixed in
+  // Debian 12's glibc 2.36): the fuzzer found tasks left queued while both
+  // workers slept. Waking every worker costs nothing at this size.
+  cv_.notify_all();
   return true;
 }
 
