@@ -97,8 +97,9 @@ TEST_F(Timing, DISABLED_DecodeShapes) {
 
 // The decode products of Muse Glimmer 30B (BF16 weights and activations,
 // weights made on the GPU), T = 1, 4, 16, 64 rows, against a streaming HBM
-// read measured in the same run. MUSE_CUDA_WARP_GEMV=1 times the warp-dot
-// kernel instead of mma_gemv (before/after).
+// read measured in the same run. (The before/after figures in bench/NOTES.md
+// came from a build that could switch kernels; that switch is gone: muse has
+// no environment switches.)
 TEST_F(Timing, DISABLED_DecodeProducts) {
   auto ceil = measure_gpu_ceilings(uint64_t(4) << 30, 2048, 5);
   ASSERT_TRUE(ceil.ok()) << ceil.message();

@@ -27,9 +27,8 @@
 //    memory). Tile shapes (RW, RWARPS, the 8-row tiles NT) follow T and N
 //    and change only which rows share a block, never that order; kSplit and
 //    the granule are fixed. Padded rows and the K tail are zeros. No atomics.
-//  MUSE_CUDA_WARP_GEMV=1 in the environment selects the warp-dot kernel for
-//  every T <= 64 product (for before/after timings); so does device code
-//  built below sm_80 (the mma needs it).
+//  Device code built below sm_80 (the mma needs it) keeps the warp-dot
+//  kernel for every T <= 64 product.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -195,18 +194,8 @@ __global__ void __launch_bounds__(32 * kSplit * RWARPS)
 }
 
 // Tile shapes: RW 16-row tiles per warp and RWARPS row groups per block,
-// chosen by the fixed rule of launch_mma_nt (no autotuning). MUSE_CUDA_MMA_TILE="RWxRWARPS"
-// (1x1, 1x2, 2x1, 2x2) overrides them for measurements; results are the
-// same bits whatever the tile.
-int mma_tile_override() {
-  static const int code = [] {
-    const char* e = std::getenv("MUSE_CUDA_MMA_TILE");
-    if (!e || std::strlen(e) != 3 || (e[0] != '1' && e[0] != '2') || (e[2] != '1' && e[2] != '2')) return 0;
-    return (e[0] - '0') * 10 + (e[2] - '0');
-  }();
-  return code;
-}
-
+// chosen by the fixed rule of launch_mma_nt (no autotuning, no switches);
+// results are the same bits whatever the tile.
 template <int NT, int RW, int RWARPS>
 void launch_mma_tile(cudaStream_t s, const __nv_bfloat16* x, int64_t T, const __nv_bfloat16* w, int64_t N, int64_t K,
                      void* out, int odt, int64_t ldo) {
@@ -222,8 +211,7 @@ void launch_mma_tile(cudaStream_t s, const __nv_bfloat16* x, int64_t T, const __
 template <int NT>
 void launch_mma_nt(cudaStream_t s, const __nv_bfloat16* x, int64_t T, const __nv_bfloat16* w, int64_t N, int64_t K,
                    void* out, int odt, int64_t ldo) {
-  int tile = mma_tile_override();
-  if (!tile) tile = NT == 2 || (NT == 1 && N >= 16384) ? 21 : 11;
+  const int tile = NT == 2 || (NT == 1 && N >= 16384) ? 21 : 11;
   switch (tile) {
     case 11: return launch_mma_tile<NT, 1, 1>(s, x, T, w, N, K, out, odt, ldo);
     case 12: return launch_mma_tile<NT, 1, 2>(s, x, T, w, N, K, out, odt, ldo);
@@ -260,14 +248,6 @@ constexpr bool mma_gemv_built() {
 }
 bool mma_gemv_usable() { return mma_gemv_built(); }
 
-bool warp_gemv_forced() {
-  static const bool forced = [] {
-    const char* e = std::getenv("MUSE_CUDA_WARP_GEMV");
-    return e && *e && *e != '0';
-  }();
-  return forced;
-}
-
 int pointer_alignment(const void* p) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
   int al = 256;
@@ -281,7 +261,7 @@ cudaDataType_t lt_type(DType t) { return t == DType::BF16 ? CUDA_R_16BF : CUDA_R
 
 cudaError_t CudaBackend::launch_project(cudaStream_t s, const Tensor& x, const Projection& p) {
   const bool xb = x.dtype == DType::BF16, wb = p.weight.dtype == DType::BF16;
-  if (xb && wb && x.cols() % 8 == 0 && aligned16(x.data) && aligned16(p.weight.data) && !warp_gemv_forced() &&
+  if (xb && wb && x.cols() % 8 == 0 && aligned16(x.data) && aligned16(p.weight.data) &&
       mma_gemv_usable())
     launch_mma_gemv(s, x, p.weight, p.out);
   else if (xb && wb) launch_gemv<__nv_bfloat16, __nv_bfloat16>(s, x, p.weight, p.out);
