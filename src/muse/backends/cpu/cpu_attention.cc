@@ -17,7 +17,6 @@
 #include <cstring>
 
 #include "muse/backends/cpu/cpu_backend_impl.h"
-#include "muse/kv/kv_cache.h"
 
 namespace muse::cpu {
 namespace {

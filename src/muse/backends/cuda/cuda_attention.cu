@@ -73,6 +73,9 @@ __device__ __forceinline__ int64_t cache_row(const KvArgs& a, const PlanDev& P, 
   const int count = P.p[(a.sliding ? P.seq_slide_count : P.seq_full_count) + rs.s];
   const int64_t rel = a.sliding ? bi - P.p[P.seq_slide_first + rs.s] : bi;
   const int64_t i = rel * a.n + a.group;
+  // A long chunk writes sliding rows below the first block the sequence
+  // keeps (they leave the window within the chunk): no page, nothing to store.
+  if (a.sliding && skip_unkept && rel < 0) return -2;
   if (begin < 0 || count < 0 || begin + count > P.max_blocks || rel < 0 || i >= count) {
     report_error(err, op, kErrBlockTable, int(j), count);
     return -1;
