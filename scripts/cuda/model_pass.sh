@@ -40,8 +40,9 @@ want sanitize && step memcheck 240 "$CS" --tool memcheck --error-exitcode 9 "$B/
 if want run; then
   prompt="What is the capital of France?"
   "$B/muse" run --prompt "$prompt" --max-tokens 48 --device cpu >"$OUT/run_cpu.txt" 2>"$OUT/run_cpu.err"
-  step run_cuda 120 "$B/muse" run --prompt "$prompt" --max-tokens 48 --device cuda
-  if cmp -s "$OUT/run_cpu.txt" "$OUT/run_cuda.log"; then echo "run: cuda text == cpu text" | tee -a "$OUT/summary.txt"
+  timeout 120 "$B/muse" run --prompt "$prompt" --max-tokens 48 --device cuda >"$OUT/run_cuda.txt" 2>"$OUT/run_cuda.err"
+  echo "run_cuda: rc=$?" | tee -a "$OUT/summary.txt"
+  if cmp -s "$OUT/run_cpu.txt" "$OUT/run_cuda.txt"; then echo "run: cuda text == cpu text" | tee -a "$OUT/summary.txt"
   else echo "run: cuda text differs from cpu text" | tee -a "$OUT/summary.txt"; fi
 fi
 want load && step load_cuda 300 "$B/server_load_test" --muse "$B/muse" --clients 64 --real --max-tokens 16 \

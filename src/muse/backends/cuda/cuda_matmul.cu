@@ -325,6 +325,8 @@ cudaError_t CudaBackend::launch_cublaslt(cudaStream_t s, const Tensor& x, const 
   return cudaGetLastError();
 }
 
+constexpr int64_t kCublasLtAboveRows = 0;  // 0: never
+
 void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) {
   std::vector<Projection> outs(outputs.begin(), outputs.end());
   for (const auto& p : outs) {
@@ -335,7 +337,14 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
       return;
   }
   if (x.rows() == 0) return;
-  const bool lt = x.rows() > 64;
+  // Every T goes through our fixed-order kernel (mma_gemv tiles T in 64-row
+  // blocks; the sum order depends only on K), so a row's bits do not depend
+  // on how a prompt is chunked or what shares its step: prefix caching and
+  // chunked prefill then give the same tokens as one whole prefill, as on the
+  // CPU. cuBLASLt (kCublasLtAboveRows) is faster for long prefills but its
+  // algorithm changes with T; it stays off until a chunk-invariant tensor-core
+  // GEMM replaces both (bench/NOTES.md).
+  const bool lt = kCublasLtAboveRows > 0 && x.rows() > kCublasLtAboveRows;
   enqueue("project", [this, x, outs, lt](cudaStream_t s) {
     for (const auto& p : outs) {
       cudaError_t e = lt && x.dtype == p.weight.dtype ? launch_cublaslt(s, x, p) : launch_project(s, x, p);
