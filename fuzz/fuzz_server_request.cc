@@ -148,11 +148,23 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (n == 0) break;
     if (n < 0) {
       std::fprintf(stderr, "fuzz_server_request: no complete answer within 10 s (%zu bytes so far)\n", reply.size());
-      if (std::getenv("FUZZ_STOP_ON_HANG")) raise(SIGSTOP);  // debugging: stop for a debugger to attach
+      if (std::getenv("FUZZ_STOP_ON_HANG")) {  // debugging: per-thread CPU over 2 s, then stop for a debugger
+        for (int round = 0; round < 2; ++round) {
+          char cmd[160];
+          std::snprintf(cmd, sizeof cmd, "for t in /proc/%d/task/*; do echo \"$t $(cut -d' ' -f14,15 $t/stat)\"; done >&2", int(getpid()));
+          if (std::system(cmd) != 0) break;
+          sleep(2);
+        }
+        raise(SIGSTOP);
+      }
       std::abort();
     }
     reply.append(buf, size_t(n));
   }
+  // Reset instead of TIME_WAIT: at a thousand requests a second the client
+  // side would otherwise run out of ephemeral ports.
+  linger hard{1, 0};
+  setsockopt(fd, SOL_SOCKET, SO_LINGER, &hard, sizeof hard);
   close(fd);
   // Skip interim 100 Continue; the final status must exist and not be 5xx
   // (the stand-in engine never fails, so a 5xx is the server's own fault).
