@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "../backend_cpu/backend_test_util.h"
 #include "muse/backends/cuda/cuda_backend.h"
 
 namespace muse::cuda_testing {
@@ -30,17 +31,7 @@ namespace muse::cuda_testing {
 constexpr double kU = 1.0 / 16777216.0;  // fp32 unit roundoff, 2^-24
 constexpr double kBf16Store = 1.0 / 256.0;
 
-inline std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f, float offset = 0.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) {
-    float r = dist(rng);
-    if (std::fabs(r) < 1e-3f) r = r < 0 ? -0.5f : 0.5f;  // never zero
-    x = offset + scale * r;
-  }
-  return v;
-}
+using muse::testing::random_floats;  // the CPU tests' generator (never zeros)
 
 // Values as stored in `dt` (bf16: rounded to nearest even).
 inline std::vector<float> as_stored(std::vector<float> v, DType dt) {

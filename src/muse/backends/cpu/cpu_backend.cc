@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "muse/backends/profile_table.h"
 #include "muse/backends/cpu/cpu_backend_impl.h"
 
 namespace muse {
@@ -52,21 +53,7 @@ std::string CpuBackend::name() const {
   return std::string("cpu (") + isa_name(k_.isa) + ", " + std::to_string(pool_.size()) + " threads)";
 }
 
-std::string CpuBackend::profile_report() const {
-  if (!profile_) return {};
-  double total = 0;
-  for (const auto& p : profile_times_) total += p.second.seconds;
-  auto sorted = profile_times_;
-  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
-  std::string out = "operation            calls     total ms   us/call   share\n";
-  char line[160];
-  for (const auto& [name, t] : sorted) {
-    std::snprintf(line, sizeof(line), "%-18s %8lld %12.1f %9.1f %6.1f%%\n", name, (long long)t.count, t.seconds * 1e3,
-                  t.seconds * 1e6 / double(t.count), 100.0 * t.seconds / total);
-    out += line;
-  }
-  return out;
-}
+std::string CpuBackend::profile_report() const { return profile_ ? profile_table(profile_times_) : std::string(); }
 
 Result<Tensor> CpuBackend::alloc(DType dtype, std::initializer_list<int64_t> shape) {
   Tensor t;

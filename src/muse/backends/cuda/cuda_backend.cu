@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "muse/backends/profile_table.h"
 #include "muse/backends/cuda/cuda_bench.h"
 #include "muse/backends/cuda/cuda_impl.cuh"
 
@@ -114,21 +115,7 @@ Backend::Memory CudaBackend::memory() const {
   return {uint64_t(total), uint64_t(free)};
 }
 
-std::string CudaBackend::profile_report() const {
-  if (!profile_) return {};
-  double total = 0;
-  for (const auto& p : profile_times_) total += p.second.seconds;
-  auto sorted = profile_times_;
-  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
-  std::string out = "operation            calls     total ms   us/call   share\n";
-  char line[200];
-  for (const auto& [name, t] : sorted) {
-    std::snprintf(line, sizeof(line), "%-18s %8lld %12.3f %9.2f %6.1f%%\n", name.c_str(), (long long)t.count,
-                  t.seconds * 1e3, t.seconds * 1e6 / double(t.count), total > 0 ? 100.0 * t.seconds / total : 0.0);
-    out += line;
-  }
-  return out;
-}
+std::string CudaBackend::profile_report() const { return profile_ ? profile_table(profile_times_) : std::string(); }
 
 // ---------------------------------------------------------------------------
 // Memory.
