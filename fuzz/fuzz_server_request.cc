@@ -14,6 +14,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -138,14 +140,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     req += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + std::string(body);
   }
 
-  int fd = muse::test_support::connect_loopback(server->port, 10);
+  // libFuzzer's SIGALRM (its -timeout watchdog) interrupts blocking calls:
+  // EINTR is retried, and the 10 s deadline is measured by the clock.
+  int fd = -1;
+  for (int attempt = 0; attempt < 100 && fd < 0; ++attempt) fd = muse::test_support::connect_loopback(server->port, 1);
   if (fd < 0) std::abort();  // the server is gone
-  muse::test_support::send_all(fd, req);
+  for (size_t off = 0; off < req.size();) {
+    ssize_t n = ::send(fd, req.data() + off, req.size() - off, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;  // the server may answer (413, 401) and close before reading everything
+    off += size_t(n);
+  }
   std::string reply;
   char buf[65536];
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   for (;;) {
     ssize_t n = recv(fd, buf, sizeof buf, 0);
     if (n == 0) break;
+    if (n < 0 && (errno == EINTR || errno == EAGAIN) && std::chrono::steady_clock::now() < deadline) continue;
+    if (n < 0 && errno == ECONNRESET) break;
     if (n < 0) {
       std::fprintf(stderr, "fuzz_server_request: no complete answer within 10 s (%zu bytes so far)\n", reply.size());
       if (std::getenv("FUZZ_STOP_ON_HANG")) {  // debugging: per-thread CPU over 2 s, then stop for a debugger

@@ -1,6 +1,5 @@
 #include "muse/server/request_pool.h"
 
-#include <chrono>
 #include <exception>
 
 #include "muse/core/log.h"
@@ -27,7 +26,7 @@ bool RequestPool::try_submit(std::function<void()> task) {
     if (stopping_ || queue_.size() >= max_queued_) return false;
     queue_.push_back(std::move(task));
   }
-  cv_.notify_all();
+  cv_.notify_one();
   return true;
 }
 
@@ -41,11 +40,7 @@ void RequestPool::run() {
     std::function<void()> task;
     {
       std::unique_lock lock(mu_);
-      // A bounded wait, so that a lost wake-up costs at most 50 ms, never a
-      // request: under fuzzing (ASan, 2 loaded cores) a task was seen queued
-      // while every worker slept in wait() after its notify, even with
-      // notify_all. Twenty idle wake-ups a second cost nothing.
-      while (!stopping_ && queue_.empty()) cv_.wait_for(lock, std::chrono::milliseconds(50));
+      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
       if (stopping_) return;
       task = std::move(queue_.front());
       queue_.pop_front();
