@@ -28,19 +28,7 @@ struct Reply {
   std::string head, body;
 };
 
-inline std::string dechunk(const std::string& b) {
-  std::string out;
-  size_t pos = 0;
-  while (pos < b.size()) {
-    size_t eol = b.find("\r\n", pos);
-    if (eol == std::string::npos) break;
-    size_t len = std::stoul(b.substr(pos, eol - pos), nullptr, 16);
-    if (len == 0) break;
-    out += b.substr(eol + 2, len);
-    pos = eol + 2 + len + 2;
-  }
-  return out;
-}
+using muse::test_support::dechunk;
 
 inline Reply parse_reply(const std::string& all) {
   Reply r;

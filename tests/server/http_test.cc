@@ -30,20 +30,7 @@ struct Reply {
 int connect_to(int port) { return muse::test_support::connect_loopback(port, 10); }
 using muse::test_support::send_all;
 
-// Decodes a chunked body (the server streams SSE that way).
-std::string dechunk(const std::string& b) {
-  std::string out;
-  size_t pos = 0;
-  while (pos < b.size()) {
-    size_t eol = b.find("\r\n", pos);
-    if (eol == std::string::npos) break;
-    size_t len = std::stoul(b.substr(pos, eol - pos), nullptr, 16);
-    if (len == 0) break;
-    out += b.substr(eol + 2, len);
-    pos = eol + 2 + len + 2;
-  }
-  return out;
-}
+using muse::test_support::dechunk;
 
 Reply raw(int port, const std::string& request) {
   Reply r;

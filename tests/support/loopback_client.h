@@ -65,4 +65,19 @@ bool http_exchange(int port, int recv_timeout_s, const std::string& method, cons
   return true;
 }
 
+// Decodes a chunked HTTP body (the server streams SSE that way).
+inline std::string dechunk(const std::string& b) {
+  std::string out;
+  size_t pos = 0;
+  while (pos < b.size()) {
+    size_t eol = b.find("\r\n", pos);
+    if (eol == std::string::npos) break;
+    size_t len = std::stoul(b.substr(pos, eol - pos), nullptr, 16);
+    if (len == 0) break;
+    out += b.substr(eol + 2, len);
+    pos = eol + 2 + len + 2;
+  }
+  return out;
+}
+
 }  // namespace muse::test_support
