@@ -19,40 +19,18 @@ using namespace muse::server;
 
 #include "../support/fake_model/fake_model.h"
 #include "../support/loopback_client.h"
+#include "hardening_support.h"
 
 namespace {
 
-struct Reply {
-  int status = 0;
-  std::string head, body;
-};
+using hardening::Reply;
 
 int connect_to(int port) { return muse::test_support::connect_loopback(port, 10); }
 using muse::test_support::send_all;
 
-using muse::test_support::dechunk;
 
-Reply raw(int port, const std::string& request) {
-  Reply r;
-  int fd = connect_to(port);
-  if (fd < 0) return r;
-  send_all(fd, request);
-  std::string all;
-  char buf[65536];
-  for (;;) {
-    ssize_t n = recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    all.append(buf, size_t(n));
-  }
-  close(fd);
-  size_t sep = all.find("\r\n\r\n");
-  if (sep == std::string::npos || all.size() < 12) return r;
-  r.status = std::stoi(all.substr(9, 3));
-  r.head = all.substr(0, sep);
-  r.body = all.substr(sep + 4);
-  if (r.head.find("Transfer-Encoding: chunked") != std::string::npos) r.body = dechunk(r.body);
-  return r;
-}
+// One request on its own connection, read until the server closes (10 s receive timeout).
+Reply raw(int port, const std::string& request) { return hardening::raw(port, request, 10); }
 
 Reply request(int port, const std::string& method, const std::string& path, const std::string& body = "",
               const std::string& extra_headers = "") {
@@ -94,16 +72,8 @@ class ServerFixture : public ::testing::Test {
   int port_ = 0;
 };
 
-Json json_of(const Reply& r) {
-  auto j = Json::parse(r.body);
-  return j.ok() ? *j : Json();
-}
-
-std::string error_code(const Reply& r) {
-  Json j = json_of(r);
-  const Json* e = j.find("error");
-  return e && e->find("code") && e->find("code")->is_string() ? e->find("code")->as_string() : "";
-}
+using hardening::error_code;
+using hardening::json_of;
 
 }  // namespace
 
