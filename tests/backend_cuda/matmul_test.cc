@@ -99,6 +99,49 @@ TEST_P(Project, DecodeRowIsBatchInvariantAndDeterministic) {
   }
 }
 
+// The decode-product kernel variants (CudaBackendOptions::gemv_variant:
+// register loads, the cp.async ring with 3, 4 or 6 stages) compute the same
+// fragments in the same order: the same bits, on odd shapes and K tails.
+TEST(ProjectVariants, EveryGemvVariantGivesTheSameBits) {
+#if !(defined(MUSE_HAVE_CUDA) && MUSE_HAVE_CUDA)
+  GTEST_SKIP() << "this build has no CUDA backend (configure with -DMUSE_CUDA=ON: scripts/test-cuda.sh)";
+#else
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU on this machine: the CUDA backend is not tested here";
+  auto bytes_for = [](int variant, int64_t T, int64_t N, int64_t K, uint32_t seed) {
+    CudaBackendOptions o;
+    o.gemv_variant = variant;
+    auto r = create_cuda_backend(o);
+    EXPECT_TRUE(r.ok()) << r.message();
+    Backend& be = **r;
+    auto bf = [](const std::vector<float>& v) {
+      std::vector<uint16_t> h(v.size());
+      for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_bf16(v[i]);
+      return h;
+    };
+    const auto x = bf(random_floats(static_cast<size_t>(T * K), seed)),
+               w = bf(random_floats(static_cast<size_t>(N * K), seed + 1, 0.05f));
+    auto tx = be.import_weight(DType::BF16, {T, K}, x.data(), false);
+    auto tw = be.import_weight(DType::BF16, {N, K}, w.data(), false);
+    auto to = be.alloc(DType::F32, {T, N});
+    EXPECT_TRUE(tx.ok() && tw.ok() && to.ok());
+    be.matmul(*to, *tx, *tw);
+    EXPECT_TRUE(be.execute().ok());
+    std::vector<char> out(static_cast<size_t>(to->bytes()));
+    EXPECT_TRUE(be.download(*to, out.data()).ok());
+    return out;
+  };
+  uint32_t seed = 7000;
+  for (int64_t T : {1, 5, 16, 29, 64, 130})
+    for (int64_t K : {8, 136, 1000, 4168}) {
+      const int64_t N = 77;
+      seed += 2;
+      const auto want = bytes_for(0, T, N, K, seed);
+      for (int v : {1, 2, 3, 4, 6})
+        EXPECT_EQ(want, bytes_for(v, T, N, K, seed)) << "variant " << v << " T " << T << " K " << K;
+    }
+#endif
+}
+
 INSTANTIATE_TEST_SUITE_P(Act, Project, ::testing::Values(DType::F32, DType::BF16), param_name);
 
 }  // namespace

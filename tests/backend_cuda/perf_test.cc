@@ -111,27 +111,90 @@ TEST_F(Timing, DISABLED_DecodeProducts) {
   };
   const Shape shapes[] = {{"qkv+gate", 8704, 6656}, {"o", 6656, 4096}, {"gate+up", 39936, 6656},
                           {"down", 6656, 19968},    {"lm_head", 202048, 6656}};
+  // Each kernel variant on its own backend (CudaBackendOptions::gemv_variant).
+  const std::pair<int, const char*> variants[] = {{1, "regs"}, {2, "ring2"}, {3, "ring3"}, {4, "ring4"}, {0, "rule"}};
+  std::vector<std::unique_ptr<Backend>> backends;
+  for (const auto& [v, name] : variants) {
+    CudaBackendOptions o;
+    o.gemv_variant = v;
+    auto r = create_cuda_backend(o);
+    ASSERT_TRUE(r.ok()) << r.message();
+    backends.push_back(std::move(r).value());
+  }
   uint64_t seed = 100;
   for (const Shape& sh : shapes) {
-    auto tw = b().alloc(DType::BF16, {sh.N, sh.K});
-    ASSERT_TRUE(tw.ok());
-    ASSERT_TRUE(b().fill_uniform(*tw, ++seed, 0.02f, 0.0f).ok());
-    for (int64_t T : {1, 4, 16, 64}) {
-      auto tx = b().alloc(DType::BF16, {T, sh.K});
-      auto out = b().alloc(DType::BF16, {T, sh.N});
-      ASSERT_TRUE(tx.ok() && out.ok());
-      ASSERT_TRUE(b().fill_uniform(*tx, ++seed, 1.0f, 0.0f).ok());
-      const double bytes = double(sh.N * sh.K * 2);
-      const int reps = std::max(5, int(2e9 / bytes));
-      const double s = time_op([&] { b().matmul(*out, *tx, *tw); }, reps);
-      std::printf("project %-9s %6lldx%-6lld T %2lld %9.1f us %8.1f GB/s %5.1f%% of HBM read\n", sh.name,
-                  (long long)sh.N, (long long)sh.K, (long long)T, s * 1e6, bytes / s * 1e-9,
-                  100.0 * bytes / s * 1e-9 / hbm);
-      b().release(*tx);
-      b().release(*out);
+    for (size_t vi = 0; vi < backends.size(); ++vi) {
+      Backend& be = *backends[vi];
+      auto tw = be.alloc(DType::BF16, {sh.N, sh.K});
+      ASSERT_TRUE(tw.ok());
+      ASSERT_TRUE(be.fill_uniform(*tw, seed + 1, 0.02f, 0.0f).ok());
+      for (int64_t T : {1, 4, 16, 64}) {
+        auto tx = be.alloc(DType::BF16, {T, sh.K});
+        auto out = be.alloc(DType::BF16, {T, sh.N});
+        ASSERT_TRUE(tx.ok() && out.ok());
+        ASSERT_TRUE(be.fill_uniform(*tx, seed + 2 + uint64_t(T), 1.0f, 0.0f).ok());
+        const double bytes = double(sh.N * sh.K * 2);
+        const int reps = std::max(5, int(2e9 / bytes));
+        be.matmul(*out, *tx, *tw);
+        ASSERT_TRUE(be.execute().ok());
+        auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < reps; ++i) be.matmul(*out, *tx, *tw);
+        ASSERT_TRUE(be.execute().ok());
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+        std::printf("project %-5s %-9s %6lldx%-6lld T %2lld %9.1f us %8.1f GB/s %5.1f%% of HBM read\n",
+                    variants[vi].second, sh.name, (long long)sh.N, (long long)sh.K, (long long)T, s * 1e6,
+                    bytes / s * 1e-9, 100.0 * bytes / s * 1e-9 / hbm);
+        be.release(*tx);
+        be.release(*out);
+      }
+      be.release(*tw);
     }
-    b().release(*tw);
+    seed += 100;
   }
+}
+
+// Attention at decode: batch 1..64 rows over 1K and 32K contexts, the
+// Glimmer (32 q / 2 kv heads of 128) and Spark (128 / 16 of 64) shapes;
+// KV bytes read per second.
+TEST_F(Timing, DISABLED_DecodeAttention) {
+  struct Shape {
+    const char* name;
+    int64_t hq, hk, d;
+  };
+  for (const Shape sh : {Shape{"glimmer", 32, 2, 128}, Shape{"spark", 128, 16, 64}})
+    for (int64_t ctx : {1024, 32768})
+      for (int64_t B : {1, 16, 64}) {
+        const int64_t per = 16, kvd = sh.hk * sh.d, blocks_per_seq = (ctx + per) / per + 1;
+        const int64_t pages = B * blocks_per_seq;
+        auto k = b().alloc(DType::BF16, {pages, 1, per, kvd}), v = b().alloc(DType::BF16, {pages, 1, per, kvd});
+        auto q = b().alloc(DType::BF16, {B, sh.hq * sh.d}), kn = b().alloc(DType::BF16, {B, kvd}),
+             vn = b().alloc(DType::BF16, {B, kvd}), out = b().alloc(DType::BF16, {B, sh.hq * sh.d});
+        ASSERT_TRUE(k.ok() && v.ok() && q.ok() && kn.ok() && vn.ok() && out.ok());
+        for (auto* t : {&*k, &*v, &*q, &*kn, &*vn}) ASSERT_TRUE(b().fill_uniform(*t, 9, 1.0f, 0.0f).ok());
+        StepPlanCapacity cap;
+        cap.max_rows = B, cap.max_seqs = B, cap.max_logit_rows = B, cap.max_blocks = pages;
+        StepPlanBuilder builder(cap);
+        builder.reset();
+        const std::vector<int32_t> none;
+        for (int64_t s = 0; s < B; ++s) {
+          std::vector<int32_t> tok(1, 1), table(static_cast<size_t>(blocks_per_seq));
+          for (int64_t j = 0; j < blocks_per_seq; ++j) table[size_t(j)] = int32_t(s * blocks_per_seq + j);
+          builder.add(tok, ctx, table, none, 0, false, true);
+        }
+        auto pb = b().alloc(DType::I32, {builder.layout().total});
+        ASSERT_TRUE(pb.ok());
+        b().set_input(*pb, builder.data(), builder.upload_bytes());
+        StepPlanView view = StepPlanView::over(*pb, cap, 0, per);
+        KvLayerStorage cache;
+        cache.k = *k, cache.v = *v;
+        const double s = time_op([&] {
+          b().attention(*out, *q, *kn, *vn, cache, view, sh.d, 0, 0.088f);
+        });
+        const double bytes = double(B) * double(ctx) * double(kvd) * 2 * 2;
+        line(std::string("attention ") + sh.name + " ctx " + std::to_string(ctx) + " B " + std::to_string(B), s,
+             bytes);
+        for (auto* t : {&*k, &*v, &*q, &*kn, &*vn, &*out, &*pb}) b().release(*t);
+      }
 }
 
 TEST_F(Timing, ProfileReportNamesTheOps) {

@@ -46,11 +46,12 @@ struct RowSeq {
   int s;
   int64_t row_begin, num_rows, pos_begin;
 };
-__device__ __forceinline__ bool row_sequence(const PlanDev& P, int64_t t, RowSeq& rs, DeviceError* err, int op) {
+// `rows`: the step's row count as launched; the plan's must be the same.
+__device__ __forceinline__ bool row_sequence(const PlanDev& P, int64_t t, int64_t rows, RowSeq& rs, DeviceError* err,
+                                             int op) {
   const int seqs = P.p[StepPlanLayout::kSeqs];
-  const int s = P.p[P.row_seq + t];
-  // One block per row: the plan's row count must be the launch's.
-  bool ok = t < P.max_rows && P.p[StepPlanLayout::kRows] == int(gridDim.x) && seqs >= 0 && seqs <= P.max_seqs &&
+  const int s = t < P.max_rows ? P.p[P.row_seq + t] : -1;
+  bool ok = t < P.max_rows && P.p[StepPlanLayout::kRows] == int(rows) && seqs >= 0 && seqs <= P.max_seqs &&
             s >= 0 && s < seqs;
   if (ok) {
     rs.s = s;
@@ -125,7 +126,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(void* out, i
   const int h = blockIdx.y;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   RowSeq rs;
-  if (!row_sequence(P, t, rs, err, op)) return;
+  if (!row_sequence(P, t, gridDim.x, rs, err, op)) return;
   const int64_t p = rs.pos_begin + (t - rs.row_begin);
   const int64_t lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
   for (int i = threadIdx.x; i < d; i += blockDim.x) qs[i] = ld(q, qdt, t * ldq + int64_t(h) * d + i);
@@ -193,10 +194,349 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(void* out, i
   }
 }
 
+// ---------------------------------------------------------------------------
+// Split-context attention (every row whose q-head group is at most 16 heads
+// and whose head is at most 256 wide: all the Muse shapes).
+//
+// Why: one block per (row, q head) gives a batch-1 decode 32 blocks for 132
+// SMs and reads each K/V row once per q head. Here a block owns (row, kv
+// head, chunk of keys) and its 4 warps split the group's q heads, so they
+// share every K/V load (through L1), and the row's keys are cut into up to
+// kMaxChunks chunks so a long context spreads over the GPU
+// (flash-decoding). A second kernel merges the chunks.
+//
+// The order of operations depends only on the row's own key count: chunk
+// size = chunk_keys(nkeys); a warp walks its chunk's 32-key tiles in order;
+// each lane scores one key (a sequential fp32 dot over the head), the warp
+// keeps an online softmax per head and adds each tile's values in key order;
+// the chunks merge in chunk order. So a row's bits are the same alone or in
+// any batch, and however its prompt was chunked (positions, not rows, define
+// the chunks).
+// ---------------------------------------------------------------------------
+constexpr int kSplitWarps = 4;
+constexpr int kMaxChunks = 256;
+constexpr int64_t kMinChunkKeys = 64;
+constexpr int kSplitMaxGroup = 16;
+
+__device__ __forceinline__ int64_t chunk_keys(int64_t nkeys) {
+  int64_t c = (nkeys + kMaxChunks - 1) / kMaxChunks;
+  c = (c + 31) / 32 * 32;
+  return c < kMinChunkKeys ? kMinChunkKeys : c;
+}
+
+// n consecutive values at element idx (n in {1, 2, 4, 8}; VEC: idx is a
+// multiple of n and the base 16-byte aligned).
+template <int N, bool VEC>
+__device__ __forceinline__ void load_n(const void* base, int dt, int64_t idx, float (&v)[N]) {
+  if constexpr (VEC && N >= 2) {
+    if (dt == kBF16) {
+      const __nv_bfloat16* p = static_cast<const __nv_bfloat16*>(base) + idx;
+      uint32_t w[N / 2];
+      if constexpr (N == 8) {
+        const uint4 u = *reinterpret_cast<const uint4*>(p);
+        w[0] = u.x, w[1] = u.y, w[2] = u.z, w[3] = u.w;
+      } else if constexpr (N == 4) {
+        const uint2 u = *reinterpret_cast<const uint2*>(p);
+        w[0] = u.x, w[1] = u.y;
+      } else {
+        w[0] = *reinterpret_cast<const uint32_t*>(p);
+      }
+#pragma unroll
+      for (int i = 0; i < N / 2; ++i) {
+        v[2 * i] = __uint_as_float(w[i] << 16);
+        v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+      }
+      return;
+    }
+    const float* p = static_cast<const float*>(base) + idx;
+    if constexpr (N >= 4) {
+#pragma unroll
+      for (int i = 0; i < N; i += 4) {
+        const float4 f = *reinterpret_cast<const float4*>(p + i);
+        v[i] = f.x, v[i + 1] = f.y, v[i + 2] = f.z, v[i + 3] = f.w;
+      }
+    } else {
+      const float2 f = *reinterpret_cast<const float2*>(p);
+      v[0] = f.x, v[1] = f.y;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] = ld(base, dt, idx + i);
+  }
+}
+
+// part: per (slab row, q head, chunk) [m, l, acc[d]] in fp32. Warp w of the
+// block owns the group's heads w·HPW .. w·HPW + HPW - 1 over every tile of
+// the chunk, so a warp's result needs no merge with the others.
+template <int HPW, int DPL, bool VEC>
+__global__ void __launch_bounds__(kSplitWarps * 32)
+    attention_split_kernel(float* __restrict__ part, const void* q, int qdt, int64_t ldq, KvArgs a, PlanDev P,
+                           int64_t T, int64_t r0, int d, int G, int hq, int64_t window, float scale, DeviceError* err,
+                           int op) {
+  constexpr int DW = 32 * DPL;         // head dims a warp covers
+  constexpr int GB = kSplitWarps * HPW;  // heads a block covers
+  __shared__ __align__(16) float qs[GB][DW];
+  __shared__ float ps[kSplitWarps][32][HPW];
+  __shared__ int64_t vidx[kSplitWarps][32];
+  __shared__ unsigned char vfresh[kSplitWarps][32];
+  const int64_t t = r0 + blockIdx.x;
+  const int g = blockIdx.y, z = blockIdx.z;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  RowSeq rs;
+  if (!row_sequence(P, t, T, rs, err, op)) return;
+  const int64_t p = rs.pos_begin + (t - rs.row_begin);
+  const int64_t lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+  const int64_t nkeys = p - lo + 1, C = chunk_keys(nkeys);
+  if (int64_t(z) * C >= nkeys) return;  // this row has fewer chunks
+  const int64_t k_begin = lo + int64_t(z) * C, k_end = p + 1 < k_begin + C ? p + 1 : k_begin + C;
+  {  // all of this thread's q loads first, then the stores (one latency, not one per value)
+    constexpr int kPer = (GB * DW + kSplitWarps * 32 - 1) / (kSplitWarps * 32);
+    float qv[kPer];
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int i = threadIdx.x + k * kSplitWarps * 32, hh = i / DW, dim = i % DW;
+      qv[k] = i < GB * DW && hh < G && dim < d ? ld(q, qdt, t * ldq + int64_t(g * G + hh) * d + dim) : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int i = threadIdx.x + k * kSplitWarps * 32;
+      if (i < GB * DW) qs[i / DW][i % DW] = qv[k];
+    }
+  }
+  __syncthreads();
+  const int h0 = warp * HPW;
+  if (h0 >= G) return;  // a group smaller than the block's heads: this warp has none
+  const int64_t kv_off = int64_t(g) * d;
+  float m[HPW], l[HPW], acc[HPW][DPL];
+#pragma unroll
+  for (int hh = 0; hh < HPW; ++hh) {
+    m[hh] = -INFINITY, l[hh] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) acc[hh][i] = 0.0f;
+  }
+  const int64_t ntiles = (k_end - k_begin + 31) / 32;
+  for (int64_t tile = 0; tile < ntiles; ++tile) {
+    const int64_t j0 = k_begin + tile * 32, j = j0 + lane;
+    bool valid = j < k_end, fresh = false;
+    int64_t idx = 0;
+    if (valid) {
+      if (j >= rs.pos_begin) {
+        fresh = true;
+        idx = (rs.row_begin + (j - rs.pos_begin)) * a.kv_dim + kv_off;
+      } else {
+        idx = cache_row(a, P, rs, j, err, op);
+        if (idx < 0) valid = false;
+        idx += kv_off;
+      }
+    }
+    float sc[HPW];
+#pragma unroll
+    for (int hh = 0; hh < HPW; ++hh) sc[hh] = 0.0f;
+    if (valid) {
+      const void* kb = fresh ? a.k_new : a.ck;
+      const int kdt = fresh ? a.ndt : a.cdt;
+      if constexpr (VEC) {
+        // The key's 16-byte pieces requested 4 at a time before they are used.
+        constexpr int kPieces = DW / 8 < 4 ? DW / 8 : 4;
+#pragma unroll
+        for (int c0 = 0; c0 < DW / 8; c0 += kPieces) {
+          if (8 * c0 >= d) break;
+          float kv[kPieces][8];
+#pragma unroll
+          for (int c = 0; c < kPieces; ++c)
+            if (8 * (c0 + c) < d) load_n<8, true>(kb, kdt, idx + 8 * (c0 + c), kv[c]);
+#pragma unroll
+          for (int c = 0; c < kPieces; ++c) {
+            const int i = 8 * (c0 + c);
+            if (i >= d) break;
+#pragma unroll
+            for (int hh = 0; hh < HPW; ++hh) {
+              const float4 q0 = *reinterpret_cast<const float4*>(&qs[h0 + hh][i]);
+              const float4 q1 = *reinterpret_cast<const float4*>(&qs[h0 + hh][i + 4]);
+              float s = sc[hh];
+              s = fmaf(q0.x, kv[c][0], s), s = fmaf(q0.y, kv[c][1], s), s = fmaf(q0.z, kv[c][2], s);
+              s = fmaf(q0.w, kv[c][3], s), s = fmaf(q1.x, kv[c][4], s), s = fmaf(q1.y, kv[c][5], s);
+              s = fmaf(q1.z, kv[c][6], s), s = fmaf(q1.w, kv[c][7], s);
+              sc[hh] = s;
+            }
+          }
+        }
+      } else {
+        for (int i = 0; i < d; ++i) {
+          const float kv = ld(kb, kdt, idx + i);
+#pragma unroll
+          for (int hh = 0; hh < HPW; ++hh) sc[hh] = fmaf(qs[h0 + hh][i], kv, sc[hh]);
+        }
+      }
+    }
+#pragma unroll
+    for (int hh = 0; hh < HPW; ++hh) {
+      const float score = valid ? sc[hh] * scale : -INFINITY;
+      const float m_new = fmaxf(m[hh], warp_max(score));
+      const float corr = m_new == -INFINITY ? 0.0f : expf(m[hh] - m_new);
+      const float pj = valid ? expf(score - m_new) : 0.0f;
+      l[hh] = l[hh] * corr + warp_sum(pj);
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) acc[hh][i] *= corr;
+      m[hh] = m_new;
+      ps[warp][lane][hh] = pj;
+    }
+    vidx[warp][lane] = valid ? idx : -1;
+    vfresh[warp][lane] = fresh;
+    __syncwarp();
+    const int nv = int(k_end - j0 < 32 ? k_end - j0 : 32);
+    const int dim0 = lane * DPL;
+    if (dim0 < d) {
+      // Values in groups of keys (32 registers of them): the group's loads
+      // first, then its keys' products in key order.
+      constexpr int kGroup = 32 / DPL < 16 ? 32 / DPL : 16;
+      for (int src0 = 0; src0 < nv; src0 += kGroup) {
+        float vv[kGroup][DPL];
+#pragma unroll
+        for (int u = 0; u < kGroup; ++u) {
+          const int src = src0 + u;
+          const int64_t vi = src < nv ? vidx[warp][src] : -1;
+          if (vi < 0) {
+#pragma unroll
+            for (int i = 0; i < DPL; ++i) vv[u][i] = 0.0f;
+            continue;
+          }
+          const bool vf = vfresh[warp][src];
+          const void* vb = vf ? a.v_new : a.cv;
+          const int vdt = vf ? a.ndt : a.cdt;
+          if (VEC || dim0 + DPL <= d) {
+            load_n<DPL, VEC>(vb, vdt, vi + dim0, vv[u]);
+          } else {
+#pragma unroll
+            for (int i = 0; i < DPL; ++i) vv[u][i] = dim0 + i < d ? ld(vb, vdt, vi + dim0 + i) : 0.0f;
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kGroup; ++u) {
+          const int src = src0 + u;
+          if (src >= nv) break;
+#pragma unroll
+          for (int hh = 0; hh < HPW; ++hh) {
+            const float pw = ps[warp][src][hh];
+#pragma unroll
+            for (int i = 0; i < DPL; ++i) acc[hh][i] = fmaf(pw, vv[u][i], acc[hh][i]);
+          }
+        }
+      }
+    }
+    __syncwarp();  // ps / vidx are rewritten by the next tile
+  }
+  const int stride = d + 2;
+#pragma unroll
+  for (int hh = 0; hh < HPW; ++hh) {
+    if (h0 + hh >= G) break;
+    float* dst = part + ((int64_t(blockIdx.x) * hq + g * G + h0 + hh) * kMaxChunks + z) * stride;
+    if (lane == 0) dst[0] = m[hh], dst[1] = l[hh];
+#pragma unroll
+    for (int i = 0; i < DPL; ++i)
+      if (lane * DPL + i < d) dst[2 + lane * DPL + i] = acc[hh][i];
+  }
+}
+
+// out row t, q head h: the chunks of attention_split_kernel merged in chunk
+// order: M and L by warp 0 (lane z, z + 32, ... then the butterfly), then
+// every output dim Σ_z acc_z · e^(m_z - M) in chunk order, / L.
+__global__ void __launch_bounds__(128) attention_merge_kernel(void* out, int odt, int64_t ldo,
+                                                              const float* __restrict__ part, PlanDev P, int64_t T,
+                                                              int64_t r0, int d, int hq, int64_t window,
+                                                              DeviceError* err, int op) {
+  pdl_launch_dependents();  // the o projection waits for us
+  __shared__ float wz[kMaxChunks];
+  __shared__ float Ls;
+  const int64_t t = r0 + blockIdx.x;
+  const int h = blockIdx.y;
+  RowSeq rs;
+  if (!row_sequence(P, t, T, rs, err, op)) return;
+  const int64_t p = rs.pos_begin + (t - rs.row_begin);
+  const int64_t lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+  const int64_t nkeys = p - lo + 1, C = chunk_keys(nkeys);
+  const int nch = int((nkeys + C - 1) / C);
+  const int stride = d + 2;
+  const float* base = part + (int64_t(blockIdx.x) * hq + h) * kMaxChunks * stride;
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    float mv[kMaxChunks / 32], lv[kMaxChunks / 32];
+    float M = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < kMaxChunks / 32; ++k) {
+      const int zz = lane + 32 * k;
+      mv[k] = zz < nch ? base[zz * stride] : -INFINITY;
+      lv[k] = zz < nch ? base[zz * stride + 1] : 0.0f;
+      M = fmaxf(M, mv[k]);
+    }
+    M = warp_max(M);
+    float L = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kMaxChunks / 32; ++k) {
+      const int zz = lane + 32 * k;
+      const float w = mv[k] == -INFINITY ? 0.0f : expf(mv[k] - M);
+      if (zz < nch) wz[zz] = w;
+      L = fmaf(lv[k], w, L);
+    }
+    L = warp_sum(L);
+    if (lane == 0) Ls = L;
+  }
+  __syncthreads();
+  const float L = Ls;
+  for (int i = threadIdx.x; i < d; i += blockDim.x) {
+    float o = 0.0f;
+    int zz = 0;
+    for (; zz + 8 <= nch; zz += 8) {  // 8 loads in flight, then the sums in chunk order
+      float v[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) v[u] = base[(zz + u) * stride + 2 + i];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) o = fmaf(v[u], wz[zz + u], o);
+    }
+    for (; zz < nch; ++zz) o = fmaf(base[zz * stride + 2 + i], wz[zz], o);
+    st(out, odt, t * ldo + int64_t(h) * d + i, o / L);
+  }
+}
+
+using SplitKernel = void (*)(float*, const void*, int, int64_t, KvArgs, PlanDev, int64_t, int64_t, int, int, int,
+                             int64_t, float, DeviceError*, int);
+template <int HPW, int DPL>
+SplitKernel split_kernel(bool vec) {
+  return vec ? attention_split_kernel<HPW, DPL, true> : attention_split_kernel<HPW, DPL, false>;
+}
+// The instance for a group of G heads of d dims; nullptr: not covered
+// (groups above 16, heads above 256).
+SplitKernel pick_split_kernel(int G, int d, bool vec) {
+  const int dpl = d <= 32 ? 1 : d <= 64 ? 2 : d <= 128 ? 4 : d <= 256 ? 8 : 0;
+  if (G < 1 || G > kSplitMaxGroup || dpl == 0) return nullptr;
+  const int hpw = G <= 4 ? 1 : G <= 8 ? 2 : 4;
+  switch (hpw * 10 + dpl) {
+    case 11: return split_kernel<1, 1>(vec);
+    case 12: return split_kernel<1, 2>(vec);
+    case 14: return split_kernel<1, 4>(vec);
+    case 18: return split_kernel<1, 8>(vec);
+    case 21: return split_kernel<2, 1>(vec);
+    case 22: return split_kernel<2, 2>(vec);
+    case 24: return split_kernel<2, 4>(vec);
+    case 28: return split_kernel<2, 8>(vec);
+    case 41: return split_kernel<4, 1>(vec);
+    case 42: return split_kernel<4, 2>(vec);
+    case 44: return split_kernel<4, 4>(vec);
+    case 48: return split_kernel<4, 8>(vec);
+  }
+  return nullptr;
+}
+
+// Rows per launch so the chunk partials stay within 256 MiB of scratch.
+int64_t split_slab_rows(int64_t T, int hq, int d) {
+  const int64_t per_row = int64_t(hq) * kMaxChunks * (d + 2) * 4;
+  return std::max<int64_t>(1, std::min<int64_t>(T, (int64_t(256) << 20) / per_row));
+}
+
 __global__ void kv_store_kernel(KvArgs a, PlanDev P, DeviceError* err, int op) {
   const int64_t t = blockIdx.x;
   RowSeq rs;
-  if (!row_sequence(P, t, rs, err, op)) return;
+  if (!row_sequence(P, t, gridDim.x, rs, err, op)) return;
   const int64_t r = t - rs.row_begin, p = rs.pos_begin + r;
   __shared__ int64_t dst;
   if (threadIdx.x == 0) dst = cache_row(a, P, rs, p, err, op, true);
@@ -262,10 +602,32 @@ void CudaBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_
   const KvArgs a = kv_args(cache, k_new, v_new);
   const PlanDev P = plan_dev(plan);
   const int op = op_index();
+  // Vector loads: 8-dim pieces of 16-byte aligned rows.
+  auto al16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; };
+  const bool vec = d % 8 == 0 && k_new.cols() % 8 == 0 && al16(k_new.data) && al16(v_new.data) && al16(cache.k.data) &&
+                   al16(cache.v.data);
+  SplitKernel split = pick_split_kernel(group, int(d), vec);
+  if (!split) {
+    enqueue("attention", [=, this](cudaStream_t s) {
+      attention_kernel<<<dim3(unsigned(T), unsigned(hq)), kAttnWarps * 32, 0, s>>>(
+          out.data, dt_code(out.dtype), q.data, dt_code(q.dtype), q.cols(), a, P, int(d), group, window, scale,
+          dev_error(), op);
+      return cudaGetLastError();
+    });
+    return;
+  }
+  const int64_t slab = split_slab_rows(T, hq, int(d));
+  reserve_scratch(size_t(slab) * size_t(hq) * kMaxChunks * size_t(d + 2) * 4);
+  const int hk = hq / group;
   enqueue("attention", [=, this](cudaStream_t s) {
-    attention_kernel<<<dim3(unsigned(T), unsigned(hq)), kAttnWarps * 32, 0, s>>>(
-        out.data, dt_code(out.dtype), q.data, dt_code(q.dtype), q.cols(), a, P, int(d), group, window, scale,
-        dev_error(), op);
+    float* part = static_cast<float*>(scratch());
+    for (int64_t r0 = 0; r0 < T; r0 += slab) {
+      const unsigned rows = unsigned(std::min(slab, T - r0));
+      split<<<dim3(rows, unsigned(hk), kMaxChunks), kSplitWarps * 32, 0, s>>>(
+          part, q.data, dt_code(q.dtype), q.cols(), a, P, T, r0, int(d), group, hq, window, scale, dev_error(), op);
+      attention_merge_kernel<<<dim3(rows, unsigned(hq)), 128, 0, s>>>(  // 128: its launch bound; dims loop
+          out.data, dt_code(out.dtype), out.cols(), part, P, T, r0, int(d), hq, window, dev_error(), op);
+    }
     return cudaGetLastError();
   });
 }

@@ -38,7 +38,7 @@ Result<std::unique_ptr<Backend>> create_cuda_backend(const CudaBackendOptions& o
   if (prop.major < 9)
     return make_error(std::string("the CUDA backend is built for sm_90 (Hopper); ") + prop.name + " is sm_" +
                       std::to_string(prop.major) + std::to_string(prop.minor));
-  auto b = std::make_unique<cuda::CudaBackend>(options.device, options.profile);
+  auto b = std::make_unique<cuda::CudaBackend>(options.device, options.profile, options.gemv_variant);
   Status s = b->init();
   if (!s.ok()) return s.error();
   return std::unique_ptr<Backend>(std::move(b));
@@ -46,7 +46,8 @@ Result<std::unique_ptr<Backend>> create_cuda_backend(const CudaBackendOptions& o
 
 namespace cuda {
 
-CudaBackend::CudaBackend(int device, bool profile) : device_(device), profile_(profile) {}
+CudaBackend::CudaBackend(int device, bool profile, int gemv_variant)
+    : device_(device), profile_(profile), gemv_variant_(gemv_variant) {}
 
 // The CUDA device is per host thread: the engine may create the backend on
 // one thread and run steps on another, so every entry point that talks to

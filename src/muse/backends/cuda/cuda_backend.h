@@ -16,6 +16,10 @@ namespace muse {
 struct CudaBackendOptions {
   int device = 0;        // CUDA device ordinal
   bool profile = false;  // time every operation with device events (Backend::profile_report)
+  // The T <= 64 bf16 product kernel: 0 the default rule (cuda_matmul.cu);
+  // 1 the register-load kernel; 2, 3, 4, 6 the cp.async ring with that many
+  // stages. All give the same bits; the timing tests compare their speed.
+  int gemv_variant = 0;
 };
 
 #if defined(MUSE_HAVE_CUDA) && MUSE_HAVE_CUDA

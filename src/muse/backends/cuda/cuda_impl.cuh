@@ -103,6 +103,22 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
   return red[32];
 }
 
+// Programmatic dependent launch (sm_90). A kernel launched with the
+// programmatic-serialization attribute may start before the one before it
+// ends; pdl_wait() returns once that one has finished and its writes are
+// visible (a no-op for a normal launch). pdl_launch_dependents() lets the
+// next such kernel start early; it changes nothing about what it may read.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 // The step plan as kernels read it (StepPlanLayout offsets, capacities).
@@ -118,7 +134,7 @@ struct PlanDev {
 // ---------------------------------------------------------------------------
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, bool profile);
+  CudaBackend(int device, bool profile, int gemv_variant = 0);
   ~CudaBackend() override;
   Status init();
 
@@ -193,6 +209,7 @@ class CudaBackend final : public Backend {
 
   int device_ = 0;
   bool profile_ = false;
+  int gemv_variant_ = 0;
   std::string name_;
   cudaStream_t stream_ = nullptr;
   DeviceError* dev_error_ = nullptr;      // device

@@ -34,6 +34,7 @@
 #include <cstring>
 
 #include "muse/backends/cuda/cuda_dot.cuh"
+#include "muse/backends/cuda/cuda_mma.cuh"
 
 namespace muse::cuda {
 namespace {
@@ -79,29 +80,6 @@ void launch_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, const Tensor&
 // ---------------------------------------------------------------------------
 // mma_gemv
 // ---------------------------------------------------------------------------
-constexpr int kSplit = 4;      // warps along K per row group
-constexpr int kGranule = 128;  // k per granule
-
-__device__ __forceinline__ uint4 ld_stream(const __nv_bfloat16* p) {  // weights: read once
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-__device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-  asm(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-#else
-  __trap();  // never launched: mma_gemv_built() is false when any code is built below sm_80
-#endif
-}
-
 template <int NT, int RW, int RWARPS>
 __global__ void __launch_bounds__(32 * kSplit * RWARPS)
     mma_gemv_kernel(const __nv_bfloat16* __restrict__ x, int64_t T, const __nv_bfloat16* __restrict__ w, int64_t N,
@@ -193,6 +171,80 @@ __global__ void __launch_bounds__(32 * kSplit * RWARPS)
   }
 }
 
+// mma_gemv with a cp.async ring: the same fragments and order as the kernel
+// above through ring_accumulate (cuda_mma.cuh), so the same bits; 16 weight
+// rows and up to 64 activation rows per block of 4 K-slice warps.
+template <int NT, int STAGES>
+__global__ void __launch_bounds__(32 * kSplit)
+    ring_gemv_kernel(const __nv_bfloat16* __restrict__ x, int64_t T, const __nv_bfloat16* __restrict__ w, int64_t N,
+                     int64_t K, void* out, int odt, int64_t ldo) {
+  extern __shared__ uint4 ring[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, tq = lane & 3;
+  const int64_t t0 = int64_t(blockIdx.y) * 64;
+  x += t0 * K;
+  const int64_t nt = T - t0 < 64 ? T - t0 : 64;
+  const int64_t n0 = int64_t(blockIdx.x) * 16;
+  const __nv_bfloat16* wr[1][2];
+  bool wok[1][2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t n = n0 + g + 8 * h;
+    wok[0][h] = n < N;
+    wr[0][h] = w + (n < N ? n : N - 1) * K + 8 * tq;
+  }
+  const __nv_bfloat16* xr[NT];
+  bool xok[NT];
+#pragma unroll
+  for (int c = 0; c < NT; ++c) {
+    const int64_t t = 8 * c + g;
+    xok[c] = t < nt;
+    xr[c] = x + (t < nt ? t : nt - 1) * K + 8 * tq;
+  }
+  float acc[1][NT][4];
+  ring_accumulate<1, NT, STAGES>(ring, wr, wok, xr, xok, K, warp, lane, acc);
+  ring_reduce<1, NT>(ring, warp, lane, acc, [&](int, int c, int i, float v) {
+    const int64_t n = n0 + g + 8 * (i >> 1), t = 8 * c + 2 * tq + (i & 1);
+    if (n < N && t < nt) st(out, odt, (t0 + t) * ldo + n, v);
+  });
+}
+
+template <int NT, int STAGES>
+cudaError_t launch_ring(cudaStream_t s, const __nv_bfloat16* x, int64_t T, const __nv_bfloat16* w, int64_t N,
+                        int64_t K, void* out, int odt, int64_t ldo) {
+  constexpr size_t smem = ring_bytes<1, NT, STAGES>();
+  static const cudaError_t attr = cudaFuncSetAttribute(ring_gemv_kernel<NT, STAGES>,
+                                                       cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+  if (attr != cudaSuccess) return attr;
+  // Programmatic dependent launch: the blocks may start while the kernel
+  // before is finishing, stream their first weights (which no kernel
+  // writes), and wait (griddepcontrol.wait in ring_accumulate) before they
+  // read x. Kernels that feed a product (norms, gates, SwiGLU, attention's
+  // merge) let it launch early (pdl_launch_dependents).
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(unsigned((N + 15) / 16), unsigned((T + 63) / 64));
+  cfg.blockDim = dim3(32 * kSplit);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attrs[1];
+  attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attrs;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, ring_gemv_kernel<NT, STAGES>, x, T, w, N, K, out, odt, ldo);
+}
+
+template <int NT>
+cudaError_t launch_ring_nt(cudaStream_t s, int stages, const __nv_bfloat16* x, int64_t T, const __nv_bfloat16* w,
+                           int64_t N, int64_t K, void* out, int odt, int64_t ldo) {
+  switch (stages) {
+    case 2: return launch_ring<NT, 2>(s, x, T, w, N, K, out, odt, ldo);
+    case 3: return launch_ring<NT, 3>(s, x, T, w, N, K, out, odt, ldo);
+    case 6: return launch_ring<NT, 6>(s, x, T, w, N, K, out, odt, ldo);
+    default: return launch_ring<NT, 4>(s, x, T, w, N, K, out, odt, ldo);
+  }
+}
+
 // Tile shapes: RW 16-row tiles per warp and RWARPS row groups per block,
 // chosen by the fixed rule of launch_mma_nt (no autotuning, no switches);
 // results are the same bits whatever the tile.
@@ -220,32 +272,35 @@ void launch_mma_nt(cudaStream_t s, const __nv_bfloat16* x, int64_t T, const __nv
   }
 }
 
-void launch_mma_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, const Tensor& out) {
+// variant: 0 the default rule; 1 the register kernel with its tile rule;
+// 2, 3, 4, 6 the ring with that many stages (timing tests). Every variant
+// gives the same bits, so the rule may pick by shape freely. The rule, from
+// the H200 timings of every variant on Glimmer's shapes (bench/NOTES.md,
+// 2026-12-01): the 3-stage ring up to 8 rows (its 48 KB of shared memory
+// leave 4 blocks per SM), the register kernel above (the ring's wider
+// activation tiles need 96-184 registers and ran at 25-39% of HBM where the
+// register kernel gives 52-75% at 16 rows).
+cudaError_t launch_mma_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, const Tensor& out, int variant) {
   const int64_t T = x.rows(), K = x.cols(), N = w.rows();
   auto* xp = static_cast<const __nv_bfloat16*>(x.data);
   auto* wp = static_cast<const __nv_bfloat16*>(w.data);
   const int odt = dt_code(out.dtype);
   const int64_t ldo = out.cols();
-  if (T <= 8) launch_mma_nt<1>(s, xp, T, wp, N, K, out.data, odt, ldo);
-  else if (T <= 16) launch_mma_nt<2>(s, xp, T, wp, N, K, out.data, odt, ldo);
-  else if (T <= 32) launch_mma_nt<4>(s, xp, T, wp, N, K, out.data, odt, ldo);
-  else launch_mma_nt<8>(s, xp, T, wp, N, K, out.data, odt, ldo);
+  if (variant == 0) variant = T <= 8 ? 3 : 1;
+  if (variant == 1) {
+    if (T <= 8) launch_mma_nt<1>(s, xp, T, wp, N, K, out.data, odt, ldo);
+    else if (T <= 16) launch_mma_nt<2>(s, xp, T, wp, N, K, out.data, odt, ldo);
+    else if (T <= 32) launch_mma_nt<4>(s, xp, T, wp, N, K, out.data, odt, ldo);
+    else launch_mma_nt<8>(s, xp, T, wp, N, K, out.data, odt, ldo);
+    return cudaGetLastError();
+  }
+  const int stages = variant;
+  if (T <= 8) return launch_ring_nt<1>(s, stages, xp, T, wp, N, K, out.data, odt, ldo);
+  if (T <= 16) return launch_ring_nt<2>(s, stages, xp, T, wp, N, K, out.data, odt, ldo);
+  if (T <= 32) return launch_ring_nt<4>(s, stages, xp, T, wp, N, K, out.data, odt, ldo);
+  return launch_ring_nt<8>(s, stages, xp, T, wp, N, K, out.data, odt, ldo);
 }
 
-// The bf16 mma needs device code built for sm_80 or newer (a build for the
-// nvcc default, sm_75, runs on the H200 from PTX): otherwise the warp dot.
-// __CUDA_ARCH_LIST__ (nvcc >= 11.5) names every architecture built, on the
-// host pass too.
-constexpr bool mma_gemv_built() {
-#ifdef __CUDA_ARCH_LIST__
-  constexpr int archs[] = {__CUDA_ARCH_LIST__};
-  for (int a : archs)
-    if (a < 800) return false;
-  return true;
-#else
-  return false;
-#endif
-}
 bool mma_gemv_usable() { return mma_gemv_built(); }
 
 int pointer_alignment(const void* p) {
@@ -263,7 +318,7 @@ cudaError_t CudaBackend::launch_project(cudaStream_t s, const Tensor& x, const P
   const bool xb = x.dtype == DType::BF16, wb = p.weight.dtype == DType::BF16;
   if (xb && wb && x.cols() % 8 == 0 && aligned16(x.data) && aligned16(p.weight.data) &&
       mma_gemv_usable())
-    launch_mma_gemv(s, x, p.weight, p.out);
+    return launch_mma_gemv(s, x, p.weight, p.out, gemv_variant_);
   else if (xb && wb) launch_gemv<__nv_bfloat16, __nv_bfloat16>(s, x, p.weight, p.out);
   else if (xb) launch_gemv<__nv_bfloat16, float>(s, x, p.weight, p.out);
   else if (wb) launch_gemv<float, __nv_bfloat16>(s, x, p.weight, p.out);

@@ -12,10 +12,12 @@
 // Finally each token's k outputs are normed (ŷ = rms(y ⊙ c)) and summed with
 // the router weights in the order of `ids`, and stored once. A pair's
 // values never depend on which other pairs share its tile, so a token's
-// result is the same alone or in any batch.
+// result is the same alone or in any batch. With BF16 activations and
+// experts the two products run on the tensor cores instead (below).
 #include <algorithm>
 
 #include "muse/backends/cuda/cuda_dot.cuh"
+#include "muse/backends/cuda/cuda_mma.cuh"
 
 namespace muse::cuda {
 namespace {
@@ -201,6 +203,100 @@ __global__ void moe_combine_kernel(void* out, int odt, const float* Y, const int
   }
 }
 
+// The same two products on the tensor cores (BF16 activations and experts,
+// widths multiples of 8): ring_accumulate (cuda_mma.cuh) over one grouping
+// tile (at most kRT = 8 pairs = one 8-row activation tile) per blockIdx.y and
+// 16 weight rows per blockIdx.x; a pair's values depend only on its own row
+// (fixed-order mma), never on the tile's other pairs. gate/up: the warp
+// holds gate rows i.. and up rows I + i.. as its two weight tiles, so
+// a = silu(γ) ⊙ υ is formed where both sums land; a is stored in bf16 (the
+// down product's mma input), y in fp32.
+constexpr int kMoeGateUpStages = 2;  // 2 weight tiles per warp: 64 KB of ring per block
+constexpr int kMoeDownStages = 3;    // 48 KB
+
+__global__ void __launch_bounds__(32 * kSplit)
+    moe_gate_up_mma_kernel(const __nv_bfloat16* __restrict__ u, int64_t Hm, int K,
+                           const __nv_bfloat16* __restrict__ gate_up, int64_t I, const int32_t* order,
+                           const int32_t* tiles, const int32_t* ntiles, __nv_bfloat16* A) {
+  extern __shared__ uint4 ring[];
+  if (int(blockIdx.y) >= *ntiles) return;
+  const int e = tiles[3 * blockIdx.y], g0 = tiles[3 * blockIdx.y + 1], nr = tiles[3 * blockIdx.y + 2];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+  const int64_t i0 = int64_t(blockIdx.x) * 16;
+  const __nv_bfloat16* w = gate_up + int64_t(e) * 2 * I * Hm;
+  const __nv_bfloat16* wr[2][2];
+  bool wok[2][2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t i = i0 + g + 8 * h, ic = i < I ? i : I - 1;
+    wok[0][h] = wok[1][h] = i < I;
+    wr[0][h] = w + ic * Hm + 8 * tq;
+    wr[1][h] = w + (I + ic) * Hm + 8 * tq;
+  }
+  const __nv_bfloat16* xr[1] = {u + int64_t(order[g0 + min(g, nr - 1)] / K) * Hm + 8 * tq};
+  const bool xok[1] = {g < nr};
+  float acc[2][1][4];
+  ring_accumulate<2, 1, kMoeGateUpStages>(ring, wr, wok, xr, xok, Hm, warp, lane, acc);
+  float sums[2][4];
+  ring_reduce<2, 1>(ring, warp, lane, acc, [&](int r, int, int i, float v) { sums[r][i] = v; });
+  if (warp == 0) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t n = i0 + g + 8 * (i >> 1);
+      const int t = 2 * tq + (i & 1);
+      const float gv = sums[0][i], uv = sums[1][i];
+      if (n < I && t < nr) A[int64_t(g0 + t) * I + n] = __float2bfloat16_rn(gv / (1.0f + expf(-gv)) * uv);
+    }
+  }
+}
+
+__global__ void __launch_bounds__(32 * kSplit)
+    moe_down_mma_kernel(const __nv_bfloat16* __restrict__ A, int64_t I, const __nv_bfloat16* __restrict__ down,
+                        int64_t Hm, const int32_t* tiles, const int32_t* ntiles, float* Y) {
+  extern __shared__ uint4 ring[];
+  if (int(blockIdx.y) >= *ntiles) return;
+  const int e = tiles[3 * blockIdx.y], g0 = tiles[3 * blockIdx.y + 1], nr = tiles[3 * blockIdx.y + 2];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+  const int64_t n0 = int64_t(blockIdx.x) * 16;
+  const __nv_bfloat16* w = down + int64_t(e) * Hm * I;
+  const __nv_bfloat16* wr[1][2];
+  bool wok[1][2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t n = n0 + g + 8 * h;
+    wok[0][h] = n < Hm;
+    wr[0][h] = w + (n < Hm ? n : Hm - 1) * I + 8 * tq;
+  }
+  const __nv_bfloat16* xr[1] = {A + int64_t(g0 + min(g, nr - 1)) * I + 8 * tq};
+  const bool xok[1] = {g < nr};
+  float acc[1][1][4];
+  ring_accumulate<1, 1, kMoeDownStages>(ring, wr, wok, xr, xok, I, warp, lane, acc);
+  ring_reduce<1, 1>(ring, warp, lane, acc, [&](int, int, int i, float v) {
+    const int64_t n = n0 + g + 8 * (i >> 1);
+    const int t = 2 * tq + (i & 1);
+    if (n < Hm && t < nr) Y[int64_t(g0 + t) * Hm + n] = v;
+  });
+}
+
+cudaError_t launch_experts_mma(cudaStream_t s, const Tensor& u, const Tensor& gate_up, const Tensor& down, int K,
+                               const int32_t* order, const int32_t* tiles, const int32_t* ntiles, int max_tiles,
+                               __nv_bfloat16* A, float* Y) {
+  const int64_t Hm = u.cols(), I = down.dim(2);
+  constexpr size_t gu_smem = ring_bytes<2, 1, kMoeGateUpStages>(), dn_smem = ring_bytes<1, 1, kMoeDownStages>();
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(moe_gate_up_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(gu_smem)) ==
+              cudaSuccess
+          ? cudaFuncSetAttribute(moe_down_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dn_smem))
+          : cudaErrorInvalidValue;
+  if (attr != cudaSuccess) return attr;
+  moe_gate_up_mma_kernel<<<dim3(blocks_for(I, 16), unsigned(max_tiles)), 32 * kSplit, gu_smem, s>>>(
+      static_cast<const __nv_bfloat16*>(u.data), Hm, K, static_cast<const __nv_bfloat16*>(gate_up.data), I, order,
+      tiles, ntiles, A);
+  moe_down_mma_kernel<<<dim3(blocks_for(Hm, 16), unsigned(max_tiles)), 32 * kSplit, dn_smem, s>>>(
+      A, I, static_cast<const __nv_bfloat16*>(down.data), Hm, tiles, ntiles, Y);
+  return cudaGetLastError();
+}
+
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
 template <typename XT, typename WT>
@@ -267,6 +363,8 @@ void CudaBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& 
                o_y = o_a + align256(size_t(R) * size_t(I) * 4), total = o_y + align256(size_t(R) * size_t(Hm) * 4);
   reserve_scratch(total);
   const int op = op_index();
+  const bool mma = mma_gemv_built() && u.dtype == DType::BF16 && gate_up.dtype == DType::BF16 && Hm % 8 == 0 &&
+                   I % 8 == 0 && aligned16(u.data) && aligned16(gate_up.data) && aligned16(down.data);
   enqueue("moe_experts", [=, this](cudaStream_t s) {
     char* base = static_cast<char*>(scratch());
     auto* order = reinterpret_cast<int32_t*>(base + o_order);
@@ -278,7 +376,11 @@ void CudaBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& 
     moe_group_kernel<<<1, 1024, size_t(2 * E + 1) * 4, s>>>(static_cast<const int32_t*>(ids.data), int(R), int(E),
                                                              order, slot_of, tiles, ntiles, dev_error(), op);
     const bool xb = u.dtype == DType::BF16, wb = gate_up.dtype == DType::BF16;
-    if (xb && wb) launch_experts<__nv_bfloat16, __nv_bfloat16>(s, u, gate_up, down, int(K), order, tiles, ntiles, max_tiles, A, Y);
+    if (mma) {
+      cudaError_t e = launch_experts_mma(s, u, gate_up, down, int(K), order, tiles, ntiles, max_tiles,
+                                         reinterpret_cast<__nv_bfloat16*>(A), Y);
+      if (e != cudaSuccess) return e;
+    } else if (xb && wb) launch_experts<__nv_bfloat16, __nv_bfloat16>(s, u, gate_up, down, int(K), order, tiles, ntiles, max_tiles, A, Y);
     else if (xb) launch_experts<__nv_bfloat16, float>(s, u, gate_up, down, int(K), order, tiles, ntiles, max_tiles, A, Y);
     else if (wb) launch_experts<float, __nv_bfloat16>(s, u, gate_up, down, int(K), order, tiles, ntiles, max_tiles, A, Y);
     else launch_experts<float, float>(s, u, gate_up, down, int(K), order, tiles, ntiles, max_tiles, A, Y);

@@ -27,58 +27,108 @@ __global__ void embed_kernel(void* out, int odt, const void* table, int tdt, con
   for (int64_t i = threadIdx.x; i < H; i += blockDim.x) st(out, odt, t * H + i, ld(table, tdt, int64_t(id) * H + i));
 }
 
-// One block per group of g values. The CPU's sequence: Before: y = x ⊙ c,
+// One block per group of n values. The CPU's sequence: Before: y = x ⊙ c,
 // r from y, y · (r·scale); otherwise y = x · r (⊙ c), then · scale.
-__global__ void rms_norm_kernel(void* out, int odt, const void* in, int idt, const void* gain, int gdt, int mode,
-                                float eps, int64_t g, float scale) {
-  __shared__ float red[33];
-  const int64_t base = int64_t(blockIdx.x) * g;
+//
+// Thread j holds elements j, j + blockDim, ... (at most kNormPer) in
+// registers: all its loads are issued at once and read once, so a row costs
+// one memory latency, not one per element (a 6656-wide norm of one row ran
+// ~25 µs as a load-then-add loop). Rows wider than kNormPer · 1024 (none of
+// the Muse shapes) keep the loop.
+constexpr int kNormPer = 8;
+constexpr int64_t kNormRegMax = int64_t(kNormPer) * 1024;
+
+// Threads for a norm over n values: enough that each holds at most kNormPer.
+unsigned norm_threads(int64_t n) {
+  const int64_t need = (n + kNormPer - 1) / kNormPer;
+  const int64_t t = std::min<int64_t>(1024, (need + 31) / 32 * 32);
+  return std::max<unsigned>(threads_for(n), unsigned(t));
+}
+
+// This thread's elements of the row at `base` into x (and the gain into c),
+// the sum of squares of (x ⊙ c when Before, else x) over the block; returns
+// 1/rms. PER = 0: no register cache (the loop form, any n).
+template <int PER>
+__device__ __forceinline__ float row_inv_rms(float (&x)[PER ? PER : 1], float (&c)[PER ? PER : 1], const void* in,
+                                             int idt, int64_t base, const void* gain, int gdt, int mode, int64_t n,
+                                             float eps, float* red) {
   float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < g; i += blockDim.x) {
-    float x = ld(in, idt, base + i);
-    if (mode == kGainBefore) x = x * ld(gain, gdt, i);
-    ss += x * x;
+  if constexpr (PER > 0) {
+#pragma unroll
+    for (int k = 0; k < PER; ++k) {
+      const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
+      x[k] = i < n ? ld(in, idt, base + i) : 0.0f;
+      c[k] = i < n && mode != kGainNone ? ld(gain, gdt, i) : 1.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < PER; ++k) {
+      const float y = mode == kGainBefore ? x[k] * c[k] : x[k];
+      ss += y * y;
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      float y = ld(in, idt, base + i);
+      if (mode == kGainBefore) y = y * ld(gain, gdt, i);
+      ss += y * y;
+    }
   }
   ss = block_sum(ss, red);
-  const float r = 1.0f / sqrtf(ss / float(g) + eps);
-  for (int64_t i = threadIdx.x; i < g; i += blockDim.x) {
-    const float x = ld(in, idt, base + i);
-    float y;
-    if (mode == kGainBefore) {
-      y = (x * ld(gain, gdt, i)) * (r * scale);
-    } else {
-      y = x * r;
-      if (mode == kGainAfter) y = y * ld(gain, gdt, i);
-      if (scale != 1.0f) y = y * scale;
+  return 1.0f / sqrtf(ss / float(n) + eps);
+}
+
+// The normed value of element i (x its input, c its gain).
+__device__ __forceinline__ float normed(float x, float c, int mode, float r, float scale) {
+  if (mode == kGainBefore) return (x * c) * (r * scale);
+  float y = x * r;
+  if (mode == kGainAfter) y = y * c;
+  if (scale != 1.0f) y = y * scale;
+  return y;
+}
+
+template <int PER>
+__global__ void rms_norm_kernel(void* out, int odt, const void* in, int idt, const void* gain, int gdt, int mode,
+                                float eps, int64_t g, float scale) {
+  pdl_launch_dependents();  // a product may read our output: it waits for us
+  __shared__ float red[33];
+  const int64_t base = int64_t(blockIdx.x) * g;
+  float x[PER ? PER : 1], c[PER ? PER : 1];
+  const float r = row_inv_rms<PER>(x, c, in, idt, base, gain, gdt, mode, g, eps, red);
+  if constexpr (PER > 0) {
+#pragma unroll
+    for (int k = 0; k < PER; ++k) {
+      const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
+      if (i < g) st(out, odt, base + i, normed(x[k], c[k], mode, r, scale));
     }
-    st(out, odt, base + i, y);
+  } else {
+    for (int64_t i = threadIdx.x; i < g; i += blockDim.x)
+      st(out, odt, base + i,
+         normed(ld(in, idt, base + i), mode != kGainNone ? ld(gain, gdt, i) : 1.0f, mode, r, scale));
   }
 }
 
-// stream ← α ⊙ stream + β ⊙ norm(update) (α, β F32 or absent = 1).
+// stream += norm(update) (alpha/beta: stream = alpha ⊙ stream + beta ⊙ norm).
+template <int PER>
 __global__ void residual_norm_kernel(void* stream, int sdt, const void* update, int udt, const void* gain, int gdt,
                                      int mode, const float* alpha, const float* beta, float eps, int64_t H) {
+  pdl_launch_dependents();  // a product may read our output: it waits for us
   __shared__ float red[33];
   const int64_t base = int64_t(blockIdx.x) * H;
-  float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) {
-    float x = ld(update, udt, base + i);
-    if (mode == kGainBefore) x = x * ld(gain, gdt, i);
-    ss += x * x;
-  }
-  ss = block_sum(ss, red);
-  const float r = 1.0f / sqrtf(ss / float(H) + eps);
-  for (int64_t i = threadIdx.x; i < H; i += blockDim.x) {
-    const float x = ld(update, udt, base + i);
-    float n;
-    if (mode == kGainBefore) {
-      n = (x * ld(gain, gdt, i)) * r;
-    } else {
-      n = x * r;
-      if (mode == kGainAfter) n = n * ld(gain, gdt, i);
-    }
+  float x[PER ? PER : 1], c[PER ? PER : 1];
+  const float r = row_inv_rms<PER>(x, c, update, udt, base, gain, gdt, mode, H, eps, red);
+  auto apply = [&](int64_t i, float xv, float cv) {
+    const float n = normed(xv, cv, mode, r, 1.0f);
     const float s = ld(stream, sdt, base + i);
     st(stream, sdt, base + i, alpha ? alpha[i] * s + beta[i] * n : s + n);
+  };
+  if constexpr (PER > 0) {
+#pragma unroll
+    for (int k = 0; k < PER; ++k) {
+      const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
+      if (i < H) apply(i, x[k], c[k]);
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < H; i += blockDim.x)
+      apply(i, ld(update, udt, base + i), mode != kGainNone ? ld(gain, gdt, i) : 1.0f);
   }
 }
 
@@ -133,6 +183,7 @@ __global__ void qk_norm_rope_kernel(void* q, int qdt, void* k, int kdt, const fl
 // One warp per (row, head): o ← o ⊙ σ(g), or rms(o_h) ⊙ σ(g_h).
 __global__ void output_gate_kernel(void* o, int odt, const void* g, int gdt, int64_t units, int d, bool head_norm,
                                    float eps) {
+  pdl_launch_dependents();  // a product may read our output: it waits for us
   const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (w >= units) return;
@@ -155,6 +206,7 @@ __global__ void output_gate_kernel(void* o, int odt, const void* g, int gdt, int
 }
 
 __global__ void swiglu_kernel(void* out, int odt, const void* gate, int gdt, const void* up, int udt, int64_t n) {
+  pdl_launch_dependents();  // a product may read our output: it waits for us
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const float a = ld(gate, gdt, i), b = ld(up, udt, i);
     st(out, odt, i, a * sigmoidf_(a) * b);
@@ -210,9 +262,10 @@ void CudaBackend::rms_norm(const Tensor& out, const Tensor& in, const Tensor& ga
   const int64_t groups = in.numel() / g;
   if (groups == 0) return;
   enqueue("rms_norm", [=](cudaStream_t s) {
-    rms_norm_kernel<<<unsigned(groups), threads_for(g), 0, s>>>(out.data, dt_code(out.dtype), in.data,
-                                                                 dt_code(in.dtype), gain.data, dt_code(gain.dtype),
-                                                                 gain_code(mode), eps, g, scale);
+    const bool reg = g <= kNormRegMax;
+    (reg ? rms_norm_kernel<kNormPer> : rms_norm_kernel<0>)<<<unsigned(groups), reg ? norm_threads(g) : 256, 0, s>>>(
+        out.data, dt_code(out.dtype), in.data, dt_code(in.dtype), gain.data, dt_code(gain.dtype), gain_code(mode), eps,
+        g, scale);
     return cudaGetLastError();
   });
 }
@@ -228,7 +281,9 @@ void CudaBackend::residual_norm(const Tensor& stream, const Tensor& update, cons
     return;
   if (stream.rows() == 0) return;
   enqueue("residual_norm", [=](cudaStream_t s) {
-    residual_norm_kernel<<<unsigned(stream.rows()), threads_for(H), 0, s>>>(
+    const bool reg = H <= kNormRegMax;
+    (reg ? residual_norm_kernel<kNormPer> : residual_norm_kernel<0>)<<<unsigned(stream.rows()),
+                                                                      reg ? norm_threads(H) : 256, 0, s>>>(
         stream.data, dt_code(stream.dtype), update.data, dt_code(update.dtype), gain.data, dt_code(gain.dtype),
         gain_code(mode), static_cast<const float*>(alpha.data), static_cast<const float*>(beta.data), eps, H);
     return cudaGetLastError();

@@ -1,0 +1,179 @@
+// The tensor-core pieces of the fixed-order decode products, shared by
+// project (cuda_matmul.cu) and the latent experts (cuda_moe.cu).
+//
+// The arithmetic (cuda_matmul.cu has the full description): a warp owns 16-row
+// weight tiles and one of kSplit K-slices; K is cut into granules of
+// kGranule, warp s taking granules s, s + kSplit, ... in ascending order;
+// each lane's 16-byte pieces of W and x *are* its fragments of
+// mma.m16n8k16.bf16 (the k of each 16-wide step permuted the same way in A
+// and B); the K-slices' partials are added in the order 0 + 1 + 2 + 3. The
+// order depends on K only: a row's result is the same bits whatever the
+// other rows of the batch, the tile shape or the kernel variant.
+//
+// ring_accumulate streams the weights through a per-warp shared-memory ring
+// with cp.async (L2 only), STAGES - 1 granules ahead of the mma: a warp
+// keeps (STAGES - 1) · RW · 4 KB of weights in flight instead of waiting on
+// each 4 KB it loads. A lane reads back only the pieces it copied itself,
+// so the ring needs cp.async.wait_group and no barrier.
+#pragma once
+
+#include "muse/backends/cuda/cuda_impl.cuh"
+
+namespace muse::cuda {
+
+// The bf16 mma needs device code built for sm_80 or newer (a build for the
+// nvcc default, sm_75, runs on the H200 from PTX): otherwise the warp dot.
+// __CUDA_ARCH_LIST__ (nvcc >= 11.5) names every architecture built, on the
+// host pass too.
+constexpr bool mma_gemv_built() {
+#ifdef __CUDA_ARCH_LIST__
+  constexpr int archs[] = {__CUDA_ARCH_LIST__};
+  for (int a : archs)
+    if (a < 800) return false;
+  return true;
+#else
+  return false;
+#endif
+}
+
+constexpr int kSplit = 4;      // warps along K per row group
+constexpr int kGranule = 128;  // k per granule
+
+__device__ __forceinline__ uint4 ld_stream(const __nv_bfloat16* p) {  // weights: read once
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+__device__ __forceinline__ void mma16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#else
+  __trap();  // never launched: mma_gemv_built() is false when any code is built below sm_80
+#endif
+}
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N));
+}
+
+// Dynamic shared memory of a block of kSplit warps (one row group): the
+// rings, reused afterwards for the K-slices' partials.
+template <int RW, int NT, int STAGES>
+constexpr size_t ring_bytes() {
+  constexpr size_t ring = size_t(kSplit) * STAGES * RW * 256 * sizeof(uint4);
+  constexpr size_t part = size_t(kSplit - 1) * RW * NT * 4 * 32 * sizeof(float);
+  return ring > part ? ring : part;
+}
+
+// acc[r][c] += W rows (tile r) · x rows (tile c) over this warp's K-slice s.
+// wr[r][h]: row g + 8h of weight tile r, already offset by 8·(lane % 4);
+// xr[c]: activation row 8c + g, offset the same way; rows that are not
+// there (!wok / !xok) read as zeros (their pointers stay valid).
+template <int RW, int NT, int STAGES>
+__device__ __forceinline__ void ring_accumulate(uint4* ring, const __nv_bfloat16* const (&wr)[RW][2],
+                                                const bool (&wok)[RW][2], const __nv_bfloat16* const (&xr)[NT],
+                                                const bool (&xok)[NT], int64_t K, int s, int lane,
+                                                float (&acc)[RW][NT][4]) {
+#pragma unroll
+  for (int r = 0; r < RW; ++r)
+#pragma unroll
+    for (int c = 0; c < NT; ++c)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[r][c][i] = 0.0f;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  const int64_t kmine = K - 8 * (lane & 3);  // this lane's k offset is 8·(lane % 4)
+  const int64_t ngran = (K + kGranule - 1) / kGranule;
+  const int mine = s < ngran ? int((ngran - s + kSplit - 1) / kSplit) : 0;  // granules s, s + kSplit, ...
+  uint4* my = ring + size_t(s) * STAGES * RW * 256;
+  auto issue = [&](int i) {
+    const int64_t k0 = (int64_t(s) + int64_t(i) * kSplit) * kGranule;
+    uint4* slot = my + (i % STAGES) * RW * 256;
+#pragma unroll
+    for (int r = 0; r < RW; ++r)
+#pragma unroll
+      for (int j = 0; j < 4; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const bool ok = wok[r][h] && k0 + 32 * j < kmine;
+          cp_async16(slot + ((r * 4 + j) * 2 + h) * 32 + lane, ok ? wr[r][h] + k0 + 32 * j : wr[r][h], ok ? 16 : 0);
+        }
+  };
+#pragma unroll
+  for (int i = 0; i < STAGES - 1; ++i) {
+    if (i < mine) issue(i);
+    cp_async_commit();
+  }
+  pdl_wait();  // x may come from the kernel before (the weights do not)
+  for (int i = 0; i < mine; ++i) {
+    cp_async_wait<STAGES - 2>();
+    if (i + STAGES - 1 < mine) issue(i + STAGES - 1);
+    cp_async_commit();
+    const int64_t k0 = (int64_t(s) + int64_t(i) * kSplit) * kGranule;
+    const uint4* slot = my + (i % STAGES) * RW * 256;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      uint4 bv[NT];
+#pragma unroll
+      for (int c = 0; c < NT; ++c)
+        bv[c] = xok[c] && k0 + 32 * j < kmine ? __ldg(reinterpret_cast<const uint4*>(xr[c] + k0 + 32 * j)) : zero;
+#pragma unroll
+      for (int r = 0; r < RW; ++r) {
+        const uint4 a0 = slot[((r * 4 + j) * 2) * 32 + lane], a1 = slot[((r * 4 + j) * 2 + 1) * 32 + lane];
+#pragma unroll
+        for (int c = 0; c < NT; ++c) {
+          mma16816(acc[r][c], a0.x, a1.x, a0.y, a1.y, bv[c].x, bv[c].y);
+          mma16816(acc[r][c], a0.z, a1.z, a0.w, a1.w, bv[c].z, bv[c].w);
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+}
+
+// The K-slices' partials added in the order s = 0 + 1 + 2 + 3 (through
+// `ring`, which must be idle: every warp has left ring_accumulate); warp 0
+// calls store(r, c, i, value) for fragment element i of tile (r, c): weight
+// row 16-row-tile r, row g + 8·(i / 2); activation row 8c + 2·(lane % 4) + i % 2.
+template <int RW, int NT, class Store>
+__device__ __forceinline__ void ring_reduce(uint4* ring, int s, int lane, const float (&acc)[RW][NT][4],
+                                            Store&& store) {
+  __syncthreads();  // the ring becomes the partials
+  float* part = reinterpret_cast<float*>(ring);  // [kSplit - 1][RW][NT * 4][32]
+  if (s) {
+#pragma unroll
+    for (int r = 0; r < RW; ++r)
+#pragma unroll
+      for (int c = 0; c < NT; ++c)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) part[(((s - 1) * RW + r) * NT * 4 + c * 4 + i) * 32 + lane] = acc[r][c][i];
+  }
+  __syncthreads();
+  if (s == 0) {
+#pragma unroll
+    for (int r = 0; r < RW; ++r)
+#pragma unroll
+      for (int c = 0; c < NT; ++c)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          float v = acc[r][c][i];
+#pragma unroll
+          for (int q = 0; q < kSplit - 1; ++q) v += part[((q * RW + r) * NT * 4 + c * 4 + i) * 32 + lane];
+          store(r, c, i, v);
+        }
+  }
+}
+
+}  // namespace muse::cuda
