@@ -9,6 +9,7 @@
 #include "muse/model/weight_table.h"
 
 #include "muse/engine/checkpoint_source.h"
+#include "muse/engine/rank_group.h"
 
 namespace muse {
 
@@ -118,7 +119,12 @@ Status Engine::init(const ModelConfig& config, const EngineOptions& options, con
     return make_error("gpu_memory_utilization must be in (0, 1]");
   if (options.kv_max_rollback < 0) return make_error("kv_max_rollback must not be negative");
   if (options.kv_pages < 0) return make_error("kv_pages must not be negative");
-  MUSE_ASSIGN_OR_RETURN(backend_, create_backend(options.backend));
+  BackendOptions backend_options = options.backend;
+  if (options.parallel.tensor_parallel_size != 1) {
+    MUSE_ASSIGN_OR_RETURN(group_, RankGroup::create(config, options.parallel, options.backend));
+    backend_options = group_->backend_options();
+  }
+  MUSE_ASSIGN_OR_RETURN(backend_, create_backend(backend_options));
   KvCacheOptions ko;
   ko.max_sequences = options.max_sequences;
   ko.block_size = options.kv_block_size;
@@ -177,9 +183,18 @@ Status Engine::init(const ModelConfig& config, const EngineOptions& options, con
   mo.plan = cap;
   mo.kv_block_size = ko.block_size;
   mo.weights.quantize = options.quantization;
-  MUSE_ASSIGN_OR_RETURN(model_, MuseModel::create(*backend_, config_, reader ? *reader : *source_, mo));
-  if (device && options.kv_pages == 0) MUSE_RETURN_IF_ERROR(size_device_kv(mem0, requested, geo, &ko));
-  MUSE_ASSIGN_OR_RETURN(kv_, KvCache::create(*backend_, config_, ko));
+  const WeightSource& weights = reader ? *reader : *source_;
+  if (group_) {  // rank 0 here, the other ranks in the group; each its own shard and KV heads
+    mo.weights.shard = group_->rank(0);
+    mo.comm = &group_->comm(0);
+    MUSE_ASSIGN_OR_RETURN(model_, MuseModel::create(*backend_, config_, group_->shard_source(0, weights), mo));
+    MUSE_ASSIGN_OR_RETURN(kv_, KvCache::create(*backend_, rank_kv_config(config_, mo.weights.shard), ko));
+    MUSE_RETURN_IF_ERROR(group_->add_ranks(config_, weights, mo, ko));
+  } else {
+    MUSE_ASSIGN_OR_RETURN(model_, MuseModel::create(*backend_, config_, weights, mo));
+    if (device && options.kv_pages == 0) MUSE_RETURN_IF_ERROR(size_device_kv(mem0, requested, geo, &ko));
+    MUSE_ASSIGN_OR_RETURN(kv_, KvCache::create(*backend_, config_, ko));
+  }
   plan_ = StepPlanBuilder(cap);
   logits_.assign(size_t(cap.max_logit_rows * config_.vocab_size), 0.0f);
   item_logit_row_.reserve(size_t(cap.max_seqs) + 1);
@@ -293,7 +308,9 @@ Status Engine::step(std::span<const StepItem> items) {
               it.logits == LogitsWanted::Last);
   }
   item_logit_row_.push_back(plan_.logit_rows());
-  if (Status st = model_->forward(plan_, kv_->layers(), logits_.data()); !st.ok()) return undo(st);
+  Status st = group_ ? group_->forward(*model_, kv_->layers(), plan_, logits_.data())
+                     : model_->forward(plan_, kv_->layers(), logits_.data());
+  if (!st.ok()) return undo(st);
 
   for (const StepItem& it : items) {
     Session& s = *it.session;

@@ -1,0 +1,64 @@
+#include "muse/engine/rank_group.h"
+
+#include <algorithm>
+
+#include "muse/backends/cpu/thread_pool.h"
+
+namespace muse {
+
+Result<std::unique_ptr<RankGroup>> RankGroup::create(const ModelConfig& config, const ParallelOptions& parallel,
+                                                     const BackendOptions& backend) {
+  MUSE_RETURN_IF_ERROR(check_parallel(config, parallel));
+  const int N = int(parallel.tensor_parallel_size);
+  MUSE_RETURN_IF_ERROR(check_devices(backend.device, N));
+  if (backend.device != Device::Cpu)  // enough GPUs, but see docs/parallel.md "What is left"
+    return make_error("--tensor-parallel-size " + std::to_string(N) + " --device " + device_name(backend.device) +
+                      ": multi-GPU ranks are not driven by this build yet (the NCCL communicator is built, "
+                      "src/muse/parallel/nccl/); --device cpu runs the ranks as threads");
+  auto g = std::unique_ptr<RankGroup>(new RankGroup());
+  g->config_ = config;
+  g->parallel_ = parallel;
+  g->backend_ = backend;
+  // The machine's threads shared out: N pools of threads/N, not N pools of all of them.
+  const int threads = backend.cpu.threads > 0 ? backend.cpu.threads : cpu::available_cpus();
+  g->backend_.cpu.threads = std::max(1, threads / N);
+  g->comms_ = make_in_process_group(N);
+  g->sources_.resize(size_t(N));
+  g->runner_ = std::make_unique<RankRunner>(N);
+  return g;
+}
+
+const WeightSource& RankGroup::shard_source(int r, const WeightSource& source) {
+  sources_[size_t(r)] = std::make_unique<ShardWeightSource>(source, config_, rank(r));
+  return *sources_[size_t(r)];
+}
+
+Status RankGroup::add_ranks(const ModelConfig& config, const WeightSource& source, ModelOptions mo,
+                            const KvCacheOptions& ko) {
+  for (int r = 1; r < size(); ++r) {
+    Rank rk;
+    MUSE_ASSIGN_OR_RETURN(rk.backend, create_backend(backend_));
+    mo.weights.shard = rank(r);
+    mo.comm = comms_[size_t(r)].get();
+    auto model = MuseModel::create(*rk.backend, config, shard_source(r, source), mo);
+    if (!model.ok()) return make_error("rank " + std::to_string(r) + ": " + model.message());
+    rk.model = std::move(model).value();
+    MUSE_ASSIGN_OR_RETURN(rk.kv, KvCache::create(*rk.backend, rank_kv_config(config, rank(r)), ko));
+    ranks_.push_back(std::move(rk));
+  }
+  return Status::Ok();
+}
+
+Status RankGroup::forward(MuseModel& rank0, std::span<const KvLayerStorage> kv0, const StepPlanBuilder& plan,
+                          float* logits) {
+  auto step = [&](int r) -> Status {
+    Status s = r == 0 ? rank0.forward(plan, kv0, logits)
+                      : ranks_[size_t(r - 1)].model->forward(plan, ranks_[size_t(r - 1)].kv->layers(), nullptr);
+    // A rank that fails must not leave the others waiting in a collective.
+    if (!s.ok()) comms_[size_t(r)]->abort();
+    return s;
+  };
+  return runner_->run(step);
+}
+
+}  // namespace muse
