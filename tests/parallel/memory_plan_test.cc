@@ -56,5 +56,47 @@ TEST(ParallelMemory, PerRankWeightsAndKvMatchThePlan) {
   }
 }
 
+
+// The bytes each rank sends, counted by the communicator, are the design's:
+// per step of T rows a ring all-reduce (2·(N−1)/N of the payload) of T × H
+// after each attention and dense MLP, and of T × Hm (the latent width) after
+// each latent MoE, never T × H; the logits' shards gathered once.
+TEST(ParallelTraffic, TheMoeReducesAtTheLatentWidth) {
+  const std::string dir = std::string(MUSE_SOURCE_DIR) + "/models/muse-tiny";
+  for (int64_t n : {2, 4}) {
+    EngineOptions o;
+    o.backend.cpu.threads = 1;
+    o.max_model_len = 64;
+    o.max_batch_tokens = 32;
+    o.parallel = {n, true};
+    auto engine = Engine::open(dir, o);
+    ASSERT_TRUE(engine.ok()) << engine.message();
+    const ModelConfig& c = (*engine)->config();
+    auto session = (*engine)->new_session();
+    ASSERT_TRUE(session.ok());
+    const int64_t T = 20;
+    std::vector<int32_t> prompt;
+    for (int64_t i = 0; i < T; ++i) prompt.push_back(int32_t(7 + 13 * i));
+    ASSERT_TRUE((*session)->feed(prompt).ok());  // one step, one logits row
+    int64_t sparse = 0;
+    for (int64_t l = 0; l < c.num_layers; ++l) sparse += c.is_sparse(l);
+    const int64_t dense = c.num_layers - sparse;
+    const auto ring = [&](int64_t values) { return uint64_t(2 * values * 4 * (n - 1) / n); };  // F32 on the CPU
+    const uint64_t attention = ring(T * c.hidden_size) * uint64_t(c.num_layers);
+    const uint64_t moe = ring(T * c.moe_hidden_size) * uint64_t(sparse);
+    const uint64_t mlp = ring(T * c.hidden_size) * uint64_t(dense);
+    const int64_t shard = (c.vocab_size + n - 1) / n;
+    for (const CollectiveTraffic& t : (*engine)->parallel_traffic()) {
+      EXPECT_EQ(t.all_reduce, attention + moe + mlp) << "tp " << n;
+      EXPECT_EQ(t.all_gather, uint64_t(shard * 4 * (n - 1))) << "tp " << n;
+      EXPECT_EQ(t.all_to_all, 0u);
+    }
+    std::printf("muse-tiny TP %lld EP, %lld rows: all-reduce %llu B per rank (attention %llu, latent MoE %llu; at the "
+                "hidden width the MoE would send %llu)\n",
+                (long long)n, (long long)T, (unsigned long long)(attention + moe + mlp), (unsigned long long)attention,
+                (unsigned long long)moe, (unsigned long long)(ring(T * c.hidden_size) * uint64_t(sparse)));
+  }
+}
+
 }  // namespace
 }  // namespace muse

@@ -231,6 +231,12 @@ Status Engine::size_device_kv(const Backend::Memory& before, uint64_t requested,
 
 Engine::~Engine() = default;
 
+std::vector<CollectiveTraffic> Engine::parallel_traffic() const {
+  std::vector<CollectiveTraffic> t;
+  for (int r = 0; group_ && r < group_->size(); ++r) t.push_back(group_->comm(r).traffic());
+  return t;
+}
+
 Result<std::unique_ptr<Session>> Engine::new_session(std::span<const int32_t> tokens) {
   const int64_t max_cached = std::min<int64_t>(int64_t(tokens.size()) - 1, max_model_len_);
   MUSE_ASSIGN_OR_RETURN(SequenceKv kv, kv_->open_sequence(tokens, max_cached));

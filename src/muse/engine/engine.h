@@ -21,6 +21,7 @@
 #include "muse/loading/checkpoint.h"
 #include "muse/model/config.h"
 #include "muse/model/muse_model.h"
+#include "muse/parallel/communicator.h"
 
 namespace muse {
 
@@ -92,6 +93,8 @@ class Engine {
   Backend& backend() { return *backend_; }
   const MuseModel& model() const { return *model_; }
   const KvCache& kv_cache() const { return *kv_; }
+  // Tensor parallelism: each rank's collective traffic so far (docs/parallel.md); empty on one rank.
+  std::vector<CollectiveTraffic> parallel_traffic() const;
 
   // A new sequence; an error when max_sequences are alive. With prefix
   // caching it starts with the longest cached prefix of `tokens` (at most

@@ -27,7 +27,7 @@ class RankGroup {
                                                    const BackendOptions& backend);
   int size() const { return int(comms_.size()); }
   ParallelRank rank(int r) const { return ParallelRank{size(), r, parallel_.expert_parallel}; }
-  Communicator& comm(int r) { return *comms_[size_t(r)]; }
+  Communicator& comm(int r) const { return *comms_[size_t(r)]; }
   // Backend options of every rank: the CPU threads shared out between them.
   const BackendOptions& backend_options() const { return backend_; }
   // Rank r's view of `source` (rank 0's too): it must live as long as the

@@ -21,7 +21,7 @@ Result<ncclDataType_t> nccl_type(DType t) {
     case DType::F16: return ncclFloat16;
     case DType::I32: return ncclInt32;
     case DType::U8: return ncclUint8;
-    default: return make_error(std::string("NCCL: no data type for ") + dtype_name(t));
+    default: return make_error("NCCL: no data type for " + std::string(dtype_name(t)));
   }
 }
 
