@@ -8,9 +8,9 @@ namespace muse {
 
 Result<std::unique_ptr<RankGroup>> RankGroup::create(const ModelConfig& config, const ParallelOptions& parallel,
                                                      const BackendOptions& backend) {
-  MUSE_RETURN_IF_ERROR(check_parallel(config, parallel));
   const int N = int(parallel.tensor_parallel_size);
-  MUSE_RETURN_IF_ERROR(check_devices(backend.device, N));
+  MUSE_RETURN_IF_ERROR(check_devices(backend.device, N));  // the machine first, then the model's shape
+  MUSE_RETURN_IF_ERROR(check_parallel(config, parallel));
   if (backend.device != Device::Cpu)  // enough GPUs, but see docs/parallel.md "What is left"
     return make_error("--tensor-parallel-size " + std::to_string(N) + " --device " + device_name(backend.device) +
                       ": multi-GPU ranks are not driven by this build yet (the NCCL communicator is built, "
@@ -25,6 +25,7 @@ Result<std::unique_ptr<RankGroup>> RankGroup::create(const ModelConfig& config, 
   g->comms_ = make_in_process_group(N);
   g->sources_.resize(size_t(N));
   g->runner_ = std::make_unique<RankRunner>(N);
+  g->status_.resize(size_t(N));
   return g;
 }
 
@@ -54,11 +55,18 @@ Status RankGroup::forward(MuseModel& rank0, std::span<const KvLayerStorage> kv0,
   auto step = [&](int r) -> Status {
     Status s = r == 0 ? rank0.forward(plan, kv0, logits)
                       : ranks_[size_t(r - 1)].model->forward(plan, ranks_[size_t(r - 1)].kv->layers(), nullptr);
-    // A rank that fails must not leave the others waiting in a collective.
+    // A rank that fails must not leave the others waiting in a collective
+    // (the group is unusable afterwards: such failures are engine bugs).
     if (!s.ok()) comms_[size_t(r)]->abort();
+    status_[size_t(r)] = s;  // read once run() has joined every rank
     return s;
   };
-  return runner_->run(step);
+  if (runner_->run(step).ok()) return Status::Ok();
+  // Report the rank that failed first, not the ones its abort woke.
+  for (int r = 0; r < size(); ++r)
+    if (!status_[size_t(r)].ok() && status_[size_t(r)].message().find(kAbortedMark) == std::string::npos)
+      return make_error("rank " + std::to_string(r) + ": " + status_[size_t(r)].message());
+  return make_error("rank 0: " + status_[0].message());
 }
 
 }  // namespace muse

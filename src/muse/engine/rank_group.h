@@ -53,6 +53,7 @@ class RankGroup {
   std::vector<std::unique_ptr<ShardWeightSource>> sources_;  // per rank
   std::vector<Rank> ranks_;                                  // ranks 1..N-1
   std::unique_ptr<RankRunner> runner_;
+  std::vector<Status> status_;  // each rank's last step (kept: a step allocates nothing)
 };
 
 }  // namespace muse

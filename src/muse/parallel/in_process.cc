@@ -90,7 +90,7 @@ class InProcessCommunicator final : public Communicator {
   }
 
  private:
-  static Status aborted() { return make_error("parallel group aborted: another rank failed"); }
+  static Status aborted() { return make_error(std::string(kAbortedMark) + ": another rank failed"); }
   void count_traffic(uint64_t& into, uint64_t bytes) {
     into += bytes;
     ++traffic_.calls;

@@ -15,6 +15,9 @@
 
 namespace muse {
 
+// Marks the error a collective returns once another rank aborted the group.
+inline constexpr const char* kAbortedMark = "parallel group aborted";
+
 // The communicators of one group of `ranks` (rank i at index i).
 std::vector<std::unique_ptr<Communicator>> make_in_process_group(int ranks);
 
