@@ -22,9 +22,9 @@ constexpr uint64_t kDeviceReserveBytes = uint64_t(512) << 20;
 
 // Bytes the weights take on `backend` (matrices in its matrix dtype, the
 // rest F32), to refuse a model that cannot fit before uploading any of it.
-uint64_t resident_weight_bytes(const ModelConfig& config, const Backend& backend) {
+uint64_t resident_weight_bytes(const ModelConfig& config, const Backend& backend, const ParallelRank& rank) {
   uint64_t bytes = 0;
-  for (const WeightSpec& s : describe_weights(config)) {
+  for (const WeightSpec& s : shard_weights(config, rank)) {  // this rank's shard (the whole model on one rank)
     const bool matrix = s.shape.size() >= 2 && s.reference_dtype == DType::BF16;
     const DType dt = matrix ? backend.matrix_dtype(DType::BF16) : DType::F32;
     bytes += uint64_t(s.numel()) * uint64_t(dtype_bits(dt) / 8);
@@ -153,7 +153,7 @@ Status Engine::init(const ModelConfig& config, const EngineOptions& options, con
                         std::to_string(double(mem0.free) / kGiB) + " GiB of the GPU's " +
                         std::to_string(double(mem0.total) / kGiB) +
                         " GiB are free (another process holds the rest): lower it");
-    const uint64_t wb = resident_weight_bytes(config, *backend_);
+    const uint64_t wb = resident_weight_bytes(config, *backend_, group_ ? group_->rank(0) : ParallelRank{});
     if (wb + kDeviceReserveBytes > requested)
       return make_error("the model's weights need " + std::to_string(double(wb) / kGiB) + " GiB on the GPU; " +
                         "--gpu-memory-utilization " + std::to_string(options.gpu_memory_utilization) + " of " +
@@ -188,7 +188,12 @@ Status Engine::init(const ModelConfig& config, const EngineOptions& options, con
     mo.weights.shard = group_->rank(0);
     mo.comm = &group_->comm(0);
     MUSE_ASSIGN_OR_RETURN(model_, MuseModel::create(*backend_, config_, group_->shard_source(0, weights), mo));
-    MUSE_ASSIGN_OR_RETURN(kv_, KvCache::create(*backend_, rank_kv_config(config_, mo.weights.shard), ko));
+    const ModelConfig kv_config = rank_kv_config(config_, mo.weights.shard);
+    // GPUs: rank 0's budget sizes every rank's pool (the ranks are alike).
+    if (device && options.kv_pages == 0)
+      MUSE_RETURN_IF_ERROR(size_device_kv(mem0, requested, KvGeometry::of(kv_config, ko.block_size, ko.max_rollback,
+                                                                          dtype_bits(kv_dt) / 8), &ko));
+    MUSE_ASSIGN_OR_RETURN(kv_, KvCache::create(*backend_, kv_config, ko));
     MUSE_RETURN_IF_ERROR(group_->add_ranks(config_, weights, mo, ko));
   } else {
     MUSE_ASSIGN_OR_RETURN(model_, MuseModel::create(*backend_, config_, weights, mo));

@@ -3,6 +3,9 @@
 #include <algorithm>
 
 #include "muse/backends/cpu/thread_pool.h"
+#if defined(MUSE_HAVE_NCCL) && MUSE_HAVE_NCCL
+#include "muse/parallel/nccl/nccl_communicator.h"
+#endif
 
 namespace muse {
 
@@ -11,18 +14,30 @@ Result<std::unique_ptr<RankGroup>> RankGroup::create(const ModelConfig& config, 
   const int N = int(parallel.tensor_parallel_size);
   MUSE_RETURN_IF_ERROR(check_devices(backend.device, N));  // the machine first, then the model's shape
   MUSE_RETURN_IF_ERROR(check_parallel(config, parallel));
-  if (backend.device != Device::Cpu)  // enough GPUs, but see docs/parallel.md "What is left"
-    return make_error("--tensor-parallel-size " + std::to_string(N) + " --device " + device_name(backend.device) +
-                      ": multi-GPU ranks are not driven by this build yet (the NCCL communicator is built, "
-                      "src/muse/parallel/nccl/); --device cpu runs the ranks as threads");
   auto g = std::unique_ptr<RankGroup>(new RankGroup());
   g->config_ = config;
   g->parallel_ = parallel;
   g->backend_ = backend;
-  // The machine's threads shared out: N pools of threads/N, not N pools of all of them.
-  const int threads = backend.cpu.threads > 0 ? backend.cpu.threads : cpu::available_cpus();
-  g->backend_.cpu.threads = std::max(1, threads / N);
-  g->comms_ = make_in_process_group(N);
+  if (backend.device == Device::Cuda) {
+    // One rank per GPU (devices 0..N-1), NCCL between them, the ranks
+    // driven by this process's threads as on the CPU. Compiled, not yet run
+    // (docs/parallel.md "What is left").
+#if defined(MUSE_HAVE_NCCL) && MUSE_HAVE_NCCL
+    std::vector<int> devices;
+    for (int r = 0; r < N; ++r) devices.push_back(r);
+    MUSE_ASSIGN_OR_RETURN(g->comms_, make_nccl_local_group(devices));
+    g->backend_.gpu = 0;
+#else
+    return make_error("--tensor-parallel-size " + std::to_string(N) +
+                      " --device cuda: this muse was built without NCCL (the CUDA toolkit's libnccl was not found "
+                      "at configure time); --device cpu runs the ranks as threads");
+#endif
+  } else {
+    // The machine's threads shared out: N pools of threads/N, not N pools of all of them.
+    const int threads = backend.cpu.threads > 0 ? backend.cpu.threads : cpu::available_cpus();
+    g->backend_.cpu.threads = std::max(1, threads / N);
+    g->comms_ = make_in_process_group(N);
+  }
   g->sources_.resize(size_t(N));
   g->runner_ = std::make_unique<RankRunner>(N);
   g->status_.resize(size_t(N));
@@ -38,7 +53,9 @@ Status RankGroup::add_ranks(const ModelConfig& config, const WeightSource& sourc
                             const KvCacheOptions& ko) {
   for (int r = 1; r < size(); ++r) {
     Rank rk;
-    MUSE_ASSIGN_OR_RETURN(rk.backend, create_backend(backend_));
+    BackendOptions bo = backend_;
+    bo.gpu = r;  // CUDA: rank r on device r
+    MUSE_ASSIGN_OR_RETURN(rk.backend, create_backend(bo));
     mo.weights.shard = rank(r);
     mo.comm = comms_[size_t(r)].get();
     auto model = MuseModel::create(*rk.backend, config, shard_source(r, source), mo);
