@@ -419,6 +419,11 @@ Result<Plan> make_plan(const PlanOptions& options) {
                            gib_text(double(p.hardware.host_memory_bytes)));
   }
   p.fits = p.problems.empty();
+  if (D > 1) {
+    // The split `muse serve --tensor-parallel-size D` would load (model/sharding.h).
+    const Status split = check_parallel(c, ParallelOptions{D, p.options.expert_parallel});
+    if (!split.ok()) p.warnings.push_back("muse serve would refuse this split: " + split.message());
+  }
   if (kv.replication > 1)
     p.warnings.push_back(std::to_string(D) + " GPUs exceed the model's " + std::to_string(c.num_kv_heads) +
                          " KV heads: each KV head is stored " + std::to_string(kv.replication) + " times");
