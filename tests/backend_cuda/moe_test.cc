@@ -219,6 +219,39 @@ TEST_P(Moe, TokenIsBatchInvariant) {
   EXPECT_EQ(rb, rb2) << "the same experts twice differ";
 }
 
+// Expert parallelism: two ranks each holding half the experts (expert_base
+// 0 and E/2). Every token here routes all its slots into one half, so the
+// rank holding it returns exactly the whole result and the other exactly 0.
+TEST_P(Moe, ExpertParallelHalvesSkipTheOtherRanksSlots) {
+  const ExpertCase c{24, 8, 3, 64, 32, DType::BF16};
+  const int64_t half = c.E / 2;
+  auto u = random_floats(static_cast<size_t>(c.T * c.Hm), 5000);
+  auto gu = random_floats(static_cast<size_t>(c.E * 2 * c.I * c.Hm), 5001, 0.1f);
+  auto dn = random_floats(static_cast<size_t>(c.E * c.Hm * c.I), 5002, 0.1f);
+  auto gain = random_floats(static_cast<size_t>(c.Hm), 5003, 0.3f, 1.0f);
+  auto w = random_floats(static_cast<size_t>(c.T * c.K), 5005, 0.2f, 0.5f);
+  std::vector<int32_t> ids;
+  for (int64_t t = 0; t < c.T; ++t)
+    for (int64_t k = 0; k < c.K; ++k) ids.push_back(int32_t((t % 2 ? half : 0) + (t + k) % half));
+  Tensor tu = up(act(), {c.T, c.Hm}, u), tgu = up(c.wdt, {c.E, 2 * c.I, c.Hm}, gu),
+         tdn = up(c.wdt, {c.E, c.Hm, c.I}, dn), tg = up(DType::F32, {c.Hm}, gain), tw = up(DType::F32, {c.T, c.K}, w);
+  Tensor tids = up_i32({c.T, c.K}, ids);
+  Tensor whole = poisoned(act(), {c.T, c.Hm}), lo = poisoned(act(), {c.T, c.Hm}), hi = poisoned(act(), {c.T, c.Hm});
+  b().moe_experts(whole, tu, tgu, tdn, tg, tids, tw, 1e-6f);
+  b().moe_experts(lo, tu, tgu.rows(0, half), tdn.rows(0, half), tg, tids, tw, 1e-6f, 0);
+  b().moe_experts(hi, tu, tgu.rows(half, half), tdn.rows(half, half), tg, tids, tw, 1e-6f, half);
+  run();
+  auto rw = get_bytes(whole), rl = get_bytes(lo), rh = get_bytes(hi);
+  const size_t row = size_t(c.Hm) * whole.element_bytes();
+  const std::vector<char> zero(row, 0);
+  for (int64_t t = 0; t < c.T; ++t) {
+    const auto& mine = t % 2 ? rh : rl;
+    const auto& other = t % 2 ? rl : rh;
+    EXPECT_EQ(0, std::memcmp(mine.data() + size_t(t) * row, rw.data() + size_t(t) * row, row)) << "token " << t;
+    EXPECT_EQ(0, std::memcmp(other.data() + size_t(t) * row, zero.data(), row)) << "token " << t << ": not skipped";
+  }
+}
+
 TEST_P(Moe, BadExpertIdIsAnError) {
   const ExpertCase c{2, 4, 2, 16, 8, DType::BF16};
   auto u = random_floats(32, 1), gu = random_floats(static_cast<size_t>(4 * 16 * 16), 2), dn = random_floats(static_cast<size_t>(4 * 16 * 8), 3);

@@ -14,13 +14,14 @@ accepted=(
   "--tensor-parallel-size 1" "--max-model-len 32768" "--max-model-len 128k" "--max-num-batched-tokens 4096"
   "--gpu-memory-utilization 0.95" "--enable-chunked-prefill" "--reasoning-parser muse" "--tool-call-parser muse"
   "--enable-auto-tool-choice" "--max-num-seqs 32" "--reasoning-parser muse_glimmer"
+  "--tensor-parallel-size 8" "--enable-expert-parallel"
 )
 refused=(
   "--attention-backend ROCM_AITER_FA" "--compilation-config {\"cudagraph_mode\":\"FULL_AND_PIECEWISE\"}"
-  "--distributed-executor-backend mp" "--moe-backend triton" "--enable-expert-parallel"
+  "--distributed-executor-backend mp" "--moe-backend triton"
   "--speculative-config {\"method\":\"dspark\"}" "--kernel-config {\"enable_flashinfer_autotune\":false}"
   "--offload-backend uva" "--cpu-offload-gb 310" "--cpu-offload-params experts" "--quantization gptq"
-  "--model-path x" "--tp-size 2" "--tensor-parallel-size 8"
+  "--model-path x" "--tp-size 2" "--tensor-parallel-size 0"
 )
 
 # All accepted flags at once (as the recipes combine them): the server must

@@ -19,4 +19,10 @@ err=$("$muse" run --prompt hi --prompt-ids 1,2 2>&1) && fail "--prompt with --pr
 err=$("$muse" run 2>&1) && fail "no prompt accepted"
 [[ "$err" == *"--prompt-ids is required"* ]] || fail "unclear error: $err"
 err=$("$muse" run --prompt-ids 1 --raw 2>&1) && fail "--raw without --prompt accepted"
+# Tensor + expert parallelism on the CPU (2 ranks as threads): the same greedy text.
+tp=$("$muse" run --prompt "What color is the sky?" --max-tokens 48 --tensor-parallel-size 2 --enable-expert-parallel 2>/dev/null) ||
+  fail "muse run --tensor-parallel-size 2 exited $?"
+[ "$out" == "$tp" ] || fail "TP 2 / EP 2 greedy text differs from one rank: $tp"
+err=$("$muse" run --prompt hi --tensor-parallel-size 2 2>&1) && fail "Spark at TP 2 without expert parallelism accepted"
+[[ "$err" == *"--enable-expert-parallel"* ]] || fail "unclear error: $err"
 echo "PASS: $(printf '%s' "$out" | head -c 120)"

@@ -22,6 +22,14 @@ add_test(NAME serving_load_real_shared_prefix
                  -- --max-num-seqs 64 --max-model-len 512 --kv-cache-memory-bytes 8M --block-size 16)
 set_tests_properties(serving_load_real_shared_prefix PROPERTIES TIMEOUT 600 LABELS "load")
 
+# The real engine split over 2 CPU ranks (threads; muse-tiny is a Spark, so
+# with expert parallelism): concurrent greedy streams equal each request alone.
+add_test(NAME serving_load_real_tp2
+         COMMAND server_load_test --muse $<TARGET_FILE:muse> --clients 24 --real --max-tokens 16
+                 -- --tensor-parallel-size 2 --enable-expert-parallel --max-num-seqs 8 --max-model-len 512
+                    --kv-cache-memory-bytes 8M --block-size 16)
+set_tests_properties(serving_load_real_tp2 PROPERTIES TIMEOUT 300 LABELS "load")
+
 # `muse run` with no model (the embedded one), --prompt/--raw/--json.
 add_test(NAME serving_muse_run COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/serving/muse_run.sh $<TARGET_FILE:muse>)
 set_tests_properties(serving_muse_run PROPERTIES TIMEOUT 120)

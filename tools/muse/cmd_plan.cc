@@ -57,6 +57,8 @@ int plan_command(int argc, char** argv) {
   args.option("--gpus", &gpus, "N", "number of GPUs (overrides the profile)");
   args.alias("--tensor-parallel-size", "--gpus");
   args.alias("-tp", "--gpus");
+  args.flag("--enable-expert-parallel", &o.expert_parallel,
+            "as `muse serve`: routed experts split by expert (the same bytes per GPU; Spark needs it for --gpus > 1)");
   args.option("--gpu-memory-gb", &gpu_mem, "GIB", "memory per GPU, GiB");
   args.option("--gpu-bandwidth-gbs", &gpu_bw, "GB/S", "memory bandwidth per GPU, GB/s");
   args.option("--host-memory-gb", &host_mem, "GIB", "host DRAM of the machine, GiB");

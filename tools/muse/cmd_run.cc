@@ -57,6 +57,7 @@ struct RunOptions {
   bool language_model_only = false;
   bool ignore_eos = false;
   int64_t max_num_batched_tokens = 256;
+  ParallelOptions parallel;  // --tensor-parallel-size, --enable-expert-parallel (docs/parallel.md)
 };
 
 bool is_directory(const std::string& path) {
@@ -134,6 +135,10 @@ int run_command(int argc, char** argv) {
   args.option("--quantization", &quantization, "F", "nvfp4, mxfp4, fp8 or int4: quantize a BF16 checkpoint while loading");
   args.option("--max-num-batched-tokens", &o.max_num_batched_tokens, "N", "prefill chunk, tokens per step (default 256)");
   args.flag("--language-model-only", &o.language_model_only, "skip vision/audio tensors in the checkpoint");
+  args.option("--tensor-parallel-size", &o.parallel.tensor_parallel_size, "N",
+              "ranks the model is split over (--device cpu: threads of this process; default 1)");
+  args.alias("-tp", "--tensor-parallel-size");
+  args.flag("--enable-expert-parallel", &o.parallel.expert_parallel, "split the routed experts by expert over the ranks");
   if (int rc = parse_flags(args, argc, argv, "run"); rc >= 0) return rc;
 
   if (o.model.empty()) o.model = positional_model;
@@ -190,8 +195,9 @@ int run_command(int argc, char** argv) {
 
   auto device = parse_device(o.device);
   if (!device.ok()) return fail(device.message());
-  if (Status st = check_device(*device); !st.ok()) return fail(st.message());
+  if (Status st = check_devices(*device, o.parallel.tensor_parallel_size); !st.ok()) return fail(st.message());
   EngineOptions eo;
+  eo.parallel = o.parallel;
   eo.backend.device = *device;
   eo.backend.cpu.threads = o.threads;
   if (!quantization.empty()) {

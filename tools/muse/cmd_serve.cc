@@ -113,7 +113,6 @@ void declare_refused(ArgParser& args) {
       {"--offload-backend", true, "expert offload is not implemented yet"},
       {"--distributed-executor-backend", true, "muse runs in one process on one GPU"},
       {"--pipeline-parallel-size", true, "muse runs on one GPU"},
-      {"--enable-expert-parallel", false, "muse runs on one GPU (no expert parallelism yet)"},
       {"--moe-backend", true, "muse has one MoE implementation per backend"},
       {"--speculative-config", true, "speculative decoding (DSpark) is not implemented yet"},
       {"--lora-modules", true, "LoRA adapters are not implemented yet"},
@@ -188,7 +187,11 @@ int serve_main(int argc, char** argv, const ServeBackendOverride* override) {
   args.flag("--enable-auto-tool-choice", &enable_auto_tool_choice, "allow tool_choice \"auto\" (on by default in muse: the Muse parser is built in)");
   args.flag("--enable-chunked-prefill", &o.engine.enable_chunked_prefill, "split long prompts over steps (always on)");
   args.flag("--language-model-only", &o.engine.language_model_only, "serve text only (muse serves text only today)");
-  args.option("--tensor-parallel-size", &o.engine.tensor_parallel_size, "N", "GPUs per model (only 1 is supported)");
+  args.option("--tensor-parallel-size", &o.engine.tensor_parallel_size, "N",
+              "ranks the model is split over (attention heads, MLP rows, vocabulary; default 1); with --device cpu "
+              "they run as threads of this process, with --device cuda one per GPU (docs/parallel.md)");
+  args.flag("--enable-expert-parallel", &o.engine.enable_expert_parallel,
+            "split the routed experts by expert over the tensor-parallel ranks (Spark needs it for TP > 1)");
   args.alias("-tp", "--tensor-parallel-size");
   args.option("--seed", &o.engine.seed, "N", "seed for requests that give none (default: random per request)");
   args.option("--max-logprobs", &o.api.max_logprobs, "N", "largest logprobs/top_logprobs accepted (default 20)");
@@ -245,7 +248,8 @@ int serve_main(int argc, char** argv, const ServeBackendOverride* override) {
   if (!o.engine.quantization.empty() && !parse_quant_kind(o.engine.quantization).ok())
     return fail("--quantization " + o.engine.quantization + ": muse reads a quantized checkpoint's format from its "
                 "config; --quantization quantizes a BF16 checkpoint while loading and takes nvfp4, mxfp4, fp8 or int4");
-  if (o.engine.tensor_parallel_size != 1) return fail("--tensor-parallel-size " + std::to_string(o.engine.tensor_parallel_size) + ": muse runs on one GPU (only 1 is supported)");
+  if (o.engine.tensor_parallel_size < 1 || o.engine.tensor_parallel_size > 64)
+    return fail("--tensor-parallel-size " + std::to_string(o.engine.tensor_parallel_size) + ": expected 1 to 64");
   if (!(o.engine.gpu_memory_utilization > 0 && o.engine.gpu_memory_utilization <= 1)) return fail("--gpu-memory-utilization must be in (0, 1]");
   if (o.engine.max_num_seqs < 1) return fail("--max-num-seqs must be >= 1");
   if (o.engine.max_num_batched_tokens < 1) return fail("--max-num-batched-tokens must be >= 1");

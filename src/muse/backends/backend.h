@@ -45,6 +45,8 @@
 
 namespace muse {
 
+class Communicator;  // parallel/communicator.h
+
 // How a norm applies its gain `c` (already in effective form: the model
 // folds offset gains `1 + w` at load, so backends see one convention).
 enum class NormGain {
@@ -213,14 +215,30 @@ class Backend {
   // ŷ = rms_eps(y ⊙ post_gain); out_t = Σ_k w_k ŷ_k (in the order of `ids`).
   // u/out [T, Hm]; gate_up [E, 2I, Hm]; down [E, Hm, I] (dense, or both
   // quantized: a fused-expert quantized weight holds E matrices).
+  // Expert parallelism (expert_base >= 0): the weights hold experts
+  // [expert_base, expert_base + E) of the router's ids; slots routed to
+  // other experts are skipped, so out_t is this rank's part of the sum (the
+  // ranks' parts are all-reduced). -1: every expert is here.
   virtual void moe_experts(const Tensor& out, const Tensor& u, const Tensor& gate_up, const Tensor& down,
-                           const Tensor& post_gain, const Tensor& ids, const Tensor& weights, float eps) = 0;
+                           const Tensor& post_gain, const Tensor& ids, const Tensor& weights, float eps,
+                           int64_t expert_base = -1) = 0;
 
   // out[i] = in[rows[i]] (I32 rows).
   virtual void gather_rows(const Tensor& out, const Tensor& in, const Tensor& rows) = 0;
 
   // x ← cap · tanh(x · multiplier / cap) (cap 0: x ← x · multiplier).
   virtual void softcap(const Tensor& x, float multiplier, float cap) = 0;
+
+  // ---- collectives (parallel/communicator.h), enqueued like any op ---------
+  // They run when the step reaches them (CPU: on the executing thread;
+  // CUDA: on the stream), so a step with collectives is still one execute().
+  // Every rank of `comm` enqueues the same collectives in the same order.
+  // t ← Σ_ranks t (the partial sums of row-split products; F32 on the CPU).
+  virtual void all_reduce_sum(const Tensor& t, Communicator& comm) = 0;
+  // out = every rank's `in`, rank-major (out.numel() = size · in.numel()).
+  virtual void all_gather(const Tensor& out, const Tensor& in, Communicator& comm) = 0;
+  // in and out hold size() equal blocks; block j of in goes to rank j.
+  virtual void all_to_all(const Tensor& out, const Tensor& in, Communicator& comm) = 0;
 
  protected:
   uint64_t buffers_created_ = 0;  // backends count in alloc / import_weight

@@ -9,6 +9,7 @@
 #include "muse/model/weight_table.h"
 
 #include "muse/engine/checkpoint_source.h"
+#include "muse/engine/rank_group.h"
 
 namespace muse {
 
@@ -21,9 +22,9 @@ constexpr uint64_t kDeviceReserveBytes = uint64_t(512) << 20;
 
 // Bytes the weights take on `backend` (matrices in its matrix dtype, the
 // rest F32), to refuse a model that cannot fit before uploading any of it.
-uint64_t resident_weight_bytes(const ModelConfig& config, const Backend& backend) {
+uint64_t resident_weight_bytes(const ModelConfig& config, const Backend& backend, const ParallelRank& rank) {
   uint64_t bytes = 0;
-  for (const WeightSpec& s : describe_weights(config)) {
+  for (const WeightSpec& s : shard_weights(config, rank)) {  // this rank's shard (the whole model on one rank)
     const bool matrix = s.shape.size() >= 2 && s.reference_dtype == DType::BF16;
     const DType dt = matrix ? backend.matrix_dtype(DType::BF16) : DType::F32;
     bytes += uint64_t(s.numel()) * uint64_t(dtype_bits(dt) / 8);
@@ -118,7 +119,12 @@ Status Engine::init(const ModelConfig& config, const EngineOptions& options, con
     return make_error("gpu_memory_utilization must be in (0, 1]");
   if (options.kv_max_rollback < 0) return make_error("kv_max_rollback must not be negative");
   if (options.kv_pages < 0) return make_error("kv_pages must not be negative");
-  MUSE_ASSIGN_OR_RETURN(backend_, create_backend(options.backend));
+  BackendOptions backend_options = options.backend;
+  if (options.parallel.tensor_parallel_size != 1) {
+    MUSE_ASSIGN_OR_RETURN(group_, RankGroup::create(config, options.parallel, options.backend));
+    backend_options = group_->backend_options();
+  }
+  MUSE_ASSIGN_OR_RETURN(backend_, create_backend(backend_options));
   KvCacheOptions ko;
   ko.max_sequences = options.max_sequences;
   ko.block_size = options.kv_block_size;
@@ -147,7 +153,7 @@ Status Engine::init(const ModelConfig& config, const EngineOptions& options, con
                         std::to_string(double(mem0.free) / kGiB) + " GiB of the GPU's " +
                         std::to_string(double(mem0.total) / kGiB) +
                         " GiB are free (another process holds the rest): lower it");
-    const uint64_t wb = resident_weight_bytes(config, *backend_);
+    const uint64_t wb = resident_weight_bytes(config, *backend_, group_ ? group_->rank(0) : ParallelRank{});
     if (wb + kDeviceReserveBytes > requested)
       return make_error("the model's weights need " + std::to_string(double(wb) / kGiB) + " GiB on the GPU; " +
                         "--gpu-memory-utilization " + std::to_string(options.gpu_memory_utilization) + " of " +
@@ -177,9 +183,23 @@ Status Engine::init(const ModelConfig& config, const EngineOptions& options, con
   mo.plan = cap;
   mo.kv_block_size = ko.block_size;
   mo.weights.quantize = options.quantization;
-  MUSE_ASSIGN_OR_RETURN(model_, MuseModel::create(*backend_, config_, reader ? *reader : *source_, mo));
-  if (device && options.kv_pages == 0) MUSE_RETURN_IF_ERROR(size_device_kv(mem0, requested, geo, &ko));
-  MUSE_ASSIGN_OR_RETURN(kv_, KvCache::create(*backend_, config_, ko));
+  const WeightSource& weights = reader ? *reader : *source_;
+  if (group_) {  // rank 0 here, the other ranks in the group; each its own shard and KV heads
+    mo.weights.shard = group_->rank(0);
+    mo.comm = &group_->comm(0);
+    MUSE_ASSIGN_OR_RETURN(model_, MuseModel::create(*backend_, config_, group_->shard_source(0, weights), mo));
+    const ModelConfig kv_config = rank_kv_config(config_, mo.weights.shard);
+    // GPUs: rank 0's budget sizes every rank's pool (the ranks are alike).
+    if (device && options.kv_pages == 0)
+      MUSE_RETURN_IF_ERROR(size_device_kv(mem0, requested, KvGeometry::of(kv_config, ko.block_size, ko.max_rollback,
+                                                                          dtype_bits(kv_dt) / 8), &ko));
+    MUSE_ASSIGN_OR_RETURN(kv_, KvCache::create(*backend_, kv_config, ko));
+    MUSE_RETURN_IF_ERROR(group_->add_ranks(config_, weights, mo, ko));
+  } else {
+    MUSE_ASSIGN_OR_RETURN(model_, MuseModel::create(*backend_, config_, weights, mo));
+    if (device && options.kv_pages == 0) MUSE_RETURN_IF_ERROR(size_device_kv(mem0, requested, geo, &ko));
+    MUSE_ASSIGN_OR_RETURN(kv_, KvCache::create(*backend_, config_, ko));
+  }
   plan_ = StepPlanBuilder(cap);
   logits_.assign(size_t(cap.max_logit_rows * config_.vocab_size), 0.0f);
   item_logit_row_.reserve(size_t(cap.max_seqs) + 1);
@@ -215,6 +235,12 @@ Status Engine::size_device_kv(const Backend::Memory& before, uint64_t requested,
 }
 
 Engine::~Engine() = default;
+
+std::vector<CollectiveTraffic> Engine::parallel_traffic() const {
+  std::vector<CollectiveTraffic> t;
+  for (int r = 0; group_ && r < group_->size(); ++r) t.push_back(group_->comm(r).traffic());
+  return t;
+}
 
 Result<std::unique_ptr<Session>> Engine::new_session(std::span<const int32_t> tokens) {
   const int64_t max_cached = std::min<int64_t>(int64_t(tokens.size()) - 1, max_model_len_);
@@ -293,7 +319,9 @@ Status Engine::step(std::span<const StepItem> items) {
               it.logits == LogitsWanted::Last);
   }
   item_logit_row_.push_back(plan_.logit_rows());
-  if (Status st = model_->forward(plan_, kv_->layers(), logits_.data()); !st.ok()) return undo(st);
+  Status st = group_ ? group_->forward(*model_, kv_->layers(), plan_, logits_.data())
+                     : model_->forward(plan_, kv_->layers(), logits_.data());
+  if (!st.ok()) return undo(st);
 
   for (const StepItem& it : items) {
     Session& s = *it.session;

@@ -21,6 +21,7 @@
 #include "muse/loading/checkpoint.h"
 #include "muse/model/config.h"
 #include "muse/model/muse_model.h"
+#include "muse/parallel/communicator.h"
 
 namespace muse {
 
@@ -47,6 +48,9 @@ struct EngineOptions {
   // --quantization: quantize a BF16 checkpoint's experts (and, per format,
   // attention) while loading (model/weight_table.h quantized_at_load).
   QuantKind quantization = QuantKind::None;
+  // --tensor-parallel-size / --enable-expert-parallel: the model split over
+  // ranks (model/sharding.h), stepped together (engine/rank_group.h).
+  ParallelOptions parallel;
 };
 
 enum class LogitsWanted { None, Last, All };
@@ -60,6 +64,7 @@ struct EngineLoadProgress {
 using EngineLoadProgressFn = std::function<void(const EngineLoadProgress&)>;
 
 class Session;
+class RankGroup;
 
 struct StepItem {
   Session* session = nullptr;
@@ -88,6 +93,8 @@ class Engine {
   Backend& backend() { return *backend_; }
   const MuseModel& model() const { return *model_; }
   const KvCache& kv_cache() const { return *kv_; }
+  // Tensor parallelism: each rank's collective traffic so far (docs/parallel.md); empty on one rank.
+  std::vector<CollectiveTraffic> parallel_traffic() const;
 
   // A new sequence; an error when max_sequences are alive. With prefix
   // caching it starts with the longest cached prefix of `tokens` (at most
@@ -125,6 +132,7 @@ class Engine {
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<MuseModel> model_;
   std::unique_ptr<KvCache> kv_;
+  std::unique_ptr<RankGroup> group_;  // tensor parallelism: the other ranks (backend_/model_/kv_ are rank 0)
   StepPlanBuilder plan_;
   std::vector<float> logits_;            // [max_logit_rows, vocab]
   std::vector<int64_t> item_logit_row_;  // first logit row of each item, and the end

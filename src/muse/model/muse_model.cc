@@ -2,9 +2,12 @@
 // decoders share (embedding, attention, dense MLP, head).
 #include "muse/model/muse_model.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "muse/model/muse_model_impl.h"
+#include "muse/parallel/communicator.h"
 
 namespace muse {
 
@@ -20,6 +23,15 @@ Result<std::unique_ptr<MuseModel>> MuseModel::create(Backend& backend, const Mod
   if (cap.max_rows < 1 || cap.max_seqs < 1 || cap.max_logit_rows < 1 || cap.max_blocks < 1 || options.kv_block_size < 1)
     return make_error("model options: step capacity must be at least 1 everywhere");
   std::unique_ptr<MuseModel> m(new MuseModel(backend, config));
+  const ParallelRank& pr = options.weights.shard;
+  if (pr.active()) {
+    if (!options.comm || options.comm->size() != pr.size || options.comm->rank() != pr.rank)
+      return make_error("model options: a parallel rank needs its group's communicator");
+    MUSE_RETURN_IF_ERROR(check_parallel(config, ParallelOptions{pr.size, pr.expert_parallel}));
+    m->parallel_ = pr;
+    m->comm_ = options.comm;
+  }
+  m->widths_ = rank_widths(config, m->parallel_);
   MUSE_ASSIGN_OR_RETURN(m->weights_, upload_weights(backend, config, source, options.weights));
   MUSE_RETURN_IF_ERROR(m->allocate(options));
   return m;
@@ -33,7 +45,9 @@ MuseModel::~MuseModel() {
 Status MuseModel::allocate(const ModelOptions& options) {
   const ModelConfig& c = config_;
   cap_ = options.plan;
-  const int64_t R = cap_.max_rows, L = cap_.max_logit_rows, H = c.hidden_size, Q = c.q_dim(), KV = c.kv_dim();
+  // This rank's widths (the whole model on one rank).
+  const int64_t R = cap_.max_rows, L = cap_.max_logit_rows, H = c.hidden_size, Q = widths_.q_heads * c.head_dim,
+                KV = widths_.kv_heads * c.head_dim, Vl = widths_.vocab;
   // Activations the model does not define as fp32 are stored in the
   // backend's activation dtype (F32 on the CPU, BF16 on the GPU); Spark's
   // residual stream, the router and the logits stay F32 everywhere.
@@ -50,7 +64,7 @@ Status MuseModel::allocate(const ModelOptions& options) {
   bool sparse = false;
   for (int64_t l = 0; l < c.num_layers; ++l) {
     if (c.is_sparse(l)) sparse = true;
-    else ffn = c.intermediate_size;
+    else ffn = widths_.intermediate;
   }
   Tensor plan_buffer;
   MUSE_RETURN_IF_ERROR(make(plan_buffer, DType::I32, {StepPlanLayout::for_capacity(cap_).total}));
@@ -78,7 +92,11 @@ Status MuseModel::allocate(const ModelOptions& options) {
     MUSE_RETURN_IF_ERROR(make(buf_.moe_out, act, {R, Hm}));
   }
   MUSE_RETURN_IF_ERROR(make(buf_.head_in, stream, {L, H}));  // rows of x
-  MUSE_RETURN_IF_ERROR(make(buf_.logits, DType::F32, {L, c.vocab_size}));
+  MUSE_RETURN_IF_ERROR(make(buf_.logits, DType::F32, {L, Vl}));
+  if (parallel_.active()) {
+    MUSE_RETURN_IF_ERROR(make(buf_.gathered_logits, DType::F32, {parallel_.size * L * Vl}));
+    gathered_host_.assign(size_t(parallel_.size * L * Vl), 0.0f);
+  }
   return Status::Ok();
 }
 
@@ -88,7 +106,7 @@ Status MuseModel::forward(const StepPlanBuilder& plan, std::span<const KvLayerSt
   if (T < 1 || T > cap_.max_rows) return make_error("step of " + std::to_string(T) + " rows (1.." + std::to_string(cap_.max_rows) + ")");
   if (plan.layout().total != plan_.layout.total) return make_error("step plan built for another capacity");
   if (int64_t(kv.size()) != c.num_layers) return make_error("step input: one KV storage per layer expected");
-  if (R > 0 && !logits) return make_error("step input: logits wanted but no output buffer");
+  if (R > 0 && !logits && !parallel_.active()) return make_error("step input: logits wanted but no output buffer");
 
   Step s;
   s.T = T;
@@ -127,9 +145,21 @@ Status MuseModel::forward(const StepPlanBuilder& plan, std::span<const KvLayerSt
     b.rms_norm(head_in, head_in, weights_.final_norm, NormGain::After, float(c.rms_norm_eps));
     b.matmul(out, head_in, weights_.lm_head);
     b.softcap(out, float(c.output_multiplier), float(c.final_logit_softcapping));
+    // Each rank holds a vocabulary shard of the logits: gather them all.
+    if (comm_) b.all_gather(buf_.gathered_logits.rows(0, parallel_.size * R * widths_.vocab), out, *comm_);
   }
   MUSE_RETURN_IF_ERROR(b.execute());
-  if (R > 0) MUSE_RETURN_IF_ERROR(b.download(buf_.logits.rows(0, R), logits));
+  if (R > 0 && logits && !comm_) MUSE_RETURN_IF_ERROR(b.download(buf_.logits.rows(0, R), logits));
+  if (R > 0 && logits && comm_) {
+    // [rank][row][shard] -> [row][vocab]; the last shard's padding is dropped.
+    const int64_t N = parallel_.size, Vl = widths_.vocab, V = c.vocab_size;
+    MUSE_RETURN_IF_ERROR(b.download(buf_.gathered_logits.rows(0, N * R * Vl), gathered_host_.data()));
+    for (int64_t r = 0; r < N; ++r) {
+      const int64_t cols = std::min(Vl, V - r * Vl);
+      for (int64_t i = 0; i < R && cols > 0; ++i)
+        std::memcpy(logits + i * V + r * Vl, gathered_host_.data() + (r * R + i) * Vl, size_t(cols) * 4);
+    }
+  }
   return Status::Ok();
 }
 
@@ -151,6 +181,7 @@ void MuseModel::attention_block(const Step& s, int64_t l, const KvLayerStorage& 
   b.kv_store(kv, s.k, s.v, *s.plan);
   b.output_gate(s.o, s.g, c.head_dim, c.is_spark(), float(c.rms_norm_eps));
   b.matmul(s.a, s.o, w.o);
+  reduce(s.a);  // o_proj is row-split: each rank holds its heads' part of the sum
 }
 
 // f = down(silu(gate·h) ⊙ up·h) into s.a.
@@ -160,6 +191,7 @@ void MuseModel::dense_mlp(const Step& s, const LayerWeights& w) {
   b.project(s.h, gu);
   b.swiglu(s.mlp_gate, s.mlp_gate, s.mlp_up);
   b.matmul(s.a, s.mlp_gate, w.mlp_down);
+  reduce(s.a);  // down is row-split
 }
 
 }  // namespace muse

@@ -13,6 +13,7 @@
 
 #include "muse/backends/backend.h"
 #include "muse/model/config.h"
+#include "muse/model/sharding.h"
 #include "muse/model/weights.h"
 
 namespace muse {
@@ -22,7 +23,12 @@ struct ModelOptions {
   // activation buffers, the plan buffer and the logits are sized for it.
   StepPlanCapacity plan{256, 256, 256, 1};
   int64_t kv_block_size = 64;  // positions per full-layer KV block
-  WeightLoadOptions weights;   // load-time quantization
+  WeightLoadOptions weights;   // load-time quantization; weights.shard: this rank's part
+  // Tensor/expert parallelism (weights.shard active): the rank's group. The
+  // forward pass then computes with the rank's heads, MLP rows, experts and
+  // vocabulary shard, and meets the other ranks in collectives
+  // (docs/parallel.md).
+  Communicator* comm = nullptr;
 };
 
 class MuseModel {
@@ -41,7 +47,9 @@ class MuseModel {
 
   // Runs the step `plan` describes (its host image, uploaded with one copy);
   // `logits` receives [plan.logit_rows(), vocab_size] floats (the only
-  // download). `kv` has one entry per layer. Allocates nothing.
+  // download). `kv` has one entry per layer. Allocates nothing. Under
+  // tensor parallelism every rank runs forward on the same plan at once;
+  // `logits` may then be null (a rank other than the one sampling).
   Status forward(const StepPlanBuilder& plan, std::span<const KvLayerStorage> kv, float* logits);
 
  private:
@@ -53,11 +61,19 @@ class MuseModel {
   void glimmer_layer(const Step& s, int64_t layer, const KvLayerStorage& kv);  // glimmer_forward.cc
   void spark_layer(const Step& s, int64_t layer, const KvLayerStorage& kv);    // spark_forward.cc
   void dense_mlp(const Step& s, const LayerWeights& w);
+  // Sums a row-split product's partial sums over the ranks (nothing on one rank).
+  void reduce(const Tensor& t) {
+    if (comm_) backend_.all_reduce_sum(t, *comm_);
+  }
 
   Backend& backend_;
   ModelConfig config_;
   ModelWeights weights_;
   StepPlanCapacity cap_;
+  ParallelRank parallel_;
+  Communicator* comm_ = nullptr;  // set only when parallel_ is active
+  RankWidths widths_;
+  std::vector<float> gathered_host_;  // [ranks, max_logit_rows, vocab shard], reordered into [rows, vocab]
   StepPlanView plan_;  // the plan buffer in backend memory
   // Activation buffers, [max_rows, ...]; head_in and logits [max_logit_rows, ...].
   struct Buffers {
@@ -68,6 +84,7 @@ class MuseModel {
     Tensor mlp_gate, mlp_up;
     Tensor router_logits, expert_ids, expert_weights, latent, moe_out;
     Tensor head_in, logits;
+    Tensor gathered_logits;  // every rank's logits shard (tensor parallelism)
   } buf_;
   std::vector<Tensor> owned_;
 };

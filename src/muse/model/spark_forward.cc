@@ -27,8 +27,12 @@ void MuseModel::spark_layer(const Step& s, int64_t l, const KvLayerStorage& kv) 
     b.matmul(s.latent, s.h, w.pre_expert_proj);
     b.rms_norm(s.latent, s.latent, w.pre_expert_norm, NormGain::After, eps);
     // 7-8: m = Σ_k w_k · rms_1e-8(down_e(silu(γ) ⊙ υ) ⊙ (1+w_postexp)); f = m·W_postᵀ
+    // Expert parallelism: each rank runs the slots routed to its experts and
+    // the parts are summed at the latent width, before the (replicated)
+    // unpooler: half the traffic of a reduction at the hidden width.
     b.moe_experts(s.moe_out, s.latent, w.experts_gate_up, w.experts_down, w.post_expert_norm, s.expert_ids,
-                  s.expert_weights, post_eps);
+                  s.expert_weights, post_eps, comm_ ? widths_.expert_begin : -1);
+    reduce(s.moe_out);
     b.matmul(s.a, s.moe_out, w.post_expert_proj);
   } else {
     dense_mlp(s, w);

@@ -171,7 +171,7 @@ Result<ModelWeights> upload_weights(Backend& backend, const ModelConfig& config,
   };
   std::vector<float> buf, alpha;
   std::vector<uint16_t> bf16_buf;
-  for (const WeightSpec& spec : describe_weights(config)) {
+  for (const WeightSpec& spec : shard_weights(config, options.shard)) {
     Kind kind = Kind::Matrix;
     Tensor* dst = nullptr;
     Tensor* dst2 = nullptr;

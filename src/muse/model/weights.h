@@ -19,6 +19,7 @@
 #include "muse/backends/backend.h"
 #include "muse/model/config.h"
 #include "muse/model/quantize.h"
+#include "muse/model/sharding.h"
 #include "muse/model/weight_table.h"
 
 namespace muse {
@@ -75,6 +76,10 @@ struct WeightLoadOptions {
   // quantized_at_load(kind, ...) names. Slots the source already stores
   // quantized are imported as they are.
   QuantKind quantize = QuantKind::None;
+  // Tensor/expert parallelism: load this rank's shard of every slot
+  // (model/sharding.h shard_weights; the source answers for local specs,
+  // model/shard_source.h). Inactive: the whole model.
+  ParallelRank shard;
 };
 
 struct LayerWeights {

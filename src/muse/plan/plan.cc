@@ -4,6 +4,7 @@
 #include "muse/plan/plan.h"
 
 #include "muse/kv/kv_geometry.h"
+#include "muse/model/sharding.h"
 
 #include <algorithm>
 #include <cctype>
@@ -121,7 +122,21 @@ class Planner {
  public:
   explicit Planner(Plan& p) : p_(p), D_(p.hardware.devices) {}
 
-  int64_t shard(const StoredTensor& t) const { return t.replicated ? t.bytes : (t.bytes + D_ - 1) / D_; }
+  // What one GPU holds of a tensor: the split of the logical weights in it
+  // (model/sharding.h: what the engine's ranks load; rank 0, whose vocabulary
+  // shard is the padded one). Experts split by expert (EP) or along their
+  // intermediate (TP) hold the same bytes.
+  int64_t shard(const StoredTensor& t) const {
+    if (D_ == 1) return t.bytes;
+    if (t.logical.empty()) return t.replicated ? t.bytes : (t.bytes + D_ - 1) / D_;
+    const ParallelRank r0{D_, 0, true};
+    __int128 local = 0, total = 0;
+    for (const WeightSpec& w : t.logical) {
+      local += shard_of(w, p_.model.config, r0).numel();
+      total += w.numel();
+    }
+    return total > 0 ? int64_t((__int128(t.bytes) * local + total - 1) / total) : t.bytes;
+  }
 
   // vLLM's UVA offloader: layers in order, tensors in module order, the
   // budget checked before each tensor, so the last one may overshoot.
@@ -404,6 +419,11 @@ Result<Plan> make_plan(const PlanOptions& options) {
                            gib_text(double(p.hardware.host_memory_bytes)));
   }
   p.fits = p.problems.empty();
+  if (D > 1) {
+    // The split `muse serve --tensor-parallel-size D` would load (model/sharding.h).
+    const Status split = check_parallel(c, ParallelOptions{D, p.options.expert_parallel});
+    if (!split.ok()) p.warnings.push_back("muse serve would refuse this split: " + split.message());
+  }
   if (kv.replication > 1)
     p.warnings.push_back(std::to_string(D) + " GPUs exceed the model's " + std::to_string(c.num_kv_heads) +
                          " KV heads: each KV head is stored " + std::to_string(kv.replication) + " times");

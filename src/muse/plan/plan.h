@@ -35,6 +35,7 @@ struct PlanOptions {
   bool language_model_only = false;   // skip the vision and audio towers
   int64_t decode_context = 0;         // context for the decode ceiling; 0 = min(4096, max_model_len)
   std::optional<double> runtime_overhead_gib;  // per GPU; unset = our estimate
+  bool expert_parallel = false;       // --enable-expert-parallel (docs/parallel.md): experts split by expert
 };
 
 // Sums by weight-table part (parameters or bytes).

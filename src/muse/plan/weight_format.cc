@@ -1,5 +1,7 @@
 #include "muse/plan/weight_format.h"
 
+#include "muse/model/sharding.h"
+
 #include <algorithm>
 #include <cctype>
 
@@ -116,9 +118,7 @@ bool quantized_in(const QuantScheme& s, const WeightSpec& w) {
   return quantizable_slot(kind_of(s.format), w);
 }
 
-bool is_replicated(WeightPart p) {
-  return p == WeightPart::Router || p == WeightPart::Norms || p == WeightPart::ResidualGates;
-}
+bool is_replicated(const WeightSpec& w) { return weight_split(w) == WeightSplit::Replicated; }
 
 }  // namespace
 
@@ -304,6 +304,7 @@ std::vector<StoredTensor> stored_tensors(const ModelConfig& c, const std::vector
           t.params = per[g][kind].params;
           t.bytes = per[g][kind].bytes;
           t.decode_read_fraction = expert_fraction;
+          t.logical = {*group[g]};
           out.push_back(std::move(t));
         }
       }
@@ -343,7 +344,8 @@ std::vector<StoredTensor> stored_tensors(const ModelConfig& c, const std::vector
       t.params = p.params;
       t.bytes = p.bytes;
       t.decode_read_fraction = read_fraction(w);
-      t.replicated = is_replicated(w.part);
+      t.replicated = is_replicated(w);
+      t.logical.assign(weights.begin() + long(i), weights.begin() + long(j));
       out.push_back(std::move(t));
     }
     i = j - 1;

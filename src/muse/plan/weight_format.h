@@ -54,6 +54,10 @@ struct StoredTensor {
   int64_t bytes = 0;
   double decode_read_fraction = 1.0;  // share of its bytes one decoded token reads (batch 1)
   bool replicated = false;      // held whole on every GPU under tensor parallelism
+  // The logical weights it holds (q, k, v for a fused qkv_proj): what a GPU
+  // holds of it under tensor parallelism follows their splits
+  // (model/sharding.h), the rule the engine loads shards with.
+  std::vector<WeightSpec> logical;
 };
 
 // All tensors of the text decoder in module order (layer by layer; inside a

@@ -66,7 +66,9 @@ Result<ServeBackend> make_engine_backend(const EngineServeOptions& options) {
 
   auto device = parse_device(o.device);
   if (!device.ok()) return make_error("muse serve: " + device.message());
-  if (Status st = check_device(*device); !st.ok()) return make_error("muse serve: " + st.message());
+  if (Status st = check_devices(*device, o.tensor_parallel_size); !st.ok()) return make_error("muse serve: " + st.message());
+  const ParallelOptions parallel{o.tensor_parallel_size, o.enable_expert_parallel};
+  if (Status st = check_parallel(*config, parallel); !st.ok()) return make_error("muse serve: " + st.message());
 
   auto adapter = MuseModelAdapter::create(o, *config, int(max_model_len));
   if (!adapter.ok()) return make_error("muse serve: " + adapter.message());
@@ -99,6 +101,7 @@ Result<ServeBackend> make_engine_backend(const EngineServeOptions& options) {
     // (what --gpu-memory-utilization or --kv-cache-memory-bytes leaves).
     eo.kv_pages = 0;
   }
+  eo.parallel = parallel;
   eo.prefix_caching = o.enable_prefix_caching;
   eo.load.language_model_only = o.language_model_only;
   SchedulerOptions& sc = so.scheduler;

@@ -24,7 +24,8 @@ struct EngineServeOptions {
   std::string generation_config = "auto";  // auto: the model's generation_config.json; vllm: none; or a directory
   std::string reasoning_parser;      // muse | muse_glimmer | muse_spark (validated)
   std::string tool_call_parser;
-  int tensor_parallel_size = 1;
+  int tensor_parallel_size = 1;     // ranks the model is split over (docs/parallel.md)
+  bool enable_expert_parallel = false;  // Spark: split routed experts by expert over those ranks
   bool language_model_only = false;  // accepted; muse serves text only today
   bool enable_chunked_prefill = true;
   int64_t seed = 0;

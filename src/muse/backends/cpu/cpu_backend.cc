@@ -10,6 +10,7 @@
 
 #include "muse/backends/profile_table.h"
 #include "muse/backends/cpu/cpu_backend_impl.h"
+#include "muse/parallel/communicator.h"
 
 namespace muse {
 
@@ -402,6 +403,37 @@ void CpuBackend::softcap(const Tensor& x, float multiplier, float cap) {
         v[i] = cap > 0 ? std::tanh(z / cap) * cap : z;
       }
     });
+  });
+}
+
+// Collectives: run on the executing thread when the step reaches them (the
+// communicator blocks until every rank is there).
+void CpuBackend::all_reduce_sum(const Tensor& t, Communicator& comm) {
+  if (!MUSE_CPU_CHECK(t.dtype == DType::F32, "all_reduce_sum", describe(t))) return;
+  Communicator* c = &comm;
+  enqueue(__func__, [this, t, c] {
+    if (Status s = c->all_reduce_sum(t.data, t.numel(), t.dtype, nullptr); !s.ok()) fail(s.message());
+  });
+}
+
+void CpuBackend::all_gather(const Tensor& out, const Tensor& in, Communicator& comm) {
+  if (!MUSE_CPU_CHECK(out.dtype == in.dtype && out.numel() == in.numel() * comm.size(), "all_gather",
+                      describe(out) + " <- " + describe(in)))
+    return;
+  Communicator* c = &comm;
+  enqueue(__func__, [this, out, in, c] {
+    if (Status s = c->all_gather(in.data, out.data, in.numel(), in.dtype, nullptr); !s.ok()) fail(s.message());
+  });
+}
+
+void CpuBackend::all_to_all(const Tensor& out, const Tensor& in, Communicator& comm) {
+  if (!MUSE_CPU_CHECK(out.dtype == in.dtype && out.numel() == in.numel() && in.numel() % comm.size() == 0,
+                      "all_to_all", describe(out) + " <- " + describe(in)))
+    return;
+  Communicator* c = &comm;
+  enqueue(__func__, [this, out, in, c] {
+    if (Status s = c->all_to_all(in.data, out.data, in.numel() / c->size(), in.dtype, nullptr); !s.ok())
+      fail(s.message());
   });
 }
 

@@ -102,9 +102,13 @@ class CpuBackend final : public Backend {
   void moe_route(const Tensor& ids, const Tensor& weights, const Tensor& logits, const Tensor& bias, float multiplier,
                  float scaling) override;
   void moe_experts(const Tensor& out, const Tensor& u, const Tensor& gate_up, const Tensor& down,
-                   const Tensor& post_gain, const Tensor& ids, const Tensor& weights, float eps) override;
+                   const Tensor& post_gain, const Tensor& ids, const Tensor& weights, float eps,
+                   int64_t expert_base) override;
   void gather_rows(const Tensor& out, const Tensor& in, const Tensor& rows) override;
   void softcap(const Tensor& x, float multiplier, float cap) override;
+  void all_reduce_sum(const Tensor& t, Communicator& comm) override;
+  void all_gather(const Tensor& out, const Tensor& in, Communicator& comm) override;
+  void all_to_all(const Tensor& out, const Tensor& in, Communicator& comm) override;
 
   const KernelTable& kernels() const { return k_; }
   ThreadPool& pool() { return pool_; }

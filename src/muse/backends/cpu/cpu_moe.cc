@@ -53,7 +53,8 @@ void CpuBackend::moe_route(const Tensor& ids, const Tensor& weights, const Tenso
 }
 
 void CpuBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& gate_up, const Tensor& down,
-                             const Tensor& post_gain, const Tensor& ids, const Tensor& weights, float eps) {
+                             const Tensor& post_gain, const Tensor& ids, const Tensor& weights, float eps,
+                             int64_t expert_base) {
   const int64_t E = gate_up.dim(0), I2 = gate_up.dim(1), Hm = u.cols();
   if (!MUSE_CPU_CHECK(gate_up.rank == 3 && down.rank == 3 && down.dim(0) == E && gate_up.dim(2) == Hm && down.dim(1) == Hm &&
                  down.dim(2) * 2 == I2 && out.numel() == u.numel() && ids.rows() == u.rows() &&
@@ -63,11 +64,17 @@ void CpuBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& g
                   (gate_up.quant && down.quant)),
              "moe_experts", describe(u) + " experts " + describe(gate_up) + " / " + describe(down)))
     return;
-  enqueue(__func__, [this, out, u, gate_up, down, post_gain, ids, weights, eps, E, I2, Hm] {
+  enqueue(__func__, [this, out, u, gate_up, down, post_gain, ids, weights, eps, E, I2, Hm, expert_base] {
     const int64_t T = u.rows(), K = ids.cols(), I = I2 / 2, R = T * K;
     const int32_t* id = static_cast<const int32_t*>(ids.data);
+    // Slots are grouped by local expert; -1: routed to another rank's expert (skipped).
+    auto local = [&](int64_t r) -> int64_t {
+      const int64_t e = expert_base < 0 ? int64_t(id[r]) : int64_t(id[r]) - expert_base;
+      return e >= 0 && e < E ? e : -1;
+    };
     for (int64_t r = 0; r < R; ++r) {
-      if (id[r] < 0 || id[r] >= E) return fail("moe_experts: expert id " + std::to_string(id[r]) + " out of range");
+      if (expert_base < 0 && (id[r] < 0 || id[r] >= E))
+        return fail("moe_experts: expert id " + std::to_string(id[r]) + " out of range");
     }
     // Group the (token, slot) pairs by expert, tokens in order.
     // Index vectors are members, reused step after step (a step allocates nothing).
@@ -81,11 +88,17 @@ void CpuBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& g
     order.resize(size_t(R));
     start.assign(size_t(E) + 1, 0);
     slot_of.resize(size_t(R));
-    for (int64_t r = 0; r < R; ++r) ++count[size_t(id[r])];
+    for (int64_t r = 0; r < R; ++r)
+      if (local(r) >= 0) ++count[size_t(local(r))];
     for (int64_t e = 0; e < E; ++e) start[size_t(e) + 1] = start[size_t(e)] + count[size_t(e)];
     fill.assign(start.begin(), start.end() - 1);
     for (int64_t r = 0; r < R; ++r) {
-      int64_t g = fill[size_t(id[r])]++;
+      const int64_t e = local(r);
+      if (e < 0) {
+        slot_of[size_t(r)] = -1;
+        continue;
+      }
+      int64_t g = fill[size_t(e)]++;
       order[size_t(g)] = r;
       slot_of[size_t(r)] = g;
     }
@@ -102,7 +115,7 @@ void CpuBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& g
       return gather ? X + start[size_t(e)] * Hm : static_cast<const float*>(u.data);
     };
     if (gather) {
-      pool_.run(R, [&](int64_t g, int) {
+      pool_.run(start[size_t(E)], [&](int64_t g, int) {  // the slots routed here
         std::memcpy(X + g * Hm, static_cast<const float*>(u.data) + (order[size_t(g)] / K) * Hm, size_t(Hm) * 4);
       });
     }
@@ -153,6 +166,7 @@ void CpuBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& g
       std::memset(o, 0, size_t(Hm) * 4);
       for (int64_t k = 0; k < K; ++k) {
         const int64_t g = slot_of[size_t(t * K + k)];
+        if (g < 0) continue;  // another rank's expert
         norm_row(yn, Y + g * Hm, Hm, gain, NormGain::Before, eps, 1.0f);
         k_.axpy(w[t * K + k], yn, o, Hm);
       }

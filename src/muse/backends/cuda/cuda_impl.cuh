@@ -179,9 +179,14 @@ class CudaBackend final : public Backend {
   void moe_route(const Tensor& ids, const Tensor& weights, const Tensor& logits, const Tensor& bias, float multiplier,
                  float scaling) override;
   void moe_experts(const Tensor& out, const Tensor& u, const Tensor& gate_up, const Tensor& down,
-                   const Tensor& post_gain, const Tensor& ids, const Tensor& weights, float eps) override;
+                   const Tensor& post_gain, const Tensor& ids, const Tensor& weights, float eps,
+                   int64_t expert_base) override;
   void gather_rows(const Tensor& out, const Tensor& in, const Tensor& rows) override;
   void softcap(const Tensor& x, float multiplier, float cap) override;
+  // cuda_collectives.cu: the communicator's calls on this backend's stream.
+  void all_reduce_sum(const Tensor& t, Communicator& comm) override;
+  void all_gather(const Tensor& out, const Tensor& in, Communicator& comm) override;
+  void all_to_all(const Tensor& out, const Tensor& in, Communicator& comm) override;
 
  private:
   // An enqueued op: launches its kernels on the stream; returns the launch

@@ -89,19 +89,23 @@ __global__ void moe_route_kernel(int32_t* ids, float* weights, const float* logi
 }
 
 // Groups pairs by expert. Scratch: order[R] (pair of each grouped row),
-// slot_of[R] (grouped row of each pair, -1 when its id is bad), tiles
-// [3 * max_tiles] (expert, first grouped row, rows) and the tile count.
-__global__ void moe_group_kernel(const int32_t* ids, int R, int E, int32_t* order, int32_t* slot_of, int32_t* tiles,
-                                 int32_t* ntiles, DeviceError* err, int op) {
+// slot_of[R] (grouped row of each pair, -1 when its id is bad or, with
+// expert parallelism, another rank's), tiles [3 * max_tiles] (expert, first
+// grouped row, rows) and the tile count. base < 0: every expert is here;
+// else the weights hold experts [base, base + E) and ids are offset by base.
+__device__ __forceinline__ int local_expert(int id, int base) { return base < 0 ? id : id - base; }
+
+__global__ void moe_group_kernel(const int32_t* ids, int R, int E, int base, int32_t* order, int32_t* slot_of,
+                                 int32_t* tiles, int32_t* ntiles, DeviceError* err, int op) {
   extern __shared__ int32_t cnt[];  // count[E], start[E + 1]
   int32_t* start = cnt + E;
   for (int r = threadIdx.x; r < R; r += blockDim.x) {
     slot_of[r] = -1;
-    if (ids[r] < 0 || ids[r] >= E) report_error(err, op, kErrExpert, ids[r], E);
+    if (base < 0 && (ids[r] < 0 || ids[r] >= E)) report_error(err, op, kErrExpert, ids[r], E);
   }
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
     int c = 0;
-    for (int r = 0; r < R; ++r) c += ids[r] == e;
+    for (int r = 0; r < R; ++r) c += local_expert(ids[r], base) == e;
     cnt[e] = c;
   }
   __syncthreads();
@@ -121,7 +125,7 @@ __global__ void moe_group_kernel(const int32_t* ids, int R, int E, int32_t* orde
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
     int g = start[e];
     for (int r = 0; r < R; ++r)
-      if (ids[r] == e) order[g] = r, slot_of[r] = g++;
+      if (local_expert(ids[r], base) == e) order[g] = r, slot_of[r] = g++;
   }
 }
 
@@ -342,8 +346,11 @@ void CudaBackend::moe_route(const Tensor& ids, const Tensor& weights, const Tens
 }
 
 void CudaBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& gate_up, const Tensor& down,
-                              const Tensor& post_gain, const Tensor& ids, const Tensor& weights, float eps) {
+                              const Tensor& post_gain, const Tensor& ids, const Tensor& weights, float eps,
+                              int64_t expert_base) {
   const int64_t E = gate_up.dim(0), I2 = gate_up.dim(1), Hm = u.cols();
+  // Expert parallelism: other ranks' slots get no grouped row (slot_of -1)
+  // and the combine skips them. Compiled, not yet run on a GPU.
   if (!check(gate_up.rank == 3 && down.rank == 3 && down.dim(0) == E && gate_up.dim(2) == Hm && down.dim(1) == Hm &&
                  down.dim(2) * 2 == I2 && I2 > 0 && Hm > 0 && out.numel() == u.numel() && ids.rows() == u.rows() &&
                  ids.dtype == DType::I32 && weights.dtype == DType::F32 && weights.numel() == ids.numel() &&
@@ -374,7 +381,8 @@ void CudaBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& 
     auto* A = reinterpret_cast<float*>(base + o_a);
     auto* Y = reinterpret_cast<float*>(base + o_y);
     moe_group_kernel<<<1, 1024, size_t(2 * E + 1) * 4, s>>>(static_cast<const int32_t*>(ids.data), int(R), int(E),
-                                                             order, slot_of, tiles, ntiles, dev_error(), op);
+                                                             int(expert_base), order, slot_of, tiles, ntiles,
+                                                             dev_error(), op);
     const bool xb = u.dtype == DType::BF16, wb = gate_up.dtype == DType::BF16;
     if (mma) {
       cudaError_t e = launch_experts_mma(s, u, gate_up, down, int(K), order, tiles, ntiles, max_tiles,

@@ -34,6 +34,20 @@ Status check_device(Device device) {
 #endif
 }
 
+Status check_devices(Device device, int64_t ranks) {
+  MUSE_RETURN_IF_ERROR(check_device(device));
+  if (device == Device::Cpu || ranks <= 1) return Status::Ok();
+  int visible = 0;
+#if MUSE_HAVE_CUDA
+  visible = cuda_device_count();
+#endif
+  if (visible < ranks)
+    return make_error("--tensor-parallel-size " + std::to_string(ranks) + " --device cuda: needs " +
+                      std::to_string(ranks) + " GPUs (one per rank), but this process sees " + std::to_string(visible) +
+                      " (CUDA_VISIBLE_DEVICES, or a machine with more GPUs); --device cpu runs the ranks as threads");
+  return Status::Ok();
+}
+
 Result<std::unique_ptr<Backend>> create_backend(const BackendOptions& options) {
   switch (options.device) {
     case Device::Cpu:

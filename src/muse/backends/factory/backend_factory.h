@@ -35,5 +35,8 @@ bool cuda_backend_built();
 // its backend is built in and its hardware is present. The message says
 // which is missing.
 Status check_device(Device device);
+// The same for `ranks` ranks in this process (--tensor-parallel-size): on
+// cuda, one visible GPU per rank; the message says how many are visible.
+Status check_devices(Device device, int64_t ranks);
 
 }  // namespace muse
