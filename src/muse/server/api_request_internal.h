@@ -7,7 +7,12 @@
 
 namespace muse::server::detail {
 
-void read_sampling(FieldReader& r, ApiRequest* out);
+// Every sampling parameter of the three APIs, with the API's ranges (Messages
+// reads temperature, top_p and top_k only).
+void read_sampling(FieldReader& r, Endpoint api, ApiRequest* out);
+// Clears *out and sets what an endpoint starts from (default temperature 1,
+// special tokens' text kept outside completions).
+void start_request(Endpoint endpoint, const Json& body, ApiRequest* out);
 void read_logit_bias(FieldReader& r, const ValidationLimits& limits, ApiRequest* out);
 void read_stop(FieldReader& r, const ValidationLimits& limits, const char* key, ApiRequest* out);
 void read_stop_token_ids(FieldReader& r, const ValidationLimits& limits, ApiRequest* out);

@@ -1,6 +1,7 @@
 // From a parsed body to a running GenerationJob: validation, model name,
-// capability checks, rendering/tokenizing, the context-length check, and the
-// engine request (sampling defaults, stop conditions, constraints).
+// capability checks, the model's sampling defaults and the constraint,
+// rendering/tokenizing, the context-length check; then each prompt's copy of
+// the validated GenerationRequest gets its ids and resolved max_tokens.
 #include "muse/core/log.h"
 #include "muse/server/generation_job.h"
 
@@ -64,50 +65,41 @@ std::optional<ApiError> check_capabilities(const State& s, const ApiRequest& req
     return invalid_param("tool_choice", "tool_choice \"required\" or a named tool is not supported by this server yet.", "unsupported_value");
   if (!req.tools.is_null() && req.tool_choice.kind == ToolChoice::Kind::Auto && !s.opt.enable_auto_tool_choice)
     return invalid_param("tool_choice", "\"auto\" tool choice requires --enable-auto-tool-choice to be set.", "unsupported_value");
-  if (req.echo && req.logprobs >= 0 && !info.supports_prompt_logprobs)
+  if (req.generation.prompt_logprobs >= 0 && !info.supports_prompt_logprobs)
     return invalid_param("echo", "echo with logprobs (prompt logprobs) is not supported by this server yet.", "unsupported_value");
   return std::nullopt;
 }
 
-GenerationRequest engine_request(const State& s, const ApiRequest& req, std::vector<int32_t> ids, int64_t max_tokens) {
-  GenerationRequest g;
-  g.prompt_ids = std::move(ids);
-  g.n = req.n;
-  g.sampling = req.sampling;
-  // generation_config.json defaults for what the request left out.
+// What admission adds to the validated request before it is copied per
+// prompt: generation_config.json's sampling defaults for what the request
+// left out, and the constraint its response_format or tool_choice asks for.
+void complete_engine_request(const State& s, ApiRequest& req) {
+  SamplingConfig& sampling = req.generation.sampling;
+  const SamplingGiven& given = req.sampling_given;
   const Json& defaults = s.backend.adapter->info().default_sampling;
   if (s.opt.use_generation_config && defaults.is_object()) {
-    if (!req.sampling_given[0]) g.sampling.temperature = defaults.get_double("temperature", g.sampling.temperature);
-    if (!req.sampling_given[1]) g.sampling.top_p = defaults.get_double("top_p", g.sampling.top_p);
-    if (!req.sampling_given[2]) g.sampling.top_k = int(defaults.get_int("top_k", g.sampling.top_k));
-    if (!req.sampling_given[3]) g.sampling.min_p = defaults.get_double("min_p", g.sampling.min_p);
-    if (!req.body.find("repetition_penalty"))
-      g.sampling.repetition_penalty = defaults.get_double("repetition_penalty", g.sampling.repetition_penalty);
+    if (!given.temperature) sampling.temperature = defaults.get_double("temperature", sampling.temperature);
+    if (!given.top_p) sampling.top_p = defaults.get_double("top_p", sampling.top_p);
+    if (!given.top_k) sampling.top_k = int(defaults.get_int("top_k", sampling.top_k));
+    if (!given.min_p) sampling.min_p = defaults.get_double("min_p", sampling.min_p);
+    if (!given.repetition_penalty)
+      sampling.repetition_penalty = defaults.get_double("repetition_penalty", sampling.repetition_penalty);
   }
-  g.stop.max_tokens = int(max_tokens);
-  g.stop.stop_strings = req.stop;
-  g.stop.stop_token_ids = req.stop_token_ids;
-  g.stop.include_stop_str_in_output = req.include_stop_str_in_output;
-  g.logprobs = req.logprobs;
-  g.prompt_logprobs = req.echo && req.logprobs >= 0 ? req.logprobs : -1;
-  // Chat output goes through the response parser, which needs the framing.
-  g.skip_special_tokens = req.endpoint == Endpoint::Completions ? req.skip_special_tokens : false;
   if (!req.response_format.is_null()) {
     Json c = Json::object();
     std::string type = req.response_format.get_string("type", "");
     c.set("type", type);
     if (type == "json_schema") c.set("schema", *req.response_format.find("json_schema")->find("schema"));
     c.set("chat", req.endpoint != Endpoint::Completions);  // completions: the whole text is the JSON
-    g.constraint = std::move(c);
+    req.generation.constraint = std::move(c);
   } else if (req.tool_choice.kind == ToolChoice::Kind::Required || req.tool_choice.kind == ToolChoice::Kind::Named) {
     Json c = Json::object();
     c.set("type", "tool_call");
     c.set("name", req.tool_choice.kind == ToolChoice::Kind::Named ? Json(req.tool_choice.name) : Json());
     c.set("tools", req.tools);
     c.set("parallel_tool_calls", req.parallel_tool_calls);
-    g.constraint = std::move(c);
+    req.generation.constraint = std::move(c);
   }
-  return g;
 }
 
 // Bytes a whole response can reach, generously: per generated token its
@@ -119,9 +111,9 @@ std::optional<ApiError> check_response_size(const State& s, const ApiRequest& re
   for (const auto& p : parts) {
     const int k = p.request.logprobs;
     double per_token = kPerToken + (k >= 0 ? (k + 1) * kPerLogprob : 0);
-    worst += double(p.request.n) * double(p.request.stop.max_tokens) * per_token;
+    worst += double(p.request.n) * double(p.request.max_tokens) * per_token;
     if (p.request.prompt_logprobs >= 0)
-      worst += double(p.request.n) * double(p.request.prompt_ids.size()) * (p.request.prompt_logprobs + 1) * kPerLogprob;
+      worst += double(p.request.n) * double(p.request.prompt.size()) * (p.request.prompt_logprobs + 1) * kPerLogprob;
   }
   if (worst <= double(s.opt.max_response_bytes)) return std::nullopt;
   const std::string limit = std::to_string(s.opt.max_response_bytes >> 20) + " MiB";
@@ -153,6 +145,7 @@ std::optional<PreparedGeneration> prepare_generation(const State& s, HttpExchang
   if (!err) err = check_model(s, req);
   if (!err) err = check_capabilities(s, req);
   if (err) return answer(*err);
+  complete_engine_request(s, req);
 
   const ModelInfo& info = s.backend.adapter->info();
   const char* id_prefix = endpoint == Endpoint::ChatCompletions ? "chatcmpl-"
@@ -170,10 +163,12 @@ std::optional<PreparedGeneration> prepare_generation(const State& s, HttpExchang
     int64_t max_tokens = req.max_tokens ? *req.max_tokens : int64_t(info.max_model_len) - p;
     if (p >= info.max_model_len || int64_t(p) + max_tokens > info.max_model_len)
       return context_error(s, p, req.max_tokens ? max_tokens : 1, req.max_tokens ? "max_tokens" : prompt_param);
-    if (req.sampling.min_tokens > max_tokens)
+    if (req.generation.sampling.min_tokens > max_tokens)
       return invalid_param("min_tokens", "Invalid 'min_tokens': must be <= max_tokens (" + std::to_string(max_tokens) + ").");
-    GenerationJob::Part part{engine_request(s, req, std::move(ids), max_tokens), std::move(echo_text)};
-    part.request.request_id = parts.empty() ? id : id + "-" + std::to_string(parts.size());
+    GenerationJob::Part part{req.generation, std::move(echo_text)};  // the validated request, per prompt
+    part.request.id = parts.empty() ? id : id + "-" + std::to_string(parts.size());
+    part.request.prompt = std::move(ids);
+    part.request.max_tokens = max_tokens;
     prompt_tokens += p;
     parts.push_back(std::move(part));
     return std::nullopt;
@@ -191,7 +186,7 @@ std::optional<PreparedGeneration> prepare_generation(const State& s, HttpExchang
         auto& ids = std::get<std::vector<int32_t>>(prompt);
         std::string echo;
         if (req.echo) {
-          auto t = s.backend.adapter->detokenize(ids, req.skip_special_tokens);
+          auto t = s.backend.adapter->detokenize(ids, req.generation.skip_special_tokens);
           if (!t.ok()) return answer(invalid_param("prompt", t.message()));
           echo = sanitize_utf8(*t);
         }

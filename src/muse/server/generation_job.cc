@@ -72,7 +72,7 @@ GenerationJob::GenerationJob(ServerContext* ctx, std::shared_ptr<HttpExchange> e
 bool GenerationJob::start(std::vector<Part> parts, const std::shared_ptr<IoPoster>& poster) {
   parts_ = std::move(parts);
   part_done_.assign(parts_.size(), false);
-  choices_.resize(parts_.size() * size_t(req_.n));
+  choices_.resize(parts_.size() * size_t(req_.generation.n));
   ParserOptions popt;
   popt.tools_enabled = !req_.tools.is_null() && req_.tool_choice.kind != ToolChoice::Kind::None;
   popt.tools = req_.tools;
@@ -95,9 +95,12 @@ bool GenerationJob::start(std::vector<Part> parts, const std::shared_ptr<IoPoste
                                                        : make_messages_writer(wopt);
 
   auto self = shared_from_this();
+  const int64_t max_tokens = parts_[0].request.max_tokens;  // for the log line
   for (size_t p = 0; p < parts_.size(); ++p) {
     auto sink = std::make_shared<JobSink>(inbox_, poster, weak_from_this(), int(p));
-    if (auto err = ctx_->backend.service->submit(parts_[p].request, sink)) {
+    // The request itself moves on to the engine; the job keeps its id (cancel).
+    part_ids_.push_back(parts_[p].request.id);
+    if (auto err = ctx_->backend.service->submit(std::move(parts_[p].request), sink)) {
       ApiError e;
       switch (err->kind) {
         case SubmitError::Kind::Invalid: e = invalid_param("", err->message); break;
@@ -105,7 +108,7 @@ bool GenerationJob::start(std::vector<Part> parts, const std::shared_ptr<IoPoste
         case SubmitError::Kind::Unavailable: e = ApiError{503, "service_unavailable", err->message, "", "model_unavailable"}; break;
       }
       // Parts already queued are cancelled; their summaries are still awaited.
-      for (size_t q = 0; q < p; ++q) ctx_->backend.service->cancel(parts_[q].request.request_id);
+      for (size_t q = 0; q < p; ++q) ctx_->backend.service->cancel(part_ids_[q]);
       for (size_t q = p; q < parts_.size(); ++q) {
         part_done_[q] = true;
         ++parts_done_;
@@ -117,8 +120,9 @@ bool GenerationJob::start(std::vector<Part> parts, const std::shared_ptr<IoPoste
     }
   }
   if (ctx_->opt.log_requests)
-    LOG_INFO("[%s] %s from %s: prompt %d tokens, max_tokens %d, n %d%s", id_.c_str(), ex_->request().path.c_str(),
-             ex_->request().remote.c_str(), prompt_tokens_, parts_[0].request.stop.max_tokens, req_.n, req_.stream ? ", stream" : "");
+    LOG_INFO("[%s] %s from %s: prompt %d tokens, max_tokens %lld, n %d%s", id_.c_str(), ex_->request().path.c_str(),
+             ex_->request().remote.c_str(), prompt_tokens_, (long long)max_tokens, req_.generation.n,
+             req_.stream ? ", stream" : "");
   if (req_.stream) {
     ex_->start_stream(200, "text/event-stream", {{"X-Request-Id", id_}});
     write(writer_->stream_start());
@@ -136,8 +140,8 @@ bool GenerationJob::start(std::vector<Part> parts, const std::shared_ptr<IoPoste
 }
 
 void GenerationJob::cancel() {
-  for (size_t p = 0; p < parts_.size(); ++p)
-    if (!part_done_[p]) ctx_->backend.service->cancel(parts_[p].request.request_id);
+  for (size_t p = 0; p < part_ids_.size(); ++p)
+    if (!part_done_[p]) ctx_->backend.service->cancel(part_ids_[p]);
 }
 
 void GenerationJob::write(std::string bytes) {
@@ -204,8 +208,8 @@ void GenerationJob::drain_events() {
 }
 
 void GenerationJob::on_output(int part, GenerationOutput out) {
-  if (failed_ || out.index < 0 || out.index >= req_.n) return;
-  int index = part * req_.n + out.index;
+  if (failed_ || out.index < 0 || out.index >= req_.generation.n) return;
+  int index = part * req_.generation.n + out.index;
   Choice& c = choices_[size_t(index)];
   if (c.finished) return;
   auto now = Clock::now();
@@ -221,7 +225,7 @@ void GenerationJob::on_output(int part, GenerationOutput out) {
     if (req_.echo && !c.sent_echo) {
       c.sent_echo = true;
       d.echo_text = parts_[size_t(part)].echo_text;
-      if (req_.logprobs >= 0) d.prompt_logprobs = std::move(out.prompt_logprobs);
+      if (req_.generation.logprobs >= 0) d.prompt_logprobs = std::move(out.prompt_logprobs);
     }
     d.text = std::move(out.text);
   } else {
@@ -249,7 +253,7 @@ void GenerationJob::on_output(int part, GenerationOutput out) {
       d.tool_calls.push_back(std::move(t));
     }
   }
-  if (req_.logprobs >= 0) d.logprobs = std::move(out.logprobs);
+  if (req_.generation.logprobs >= 0) d.logprobs = std::move(out.logprobs);
 
   if (!d.empty()) {
     if (req_.stream) write(writer_->stream_delta(index, d, usage()));
@@ -273,8 +277,8 @@ void GenerationJob::on_summary(int part, const GenerationSummary& s) {
   part_done_[size_t(part)] = true;
   ++parts_done_;
   cached_tokens_ += s.cached_prompt_tokens;
-  for (size_t i = 0; i < s.completion_tokens.size() && i < size_t(req_.n); ++i)
-    choices_[size_t(part) * size_t(req_.n) + i].completion_tokens = s.completion_tokens[i];
+  for (size_t i = 0; i < s.completion_tokens.size() && i < size_t(req_.generation.n); ++i)
+    choices_[size_t(part) * size_t(req_.generation.n) + i].completion_tokens = s.completion_tokens[i];
   queue_s_ = std::max(queue_s_, s.queue_seconds);
   prefill_s_ = std::max(prefill_s_, s.prefill_seconds);
   decode_s_ = std::max(decode_s_, s.decode_seconds);

@@ -17,9 +17,10 @@ namespace muse::server {
 
 class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
  public:
+  // One prompt's engine request (completions may have several).
   struct Part {
-    GenerationRequest request;
-    std::string echo_text;  // completions with echo
+    GenerationRequest request;  // moved to the engine by start()
+    std::string echo_text;      // completions with echo
   };
 
   GenerationJob(ServerContext* ctx, std::shared_ptr<HttpExchange> ex, ApiRequest req, std::string id, int prompt_tokens);
@@ -59,6 +60,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   std::unique_ptr<ResponseWriter> writer_;
   std::shared_ptr<Inbox> inbox_;
   std::vector<Part> parts_;
+  std::vector<std::string> part_ids_;  // the engine's request ids, by part
   std::vector<Choice> choices_;
   std::vector<bool> part_done_;
   int parts_done_ = 0;
