@@ -1,7 +1,7 @@
 // One generation request, the same value from the API validators to the
 // scheduler: server/api_request.cc (and anthropic_request.cc) fill it while
-// they validate the body, server/generation_admission.cc adds the prompt ids
-// and the resolved max_tokens, server/engine_service.cc adds the seed and the
+// they validate the body, admission (server/generation_job.cc) adds the
+// prompt ids and the resolved max_tokens, server/engine_service.cc adds the seed and the
 // constraint factory, and Scheduler::submit takes it by move. Nothing copies
 // it field by field on the way. `muse run` fills one directly.
 //

@@ -1,8 +1,11 @@
-// One generation request in flight, from admission to the last byte: it
-// submits to the GenerationService, receives the engine's outputs through a
-// thread-safe inbox (the engine thread only enqueues and wakes the I/O
-// thread), runs the response parser per choice, and writes SSE frames or the
-// whole body through a ResponseWriter. A client disconnect cancels it.
+// One generation request, from admission to the last byte (both in
+// generation_job.cc). prepare_generation() turns a body into the engine
+// requests (validation, rendering, the context check) on a request-pool
+// thread; the GenerationJob then submits them to the GenerationService,
+// receives the engine's outputs through a thread-safe inbox (the engine
+// thread only enqueues and wakes the I/O thread), runs the response parser
+// per choice, and writes SSE frames or the whole body through a
+// ResponseWriter. A client disconnect cancels it.
 #pragma once
 
 #include <chrono>
