@@ -75,9 +75,9 @@ std::optional<ApiError> parse_messages_request(const Json& body, const Validatio
   start_request(Endpoint::Messages, body, out);
   FieldReader r(body);
   r.string("model", &out->model);
-  int64_t max_tokens = 0;
   if (!r.get("max_tokens")) return invalid_param("max_tokens", "max_tokens: Field required", "missing_required_parameter");
-  if (r.integer("max_tokens", &max_tokens, 1, std::numeric_limits<int32_t>::max())) out->max_tokens = max_tokens;
+  read_max_tokens(r, "max_tokens", 1, out);
+  const int64_t max_tokens = out->max_tokens.value_or(0);
   const Json* messages = r.get("messages");
   if (!messages && !r.failed()) return invalid_param("messages", "messages: Field required", "missing_required_parameter");
   if (messages && !messages->is_array()) return invalid_type("messages", "an array", FieldReader::json_kind(*messages));

@@ -271,12 +271,12 @@ void refuse_unsupported(FieldReader& r, std::initializer_list<const char*> keys)
       r.fail(invalid_param(k, std::string("Parameter '") + k + "' is not supported by this server.", "unsupported_parameter"));
 }
 
-void read_max_tokens(FieldReader& r, const char* key, int64_t lo, ApiRequest* out) {
+}  // namespace
+
+void detail::read_max_tokens(FieldReader& r, const char* key, int64_t lo, ApiRequest* out) {
   int64_t v = 0;
   if (r.integer(key, &v, lo, kMaxInt32)) out->max_tokens = v;
 }
-
-}  // namespace
 
 // What every API starts from before the body is read: the OpenAI and
 // Anthropic default temperature is 1; only completions return special
@@ -413,10 +413,8 @@ std::optional<ApiError> parse_completion_request(const Json& body, const Validat
     // A prompt that cannot fit the context is refused before its ids are
     // converted (a 60 MiB id list must not be copied to find that out).
     if (limits.max_model_len > 0 && arr.size() >= size_t(limits.max_model_len))
-      return invalid_param(where, "This model's maximum context length is " + std::to_string(limits.max_model_len) +
-                                      " tokens. However, '" + where + "' has " + std::to_string(arr.size()) +
-                                      " tokens. Please reduce the length of the prompt.",
-                           "context_length_exceeded");
+      return context_length_exceeded(where, limits.max_model_len,
+                                     "'" + where + "' has " + std::to_string(arr.size()) + " tokens", "prompt");
     ids->reserve(arr.size());
     for (size_t k = 0; k < arr.size(); ++k) {
       const Json& v = arr.as_array()[k];

@@ -31,13 +31,12 @@ std::string join(const std::vector<std::string>& v) {
 }
 
 ApiError context_error(const ServerContext& s, int prompt, int64_t max_tokens, const char* param) {
-  int ctx = s.backend.adapter->info().max_model_len;
-  std::string msg = "This model's maximum context length is " + std::to_string(ctx) + " tokens. However, you requested " +
-                    std::to_string(int64_t(prompt) + max_tokens) + " tokens (" + std::to_string(prompt) + " in the " +
-                    (std::string(param) == "prompt" ? "prompt" : "messages") + ", " + std::to_string(max_tokens) +
-                    " in the completion). Please reduce the length of the " + (std::string(param) == "prompt" ? "prompt" : "messages") +
-                    " or completion.";
-  return invalid_param(param, std::move(msg), "context_length_exceeded");
+  const std::string what = std::string(param) == "prompt" ? "prompt" : "messages";
+  return context_length_exceeded(param, s.backend.adapter->info().max_model_len,
+                                 "you requested " + std::to_string(int64_t(prompt) + max_tokens) + " tokens (" +
+                                     std::to_string(prompt) + " in the " + what + ", " + std::to_string(max_tokens) +
+                                     " in the completion)",
+                                 what + " or completion");
 }
 
 // A text refused by its length alone (exceeds_context()): the message says
@@ -45,10 +44,10 @@ ApiError context_error(const ServerContext& s, int prompt, int64_t max_tokens, c
 ApiError too_long(const ServerContext& s, size_t bytes, const char* param) {
   const ModelInfo& info = s.backend.adapter->info();
   int64_t at_least = int64_t(bytes / size_t(std::max(1, info.max_token_bytes)));
-  return invalid_param(param, "This model's maximum context length is " + std::to_string(info.max_model_len) +
-                                  " tokens. However, the " + std::string(param) + " has at least " + std::to_string(at_least) +
-                                  " tokens (" + std::to_string(bytes) + " bytes). Please reduce the length of the " + param + ".",
-                       "context_length_exceeded");
+  return context_length_exceeded(param, info.max_model_len,
+                                 "the " + std::string(param) + " has at least " + std::to_string(at_least) + " tokens (" +
+                                     std::to_string(bytes) + " bytes)",
+                                 param);
 }
 
 std::optional<ApiError> check_model(const ServerContext& s, const ApiRequest& req) {
