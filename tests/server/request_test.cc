@@ -237,6 +237,11 @@ TEST(ServerRequest, ResponsesBecomeTheEquivalentChatRequest) {
     EXPECT_EQ(err->status, 400);
     EXPECT_EQ(err->param, c.param) << c.body << ": " << err->message;
   }
+  // The message names the Responses field too, not the chat one it became.
+  ApiRequest out;
+  auto err = parse_responses_request(parse(R"({"input":"hi","max_output_tokens":0})"), limits, &out);
+  ASSERT_TRUE(err);
+  EXPECT_NE(err->message.find("'max_output_tokens'"), std::string::npos) << err->message;
 }
 
 TEST(ServerStop, MatchesAcrossChunksAndNeverLeaks) {

@@ -1,8 +1,10 @@
-// Validation of OpenAI (chat, completions) and Anthropic (messages) request
-// bodies into one typed request. Every parameter docs/server.md lists is
-// checked for type and range here; a failure is an ApiError naming the
-// parameter (400), never a crash. Model-dependent checks (prompt length,
-// served names) happen later, in the handlers.
+// Validation of OpenAI (chat, completions, responses) and Anthropic
+// (messages) request bodies into one typed request, whose engine part is the
+// GenerationRequest the scheduler runs (engine/generation_request.h). Every
+// parameter docs/server.md lists is checked for type and range here, once; a
+// failure is an ApiError naming the parameter (400), never a crash.
+// Model-dependent checks (prompt length, served names, capabilities) happen
+// later, in admission (generation_job.cc).
 #pragma once
 
 #include <optional>
