@@ -404,14 +404,26 @@ UsageInfo GenerationJob::usage() const {
 }
 
 void GenerationJob::drain() {
-  // Defence in depth: an exception from the parser or a writer fails this
-  // request (500, or an error frame on a stream), never the server.
-  try {
-    drain_events();
-  } catch (const std::exception& e) {
-    internal_failure(e.what());
-  } catch (...) {
-    internal_failure("unknown exception");
+  std::vector<Inbox::Event> events;
+  {
+    std::lock_guard lock(inbox_->mu);
+    events.swap(inbox_->events);
+    inbox_->wake_pending = false;
+  }
+  for (auto& e : events) {
+    // Defence in depth: an exception from the parser or a writer fails this
+    // request (500, or an error frame on a stream), never the server. The
+    // events after it are still handled: the summary among them is what
+    // finalizes the request (dropping it left a stream open, kept alive by
+    // keep-alive comments, forever).
+    try {
+      if (e.output) on_output(e.part, std::move(*e.output));
+      else if (e.summary) on_summary(e.part, *e.summary);
+    } catch (const std::exception& ex) {
+      internal_failure(ex.what());
+    } catch (...) {
+      internal_failure("unknown exception");
+    }
   }
 }
 
@@ -428,19 +440,6 @@ void GenerationJob::internal_failure(const char* what) {
       else internal_error(*ctx_, *ex_, what);
     }
     ctx_->jobs.erase(shared_from_this());
-  }
-}
-
-void GenerationJob::drain_events() {
-  std::vector<Inbox::Event> events;
-  {
-    std::lock_guard lock(inbox_->mu);
-    events.swap(inbox_->events);
-    inbox_->wake_pending = false;
-  }
-  for (auto& e : events) {
-    if (e.output) on_output(e.part, std::move(*e.output));
-    else if (e.summary) on_summary(e.part, *e.summary);
   }
 }
 

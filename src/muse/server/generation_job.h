@@ -48,7 +48,6 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
     std::optional<std::chrono::steady_clock::time_point> last_token;
   };
 
-  void drain_events();
   void internal_failure(const char* what);
   void on_output(int part, GenerationOutput out);
   void on_summary(int part, const GenerationSummary& summary);
