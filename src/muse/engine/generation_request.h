@@ -1,9 +1,10 @@
 // One generation request, the same value from the API validators to the
 // scheduler: server/api_request.cc (and anthropic_request.cc) fill it while
-// they validate the body, admission (server/generation_job.cc) adds the
-// prompt ids and the resolved max_tokens, server/engine_service.cc adds the seed and the
-// constraint factory, and Scheduler::submit takes it by move. Nothing copies
-// it field by field on the way. `muse run` fills one directly.
+// they validate the body; admission (server/generation_job.cc) adds the
+// prompt ids and the resolved max_tokens; server/engine_service.cc adds the
+// seed and the constraint factory; Scheduler::submit takes it by move.
+// Nothing copies it field by field on the way. `muse run` fills one
+// directly.
 //
 // Ranges are checked where a request comes in (the API validators, muse
 // run's options), once; the scheduler checks only what depends on the engine
