@@ -37,8 +37,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       (void)openai_error_body(*err);
       (void)anthropic_error_body(*err);
     } else {
-      if (req.n < 1 || req.logprobs > limits.max_logprobs) std::abort();
-      for (const auto& s : req.stop)
+      if (req.generation.n < 1 || req.generation.logprobs > limits.max_logprobs) std::abort();
+      for (const auto& s : req.generation.stop_strings)
         if (s.empty()) std::abort();
     }
   }

@@ -44,15 +44,15 @@ class InstantEngine : public GenerationService {
   explicit InstantEngine(std::shared_ptr<ModelAdapter> adapter) : adapter_(std::move(adapter)) {}
   Status load(const LoadProgressFn&) override { return Status::Ok(); }
   std::optional<SubmitError> submit(GenerationRequest r, std::shared_ptr<GenerationSink> sink) override {
-    if (r.prompt_ids.empty()) return SubmitError{SubmitError::Kind::Invalid, "empty prompt"};
-    const size_t take = std::min<size_t>(12, size_t(std::max(1, r.stop.max_tokens)));
+    if (r.prompt.empty()) return SubmitError{SubmitError::Kind::Invalid, "empty prompt"};
+    const size_t take = std::min<size_t>(12, size_t(std::max<int64_t>(1, r.max_tokens)));
     GenerationSummary summary;
-    summary.prompt_tokens = int(r.prompt_ids.size());
+    summary.prompt_tokens = int(r.prompt.size());
     for (int c = 0; c < r.n; ++c) {
       GenerationOutput out;
       out.index = c;
-      size_t from = r.prompt_ids.size() > take ? r.prompt_ids.size() - take : 0;
-      out.token_ids.assign(r.prompt_ids.begin() + long(from), r.prompt_ids.end());
+      size_t from = r.prompt.size() > take ? r.prompt.size() - take : 0;
+      out.token_ids.assign(r.prompt.begin() + long(from), r.prompt.end());
       auto text = adapter_->detokenize(out.token_ids, r.skip_special_tokens);
       out.text = text.ok() ? *text : "";
       if (r.logprobs >= 0)
@@ -62,9 +62,9 @@ class InstantEngine : public GenerationService {
           out.logprobs.push_back(std::move(lp));
         }
       if (r.prompt_logprobs >= 0)
-        for (int32_t id : r.prompt_ids) out.prompt_logprobs.push_back({id, "p", -1.0, {}});
-      out.finish = (r.prompt_ids.size() + size_t(c)) % 3 == 0 ? FinishReason::Length : FinishReason::Stop;
-      if (out.finish == FinishReason::Stop && !r.stop.stop_strings.empty()) out.stop_string = r.stop.stop_strings[0];
+        for (int32_t id : r.prompt) out.prompt_logprobs.push_back({id, "p", -1.0, {}});
+      out.finish = (r.prompt.size() + size_t(c)) % 3 == 0 ? FinishReason::Length : FinishReason::Stop;
+      if (out.finish == FinishReason::Stop && !r.stop_strings.empty()) out.stop_string = r.stop_strings[0];
       summary.completion_tokens.push_back(int(out.token_ids.size()));
       sink->on_output(std::move(out));
     }

@@ -80,8 +80,8 @@ std::vector<int32_t> alone(Engine& e, const std::vector<int32_t>& prompt, Sampli
   return out;
 }
 
-GenerateRequest request(const std::string& id, std::vector<int32_t> prompt, int max_tokens, SamplingConfig sc = {}) {
-  GenerateRequest r;
+GenerationRequest request(const std::string& id, std::vector<int32_t> prompt, int max_tokens, SamplingConfig sc = {}) {
+  GenerationRequest r;
   r.id = id;
   r.prompt = std::move(prompt);
   r.max_tokens = max_tokens;
@@ -108,7 +108,7 @@ TEST_P(SchedulerFamilies, UnderLoadEqualsAlone) {
   o.max_batch_tokens = 16;
   auto e = tiny_engine(GetParam(), 2, o);
   std::vector<std::vector<int32_t>> expect;
-  std::vector<GenerateRequest> reqs;
+  std::vector<GenerationRequest> reqs;
   for (int i = 0; i < 24; ++i) {
     auto prompt = some_tokens(size_t(3 + (i * 7) % 37), i);
     SamplingConfig sc = i % 3 == 2 ? sampled(100 + uint64_t(i)) : SamplingConfig{};
@@ -142,7 +142,7 @@ TEST_P(SchedulerFamilies, PreemptionRecomputesToTheSameTokens) {
   o.kv_pages = 60;  // one sequence needs up to 44 pages (26 + one step's transient)
   auto e = tiny_engine(GetParam(), 2, o);
   std::vector<std::vector<int32_t>> expect;
-  std::vector<GenerateRequest> reqs;
+  std::vector<GenerationRequest> reqs;
   for (int i = 0; i < 10; ++i) {
     auto prompt = some_tokens(size_t(14 + i), 50 + i);
     SamplingConfig sc = i % 2 ? sampled(7 + uint64_t(i)) : SamplingConfig{};
@@ -183,7 +183,7 @@ TEST_P(SchedulerFamilies, PrefixCachingWithPreemptionEqualsAlone) {
   auto e = tiny_engine(GetParam(), 2, o);
   const auto system = some_tokens(23, 500);
   std::vector<std::vector<int32_t>> expect;
-  std::vector<GenerateRequest> reqs;
+  std::vector<GenerationRequest> reqs;
   std::vector<int32_t> history = system;
   for (int i = 0; i < 14; ++i) {
     std::vector<int32_t> prompt = i % 3 == 0 ? history : system;
@@ -248,7 +248,7 @@ TEST_P(SchedulerFamilies, PrefixCachingRandomizedWithPreemptionEqualsAlone) {
       prompt.insert(prompt.end(), tail.begin(), tail.end());
       const int max_tokens = 4 + int(rng() % 14);
       SamplingConfig sc = rng() % 2 ? sampled(rng()) : SamplingConfig{};
-      GenerateRequest r = request("b" + std::to_string(burst) + "k" + std::to_string(k), prompt, max_tokens, sc);
+      GenerationRequest r = request("b" + std::to_string(burst) + "k" + std::to_string(k), prompt, max_tokens, sc);
       r.ignore_eos = true;
       expect.push_back(alone(*plain, prompt, sc, max_tokens));
       got.push_back(std::make_shared<Collector>());
@@ -278,7 +278,7 @@ TEST(Scheduler, ChoicesSampleWithSeedPlusIndex) {
   for (int i = 0; i < 3; ++i) expect.push_back(alone(*e, prompt, sampled(40 + uint64_t(i)), 15));
   Scheduler sched(*e, {});
   auto c = std::make_shared<Collector>(3);
-  GenerateRequest r = request("n3", prompt, 15, sampled(40));
+  GenerationRequest r = request("n3", prompt, 15, sampled(40));
   r.n = 3;
   ASSERT_EQ(sched.submit(r, c).status, Scheduler::SubmitStatus::Ok);
   ASSERT_TRUE(c->wait());
@@ -302,7 +302,7 @@ TEST(Scheduler, ChoicesShareThePromptThroughThePrefixCache) {
   for (int i = 0; i < 3; ++i) expect.push_back(alone(*plain, prompt, sampled(60 + uint64_t(i)), 10));
   Scheduler sched(*e, {});
   auto c = std::make_shared<Collector>(3);
-  GenerateRequest r = request("n3", prompt, 10, sampled(60));
+  GenerationRequest r = request("n3", prompt, 10, sampled(60));
   r.n = 3;
   ASSERT_EQ(sched.submit(r, c).status, Scheduler::SubmitStatus::Ok);
   ASSERT_TRUE(c->wait());
@@ -331,7 +331,7 @@ TEST(Scheduler, StopIdsEosIgnoreEosAndMinTokens) {
   EXPECT_FALSE(eos->stop_token[0].has_value());
 
   auto ignore = std::make_shared<Collector>();
-  GenerateRequest ri = request("ignore", prompt, 20);
+  GenerationRequest ri = request("ignore", prompt, 20);
   ri.ignore_eos = true;
   ASSERT_EQ(sched.submit(ri, ignore).status, Scheduler::SubmitStatus::Ok);
   ASSERT_TRUE(ignore->wait());
@@ -339,7 +339,7 @@ TEST(Scheduler, StopIdsEosIgnoreEosAndMinTokens) {
   EXPECT_EQ(ignore->finish[0], SeqFinish::Length);
 
   auto by_id = std::make_shared<Collector>();
-  GenerateRequest rs = request("stopid", prompt, 20);
+  GenerationRequest rs = request("stopid", prompt, 20);
   rs.ignore_eos = true;
   rs.stop_token_ids = {stop};
   ASSERT_EQ(sched.submit(rs, by_id).status, Scheduler::SubmitStatus::Ok);
@@ -349,7 +349,7 @@ TEST(Scheduler, StopIdsEosIgnoreEosAndMinTokens) {
 
   // min_tokens: the stop id cannot be sampled before 6 tokens exist.
   auto min = std::make_shared<Collector>();
-  GenerateRequest rm = request("min", prompt, 20);
+  GenerationRequest rm = request("min", prompt, 20);
   rm.sampling.min_tokens = 6;
   ASSERT_EQ(sched.submit(rm, min).status, Scheduler::SubmitStatus::Ok);
   ASSERT_TRUE(min->wait());
@@ -359,7 +359,7 @@ TEST(Scheduler, StopIdsEosIgnoreEosAndMinTokens) {
   // The observer ends a sequence (what a stop string does).
   auto obs = std::make_shared<Collector>();
   obs->stop_after = 3;
-  GenerateRequest ro = request("obs", prompt, 20);
+  GenerationRequest ro = request("obs", prompt, 20);
   ro.ignore_eos = true;
   ASSERT_EQ(sched.submit(ro, obs).status, Scheduler::SubmitStatus::Ok);
   ASSERT_TRUE(obs->wait());
@@ -373,7 +373,7 @@ TEST(Scheduler, CancelTakesEffectWithinAStepAndFreesEverything) {
   auto e = tiny_engine(true, 2, o);
   Scheduler sched(*e, {});
   auto running = std::make_shared<Collector>(2), queued = std::make_shared<Collector>();
-  GenerateRequest r = request("long", some_tokens(10), 200);
+  GenerationRequest r = request("long", some_tokens(10), 200);
   r.ignore_eos = true;
   r.n = 2;
   ASSERT_EQ(sched.submit(r, running).status, Scheduler::SubmitStatus::Ok);
@@ -418,10 +418,10 @@ TEST(Scheduler, AdmissionErrors) {
   auto kv = sched.submit(request("kv", some_tokens(30), 10), c);
   EXPECT_EQ(kv.status, S::Invalid);
   EXPECT_NE(kv.message.find("KV-cache pages"), std::string::npos) << kv.message;
-  GenerateRequest many = request("n", some_tokens(3), 4);
+  GenerationRequest many = request("n", some_tokens(3), 4);
   many.n = 3;
   EXPECT_EQ(sched.submit(many, c).status, S::Invalid);
-  GenerateRequest bias = request("bias", some_tokens(3), 4);
+  GenerationRequest bias = request("bias", some_tokens(3), 4);
   bias.sampling.logit_bias = {{1000, 1.0f}};
   EXPECT_EQ(sched.submit(bias, c).status, S::Invalid);
   EXPECT_EQ(c->updates, 0);
@@ -440,7 +440,7 @@ TEST(Scheduler, OverloadedWhenTheQueueIsFull) {
   so.max_waiting_requests = 1;
   Scheduler sched(*e, so);
   auto a = std::make_shared<Collector>(), b = std::make_shared<Collector>(), c = std::make_shared<Collector>();
-  GenerateRequest r = request("a", some_tokens(5), 100);
+  GenerationRequest r = request("a", some_tokens(5), 100);
   r.ignore_eos = true;
   ASSERT_EQ(sched.submit(r, a).status, Scheduler::SubmitStatus::Ok);
   a->wait_tokens(2);
@@ -462,7 +462,7 @@ TEST(Scheduler, PromptLogprobsAreTheModelsLogSoftmax) {
   s->reset();
   Scheduler sched(*e, {});
   auto c = std::make_shared<Collector>();
-  GenerateRequest r = request("echo", prompt, 2);
+  GenerationRequest r = request("echo", prompt, 2);
   r.prompt_logprobs = 2;
   r.logprobs = 1;
   ASSERT_EQ(sched.submit(r, c).status, Scheduler::SubmitStatus::Ok);
@@ -501,7 +501,7 @@ TEST(Scheduler, LogitsObserverSeesEveryPositionOnceInOrder) {
   Scheduler sched(*e, so);
   for (int i = 0; i < 6; ++i) {
     prompts.push_back(some_tokens(size_t(11 + 3 * i), 70 + i));
-    GenerateRequest r = request("o" + std::to_string(i), prompts.back(), 12, i % 2 ? sampled(3) : SamplingConfig{});
+    GenerationRequest r = request("o" + std::to_string(i), prompts.back(), 12, i % 2 ? sampled(3) : SamplingConfig{});
     r.logits_observer = [&rows, i](int index, std::span<const float> x) {
       EXPECT_EQ(index, 0);
       rows[size_t(i)].insert(rows[size_t(i)].end(), x.begin(), x.end());
@@ -537,7 +537,7 @@ TEST(Scheduler, StoppingAbortsEverythingLeft) {
     Scheduler sched(*e, {});
     for (int i = 0; i < 4; ++i) {
       cs.push_back(std::make_shared<Collector>());
-      GenerateRequest r = request("s" + std::to_string(i), some_tokens(6, i), 200);
+      GenerationRequest r = request("s" + std::to_string(i), some_tokens(6, i), 200);
       r.ignore_eos = true;
       ASSERT_EQ(sched.submit(r, cs.back()).status, Scheduler::SubmitStatus::Ok);
     }

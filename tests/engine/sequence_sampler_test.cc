@@ -247,23 +247,6 @@ TEST(SequenceSampler, ComputeLogprobsForAGivenToken) {
   EXPECT_EQ(compute_logprobs(l, 3, 3, 0).logprob, kMinLogprob);
 }
 
-TEST(SequenceSampler, Validation) {
-  auto bad = [](auto edit) {
-    SamplingConfig c;
-    edit(c);
-    return !validate(c, 100).ok();
-  };
-  EXPECT_TRUE(bad([](SamplingConfig& c) { c.temperature = -1; }));
-  EXPECT_TRUE(bad([](SamplingConfig& c) { c.temperature = NAN; }));
-  EXPECT_TRUE(bad([](SamplingConfig& c) { c.top_p = 0; }));
-  EXPECT_TRUE(bad([](SamplingConfig& c) { c.min_p = 1.5; }));
-  EXPECT_TRUE(bad([](SamplingConfig& c) { c.repetition_penalty = 0; }));
-  EXPECT_TRUE(bad([](SamplingConfig& c) { c.logit_bias = {{100, 1.0f}}; }));
-  EXPECT_TRUE(bad([](SamplingConfig& c) { c.logit_bias = {{-1, 1.0f}}; }));
-  EXPECT_TRUE(bad([](SamplingConfig& c) { c.min_tokens = -1; }));
-  EXPECT_FALSE(bad([](SamplingConfig& c) { c.top_k = -1; }));
-}
-
 // A constraint admitting the ids divisible by `mod` (and recording accepts).
 class EveryNth : public TokenConstraint {
  public:

@@ -79,7 +79,7 @@ TEST(LongContext, WholeContextPromptIsAnsweredAndKvBytesMatchThePlan) {
 
     // Through the scheduler: the longest prompt that leaves one token to generate.
     Scheduler sched(**e, {});
-    GenerateRequest r;
+    GenerationRequest r;
     r.id = "long";
     r.prompt = long_prompt(size_t(L - 1));
     r.max_tokens = 1;

@@ -107,7 +107,8 @@ class ThrowingAdapter : public ModelAdapter {
 
 class RealServer : public ::testing::Test {
  protected:
-  void start(ApiServerOptions o = {}) {
+  // `service`: replaces the engine (the adapter stays the real one).
+  void start(ApiServerOptions o = {}, std::shared_ptr<GenerationService> service = nullptr) {
     auto dir = default_model_dir();
     ASSERT_TRUE(dir.ok()) << "the embedded model is part of the repository";
     EngineServeOptions e;
@@ -121,6 +122,7 @@ class RealServer : public ::testing::Test {
     ASSERT_TRUE(b.ok()) << b.message();
     backend_ = std::move(b).value();
     backend_.adapter = std::make_shared<ThrowingAdapter>(backend_.adapter);
+    if (service) backend_.service = std::move(service);
     o.http.host = "127.0.0.1";
     o.http.port = 0;
     o.served_model_names = {"muse-tiny"};

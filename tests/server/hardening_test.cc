@@ -105,6 +105,44 @@ TEST_F(RealServer, AnExceptionIsA500AndTheServerStaysUp) {
   EXPECT_TRUE(wait_idle());
 }
 
+// An engine that answers inside submit(): the output and the summary are in
+// the job's inbox before the I/O thread drains it, so they are handled in one
+// batch.
+class AnswersAtOnce : public GenerationService {
+ public:
+  Status load(const LoadProgressFn&) override { return Status::Ok(); }
+  std::optional<SubmitError> submit(GenerationRequest r, std::shared_ptr<GenerationSink> sink) override {
+    GenerationOutput out;
+    out.token_ids = {r.prompt.back()};
+    out.text = "x";
+    out.finish = FinishReason::Length;
+    sink->on_output(std::move(out));
+    GenerationSummary summary;
+    summary.prompt_tokens = int(r.prompt.size());
+    summary.completion_tokens = {1};
+    sink->on_complete(std::move(summary));
+    return std::nullopt;
+  }
+  void cancel(const std::string&) override {}
+  EngineStats stats() const override { return {}; }
+};
+
+// The parser throws on an output whose summary came in the same batch: the
+// summary still finalizes the request (it used to be dropped with the rest of
+// the batch, leaving the stream open).
+TEST_F(RealServer, AThrowingParserDoesNotLoseTheSummaryAfterIt) {
+  ApiServerOptions o;
+  o.sse_keepalive_seconds = 3600;  // a request left open shows as a receive timeout
+  start(o, std::make_shared<AnswersAtOnce>());
+  const std::string tool = R"("tools":[{"type":"function","function":{"name":"throw_in_parser","parameters":{"type":"object"}}}])";
+  Reply r = request(port_, "POST", kChat, "{" + kHi + ",\"max_tokens\":3,\"stream\":true," + tool + "}");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_NE(r.body.find("data: {\"error\":"), std::string::npos) << r.body;
+  EXPECT_TRUE(r.body.ends_with("data: [DONE]\n\n")) << r.body;
+  r = request(port_, "POST", kChat, "{" + kHi + ",\"max_tokens\":3," + tool + "}");
+  EXPECT_EQ(r.status, 500) << r.body;
+}
+
 // Item 6: what used to be accepted wrongly, and what was refused wrongly.
 TEST_F(RealServer, WrongAcceptances) {
   start();

@@ -56,17 +56,17 @@ TEST(ServerRequest, ChatAcceptsAFullRequest) {
     "tool_choice":{"type":"function","function":{"name":"f.g-h"}})"),
                 &r);
   ASSERT_FALSE(e) << e->message;
-  EXPECT_EQ(r.n, 2);
+  EXPECT_EQ(r.generation.n, 2);
   EXPECT_EQ(*r.max_tokens, 20);  // max_completion_tokens wins
-  EXPECT_EQ(r.logprobs, 3);
+  EXPECT_EQ(r.generation.logprobs, 3);
   EXPECT_TRUE(r.include_usage);
-  EXPECT_EQ(r.sampling.top_k, 0);
-  EXPECT_EQ(*r.sampling.seed, 7);
-  EXPECT_EQ(r.stop.size(), 2u);
+  EXPECT_EQ(r.generation.sampling.top_k, 0);
+  EXPECT_EQ(*r.generation.sampling.seed, 7u);
+  EXPECT_EQ(r.generation.stop_strings.size(), 2u);
   EXPECT_EQ(r.tool_choice.kind, ToolChoice::Kind::Named);
   EXPECT_FALSE(r.parallel_tool_calls);
-  ASSERT_EQ(r.sampling.logit_bias.size(), 1u);
-  EXPECT_EQ(r.sampling.logit_bias[0].first, 5);
+  ASSERT_EQ(r.generation.sampling.logit_bias.size(), 1u);
+  EXPECT_EQ(r.generation.sampling.logit_bias[0].first, 5);
 }
 
 TEST(ServerRequest, ChatRejectsBadParameters) {
@@ -97,6 +97,11 @@ TEST(ServerRequest, ChatRejectsBadParameters) {
       {with(R"("top_logprobs":3)"), "top_logprobs", "invalid_value"},
       {with(R"("logprobs":true,"top_logprobs":50)"), "top_logprobs", "invalid_value"},
       {with(R"("presence_penalty":3)"), "presence_penalty", "invalid_value"},
+      // The sampling ranges are checked here only (the engine takes the request as validated).
+      {with(R"("temperature":null,"min_p":1.5)"), "min_p", "invalid_value"},
+      {with(R"("repetition_penalty":0)"), "repetition_penalty", "invalid_value"},
+      {with(R"("min_tokens":-1)"), "min_tokens", "invalid_value"},
+      {with(R"("top_k":-2)"), "top_k", "invalid_value"},
       {with(R"("logit_bias":{"abc":1})"), "logit_bias", "invalid_value"},
       {with(R"("logit_bias":{"5000":1})"), "logit_bias", "invalid_value"},
       {with(R"("logit_bias":{"5":1000})"), "logit_bias", "invalid_value"},
@@ -164,7 +169,7 @@ TEST(ServerRequest, AnthropicMessages) {
   ASSERT_FALSE(ok) << ok->message;
   EXPECT_EQ(r.tool_choice.kind, ToolChoice::Kind::Required);
   EXPECT_FALSE(r.parallel_tool_calls);
-  EXPECT_EQ(r.stop, std::vector<std::string>{"x"});
+  EXPECT_EQ(r.generation.stop_strings, std::vector<std::string>{"x"});
   for (const char* bad : {R"({"messages":[{"role":"user","content":"hi"}]})",
                           R"({"max_tokens":10,"messages":[{"role":"system","content":"hi"}]})",
                           R"({"max_tokens":"10","messages":[{"role":"user","content":"hi"}]})",
@@ -232,6 +237,11 @@ TEST(ServerRequest, ResponsesBecomeTheEquivalentChatRequest) {
     EXPECT_EQ(err->status, 400);
     EXPECT_EQ(err->param, c.param) << c.body << ": " << err->message;
   }
+  // The message names the Responses field too, not the chat one it became.
+  ApiRequest out;
+  auto err = parse_responses_request(parse(R"({"input":"hi","max_output_tokens":0})"), limits, &out);
+  ASSERT_TRUE(err);
+  EXPECT_NE(err->message.find("'max_output_tokens'"), std::string::npos) << err->message;
 }
 
 TEST(ServerStop, MatchesAcrossChunksAndNeverLeaks) {

@@ -254,15 +254,15 @@ int run_command(int argc, char** argv) {
   }
   bool dump_ok = true;
 
-  server::GenerationRequest req;
-  req.request_id = "run";
-  req.prompt_ids = prompt;
+  GenerationRequest req;
+  req.id = "run";
+  req.prompt = prompt;
   req.sampling.temperature = o.temperature;
   req.sampling.top_k = int(std::min<int64_t>(o.top_k, std::numeric_limits<int>::max()));
   req.sampling.top_p = o.top_p;
-  req.sampling.seed = o.seed;
-  req.sampling.ignore_eos = o.ignore_eos;
-  req.stop.max_tokens = int(o.max_tokens);
+  req.sampling.seed = uint64_t(o.seed);
+  req.ignore_eos = o.ignore_eos;
+  req.max_tokens = o.max_tokens;
   req.skip_special_tokens = o.skip_special_tokens;
   // On the scheduler thread, which then completes the request: done before the sink says so.
   if (dump)

@@ -40,7 +40,7 @@ struct Scheduler::Sequence {
 };
 
 struct Scheduler::Request {
-  GenerateRequest r;
+  GenerationRequest r;
   std::shared_ptr<RequestObserver> observer;
   std::vector<std::unique_ptr<Sequence>> seqs;
   Clock::time_point arrival, scheduled, first_token, last_token;
@@ -72,7 +72,7 @@ void Scheduler::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-Scheduler::SubmitResult Scheduler::submit(GenerateRequest req, std::shared_ptr<RequestObserver> observer) {
+Scheduler::SubmitResult Scheduler::submit(GenerationRequest req, std::shared_ptr<RequestObserver> observer) {
   auto invalid = [](std::string m) { return SubmitResult{SubmitStatus::Invalid, std::move(m)}; };
   const int64_t V = engine_.config().vocab_size;
   const int64_t P = int64_t(req.prompt.size());
@@ -81,6 +81,9 @@ Scheduler::SubmitResult Scheduler::submit(GenerateRequest req, std::shared_ptr<R
   for (int32_t t : req.prompt)
     if (t < 0 || t >= V)
       return invalid("prompt token id " + std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(V) + ")");
+  for (const auto& [t, bias] : req.sampling.logit_bias)
+    if (t < 0 || t >= V)
+      return invalid("logit_bias: token id " + std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(V) + ")");
   if (req.n < 1 || req.n > max_seqs_)
     return invalid("n=" + std::to_string(req.n) + " must be between 1 and --max-num-seqs (" + std::to_string(max_seqs_) + ")");
   if (req.max_tokens < 1) return invalid("max_tokens must be at least 1");
@@ -97,7 +100,6 @@ Scheduler::SubmitResult Scheduler::submit(GenerateRequest req, std::shared_ptr<R
                    std::to_string(kv.block_size()) + " positions) for one sequence, more than the whole cache (" +
                    std::to_string(kv.total_pages()) +
                    " pages); shorten the prompt or max_tokens, or give the server a larger KV cache");
-  if (Status s = validate(req.sampling, V); !s.ok()) return invalid(s.message());
 
   auto r = std::make_unique<Request>();
   r->arrival = Clock::now();
@@ -168,7 +170,7 @@ void Scheduler::admit(std::unique_ptr<Request> req) {
   Request* r = req.get();
   for (int i = 0; i < r->r.n; ++i) {
     SamplingConfig sc = r->r.sampling;
-    sc.seed = r->r.sampling.seed + uint64_t(i);
+    sc.seed = r->r.sampling.seed.value_or(0) + uint64_t(i);
     sc.min_tokens_blocked = r->r.stop_token_ids;
     if (!r->r.ignore_eos) sc.min_tokens_blocked.insert(sc.min_tokens_blocked.end(), opt_.eos_token_ids.begin(),
                                                        opt_.eos_token_ids.end());

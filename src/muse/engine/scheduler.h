@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "muse/engine/engine.h"
+#include "muse/engine/generation_request.h"
 #include "muse/sampling/sequence_sampler.h"
 
 namespace muse {
@@ -50,27 +51,6 @@ struct SchedulerOptions {
   LogprobsMode logprobs_mode = LogprobsMode::Processed;
   int64_t max_waiting_requests = 4096;  // beyond this, submit() says Overloaded
   int64_t max_logit_rows = 256;         // rows per sequence per step when every row's logits are needed
-};
-
-struct GenerateRequest {
-  std::string id;
-  std::vector<int32_t> prompt;
-  int n = 1;
-  SamplingConfig sampling;  // choice i samples with seed sampling.seed + i
-  int64_t max_tokens = 16;
-  std::vector<int32_t> stop_token_ids;  // in addition to the EOS ids
-  bool ignore_eos = false;
-  int logprobs = -1;         // -1: none; k >= 0: the chosen token's + top k
-  int prompt_logprobs = -1;  // -1: none; k >= 0: per prompt token, top k
-  // Builds each sequence's TokenConstraint (a forced tool call, a grammar);
-  // empty: unconstrained.
-  std::function<std::unique_ptr<TokenConstraint>()> make_constraint;
-  // Sees the raw logits of every position of each sequence, each position
-  // once and in order ([rows x vocab] floats): the prompt's rows (row i
-  // predicts token i + 1), then one per generated token fed back. Called on
-  // the scheduler thread, before the row is sampled from. Empty: only the
-  // rows that are sampled from are computed. (`muse run --dump-logits`.)
-  std::function<void(int index, std::span<const float> rows)> logits_observer;
 };
 
 enum class SeqFinish { None, Stop, Length, Abort, Error };
@@ -136,9 +116,10 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // Checks and queues; on anything but Ok nothing was queued and the observer
-  // is never called. Thread-safe.
-  SubmitResult submit(GenerateRequest request, std::shared_ptr<RequestObserver> observer);
+  // Checks what depends on the engine (prompt ids in the vocabulary, n,
+  // context, KV pages) and queues; on anything but Ok nothing was queued and
+  // the observer is never called. Thread-safe.
+  SubmitResult submit(GenerationRequest request, std::shared_ptr<RequestObserver> observer);
   // Ends a request within one step (unknown or finished ids are ignored);
   // its observer still gets Abort updates and on_complete. Thread-safe.
   void cancel(const std::string& request_id);

@@ -10,8 +10,6 @@ namespace muse {
 namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-bool finite(double x) { return std::isfinite(x); }
-
 // Log-softmax over ids < n (ids with kept[i] == 0 count as -inf).
 void fill_logprobs(std::span<const float> logits, int64_t n, int32_t chosen, int k, SampledToken& out,
                    const std::vector<uint8_t>* kept = nullptr) {
@@ -46,25 +44,8 @@ void fill_logprobs(std::span<const float> logits, int64_t n, int32_t chosen, int
 
 }  // namespace
 
-Status validate(const SamplingConfig& c, int64_t vocab_size) {
-  if (!finite(c.temperature) || c.temperature < 0) return make_error("temperature must be a finite number >= 0");
-  if (c.top_k < -1) return make_error("top_k must be -1 or 0 (off) or >= 1");
-  if (!(c.top_p > 0.0 && c.top_p <= 1.0)) return make_error("top_p must be in (0, 1]");
-  if (!(c.min_p >= 0.0 && c.min_p <= 1.0)) return make_error("min_p must be in [0, 1]");
-  if (!finite(c.presence_penalty) || !finite(c.frequency_penalty)) return make_error("penalties must be finite");
-  if (!(c.repetition_penalty > 0.0) || !finite(c.repetition_penalty)) return make_error("repetition_penalty must be > 0");
-  if (c.min_tokens < 0) return make_error("min_tokens must be >= 0");
-  for (const auto& [id, bias] : c.logit_bias) {
-    if (id < 0 || id >= vocab_size)
-      return make_error("logit_bias: token id " + std::to_string(id) + " is outside the vocabulary [0, " +
-                        std::to_string(vocab_size) + ")");
-    if (!std::isfinite(bias)) return make_error("logit_bias values must be finite");
-  }
-  return Status::Ok();
-}
-
 SequenceSampler::SequenceSampler(SamplingConfig config, int64_t sampled_vocab_size)
-    : config_(std::move(config)), sampled_vocab_size_(sampled_vocab_size), rng_(config_.seed) {
+    : config_(std::move(config)), sampled_vocab_size_(sampled_vocab_size), rng_(config_.seed.value_or(0)) {
   penalties_ = config_.repetition_penalty != 1.0 || config_.frequency_penalty != 0.0 || config_.presence_penalty != 0.0;
 }
 

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <unordered_map>
 #include <utility>
@@ -46,11 +47,12 @@ struct SamplingConfig {
   std::vector<std::pair<int32_t, float>> logit_bias;
   int64_t min_tokens = 0;
   std::vector<int32_t> min_tokens_blocked;  // masked while fewer than min_tokens were generated
-  uint64_t seed = 0;
+  // Absent: the engine service draws one per request (serve's --seed); a
+  // sampler without one uses 0.
+  std::optional<uint64_t> seed;
 };
-
-// Ranges as the server validates them; `vocab_size` bounds the ids.
-Status validate(const SamplingConfig& config, int64_t vocab_size);
+// Ranges are not checked here: requests are validated where they come in
+// (server/api_request.cc for the HTTP APIs, muse run's options), once.
 
 // The logprob reported for an impossible token (vLLM's convention; JSON has no -inf).
 inline constexpr float kMinLogprob = -9999.0f;

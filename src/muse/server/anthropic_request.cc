@@ -72,14 +72,12 @@ std::optional<ApiError> check_tool_pairing(const Json& messages) {
 }  // namespace
 
 std::optional<ApiError> parse_messages_request(const Json& body, const ValidationLimits& limits, ApiRequest* out) {
-  *out = ApiRequest{};
-  out->endpoint = Endpoint::Messages;
-  out->body = body;
+  start_request(Endpoint::Messages, body, out);
   FieldReader r(body);
   r.string("model", &out->model);
-  int64_t max_tokens = 0;
   if (!r.get("max_tokens")) return invalid_param("max_tokens", "max_tokens: Field required", "missing_required_parameter");
-  if (r.integer("max_tokens", &max_tokens, 1, std::numeric_limits<int32_t>::max())) out->max_tokens = max_tokens;
+  read_max_tokens(r, "max_tokens", 1, out);
+  const int64_t max_tokens = out->max_tokens.value_or(0);
   const Json* messages = r.get("messages");
   if (!messages && !r.failed()) return invalid_param("messages", "messages: Field required", "missing_required_parameter");
   if (messages && !messages->is_array()) return invalid_type("messages", "an array", FieldReader::json_kind(*messages));
@@ -114,14 +112,7 @@ std::optional<ApiError> parse_messages_request(const Json& body, const Validatio
     if (!ok) r.fail(invalid_param("system", "system: expected a string or an array of text blocks", "invalid_type"));
   }
   r.boolean("stream", &out->stream);
-  r.number("temperature", &out->sampling.temperature, 0, 1);
-  out->sampling_given[0] = r.get("temperature") != nullptr;
-  out->sampling_given[1] = r.number("top_p", &out->sampling.top_p, 0, 1, /*lo_open=*/true);
-  int64_t top_k = 0;
-  if (r.integer("top_k", &top_k, 0, std::numeric_limits<int32_t>::max())) {
-    out->sampling.top_k = int(top_k);
-    out->sampling_given[2] = true;
-  }
+  read_sampling(r, Endpoint::Messages, out);
   read_stop(r, limits, "stop_sequences", out);
   if (const Json* tools = r.typed("tools", Json::Type::Array, "an array")) {
     for (size_t i = 0; i < tools->size() && !r.failed(); ++i) {

@@ -18,6 +18,14 @@ ApiError invalid_type(std::string param, const char* expected, const char* got) 
   return invalid_param(std::move(param), std::move(msg), "invalid_type");
 }
 
+ApiError context_length_exceeded(std::string param, int64_t max_model_len, const std::string& what_was_asked,
+                                 const std::string& reduce) {
+  return invalid_param(std::move(param), "This model's maximum context length is " + std::to_string(max_model_len) +
+                                             " tokens. However, " + what_was_asked + ". Please reduce the length of the " +
+                                             reduce + ".",
+                       "context_length_exceeded");
+}
+
 std::string openai_error_body(const ApiError& e) {
   Json err = Json::object();
   err.set("message", e.message);

@@ -34,24 +34,27 @@ std::optional<ApiError> parse_json_body(std::string_view bytes, Json* out) {
 
 namespace detail {
 
-void read_sampling(FieldReader& r, ApiRequest* out) {
-  auto& s = out->sampling;
-  out->sampling_given[0] = r.number("temperature", &s.temperature, 0, 2);
-  out->sampling_given[1] = r.number("top_p", &s.top_p, 0, 1, /*lo_open=*/true);
+void read_sampling(FieldReader& r, Endpoint api, ApiRequest* out) {
+  SamplingConfig& s = out->generation.sampling;
+  SamplingGiven& given = out->sampling_given;
+  const bool anthropic = api == Endpoint::Messages;  // Anthropic's ranges: temperature <= 1, top_k >= 0
+  given.temperature = r.number("temperature", &s.temperature, 0, anthropic ? 1 : 2);
+  given.top_p = r.number("top_p", &s.top_p, 0, 1, /*lo_open=*/true);
   int64_t top_k = 0;
-  if (r.integer("top_k", &top_k, -1, kMaxInt32)) {
-    s.top_k = top_k < 0 ? 0 : int(top_k);  // vLLM: -1 and 0 both mean off
-    out->sampling_given[2] = true;
+  if (r.integer("top_k", &top_k, anthropic ? 0 : -1, kMaxInt32)) {
+    s.top_k = top_k < 0 ? 0 : top_k;  // vLLM: -1 and 0 both mean off
+    given.top_k = true;
   }
-  out->sampling_given[3] = r.number("min_p", &s.min_p, 0, 1);
+  if (anthropic) return;  // Messages has no other sampling parameters
+  given.min_p = r.number("min_p", &s.min_p, 0, 1);
   r.number("presence_penalty", &s.presence_penalty, -2, 2);
   r.number("frequency_penalty", &s.frequency_penalty, -2, 2);
-  r.number("repetition_penalty", &s.repetition_penalty, 0, 100, /*lo_open=*/true);
+  given.repetition_penalty = r.number("repetition_penalty", &s.repetition_penalty, 0, 100, /*lo_open=*/true);
   int64_t seed = 0;
-  if (r.integer("seed", &seed, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max())) s.seed = seed;
-  r.boolean("ignore_eos", &s.ignore_eos);
-  int64_t min_tokens = 0;
-  if (r.integer("min_tokens", &min_tokens, 0, kMaxInt32)) s.min_tokens = int(min_tokens);
+  if (r.integer("seed", &seed, std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()))
+    s.seed = uint64_t(seed);  // a negative seed keeps its bits
+  r.boolean("ignore_eos", &out->generation.ignore_eos);
+  r.integer("min_tokens", &s.min_tokens, 0, kMaxInt32);
 }
 
 void read_logit_bias(FieldReader& r, const ValidationLimits& limits, ApiRequest* out) {
@@ -70,7 +73,7 @@ void read_logit_bias(FieldReader& r, const ValidationLimits& limits, ApiRequest*
       r.fail(invalid_param("logit_bias", "Invalid value in 'logit_bias' for token " + key + ": expected a number in [-100, 100]."));
       return;
     }
-    out->sampling.logit_bias.emplace_back(int32_t(id), value.as_double());
+    out->generation.sampling.logit_bias.emplace_back(int32_t(id), float(value.as_double()));
   }
 }
 
@@ -80,7 +83,7 @@ void read_stop(FieldReader& r, const ValidationLimits& limits, const char* key, 
   auto add = [&](const Json& s) {
     if (!s.is_string()) return r.fail(invalid_type(key, "a string or an array of strings", FieldReader::json_kind(s)));
     if (s.as_string().empty()) return r.fail(invalid_param(key, std::string("Invalid '") + key + "': stop strings must not be empty."));
-    out->stop.push_back(s.as_string());
+    out->generation.stop_strings.push_back(s.as_string());
     return true;
   };
   if (stop->is_string()) {
@@ -104,7 +107,7 @@ void read_stop_token_ids(FieldReader& r, const ValidationLimits& limits, ApiRequ
                                                  std::to_string(limits.vocab_size) + ")."));
       return;
     }
-    out->stop_token_ids.push_back(int32_t(v.as_int()));
+    out->generation.stop_token_ids.push_back(int32_t(v.as_int()));
   }
 }
 
@@ -268,13 +271,25 @@ void refuse_unsupported(FieldReader& r, std::initializer_list<const char*> keys)
       r.fail(invalid_param(k, std::string("Parameter '") + k + "' is not supported by this server.", "unsupported_parameter"));
 }
 
-std::optional<ApiError> read_max_tokens(FieldReader& r, const char* key, int64_t lo, ApiRequest* out) {
+}  // namespace
+
+void detail::read_max_tokens(FieldReader& r, const char* key, int64_t lo, ApiRequest* out) {
   int64_t v = 0;
   if (r.integer(key, &v, lo, kMaxInt32)) out->max_tokens = v;
-  return std::nullopt;
 }
 
-}  // namespace
+// What every API starts from before the body is read: the OpenAI and
+// Anthropic default temperature is 1; only completions return special
+// tokens' text as asked (chat output goes through the response parser,
+// which needs the framing).
+void detail::start_request(Endpoint endpoint, const Json& body, ApiRequest* out) {
+  *out = ApiRequest{};
+  out->endpoint = endpoint;
+  out->body = body;
+  out->generation.sampling.temperature = 1.0;
+  out->generation.skip_special_tokens = endpoint == Endpoint::Completions;
+  if (endpoint == Endpoint::Completions) out->tool_choice.kind = ToolChoice::Kind::None;
+}
 
 void detail::check_tool_choice(FieldReader& r, ApiRequest* out) {
   auto& choice = out->tool_choice;
@@ -296,9 +311,7 @@ void detail::check_tool_choice(FieldReader& r, ApiRequest* out) {
 }
 
 std::optional<ApiError> parse_chat_request(const Json& body, const ValidationLimits& limits, ApiRequest* out) {
-  *out = ApiRequest{};
-  out->endpoint = Endpoint::ChatCompletions;
-  out->body = body;
+  start_request(Endpoint::ChatCompletions, body, out);
   FieldReader r(body);
   r.string("model", &out->model);
   const Json* messages = r.get("messages");
@@ -338,22 +351,23 @@ std::optional<ApiError> parse_chat_request(const Json& body, const ValidationLim
   }
   read_stream(r, out);
   int64_t n = 1;
-  if (r.integer("n", &n, 1, limits.max_n)) out->n = int(n);
+  if (r.integer("n", &n, 1, limits.max_n)) out->generation.n = int(n);
   read_max_tokens(r, "max_tokens", 1, out);
   read_max_tokens(r, "max_completion_tokens", 1, out);  // read second: it wins
-  read_sampling(r, out);
+  read_sampling(r, Endpoint::ChatCompletions, out);
   read_logit_bias(r, limits, out);
   read_stop(r, limits, "stop", out);
   read_stop_token_ids(r, limits, out);
-  r.boolean("include_stop_str_in_output", &out->include_stop_str_in_output);
+  r.boolean("include_stop_str_in_output", &out->generation.include_stop_str_in_output);
   bool logprobs = false;
   r.boolean("logprobs", &logprobs);
   int64_t top = 0;
   bool has_top = r.integer("top_logprobs", &top, 0, limits.max_logprobs);
   if (has_top && !logprobs && !r.failed())
     r.fail(invalid_param("top_logprobs", "Invalid 'top_logprobs': requires 'logprobs' to be true."));
-  if (logprobs) out->logprobs = int(top);
-  r.boolean("skip_special_tokens", &out->skip_special_tokens);
+  if (logprobs) out->generation.logprobs = int(top);
+  bool skip_special_tokens = true;  // checked, then unused: chat output keeps the framing (start_request)
+  r.boolean("skip_special_tokens", &skip_special_tokens);
   r.boolean("include_reasoning", &out->include_reasoning);
   std::string effort;
   if (r.string("reasoning_effort", &effort)) {
@@ -383,10 +397,7 @@ std::optional<ApiError> parse_chat_request(const Json& body, const ValidationLim
 }
 
 std::optional<ApiError> parse_completion_request(const Json& body, const ValidationLimits& limits, ApiRequest* out) {
-  *out = ApiRequest{};
-  out->endpoint = Endpoint::Completions;
-  out->body = body;
-  out->tool_choice.kind = ToolChoice::Kind::None;
+  start_request(Endpoint::Completions, body, out);
   FieldReader r(body);
   r.string("model", &out->model);
   const Json* prompt = r.get("prompt");
@@ -402,10 +413,8 @@ std::optional<ApiError> parse_completion_request(const Json& body, const Validat
     // A prompt that cannot fit the context is refused before its ids are
     // converted (a 60 MiB id list must not be copied to find that out).
     if (limits.max_model_len > 0 && arr.size() >= size_t(limits.max_model_len))
-      return invalid_param(where, "This model's maximum context length is " + std::to_string(limits.max_model_len) +
-                                      " tokens. However, '" + where + "' has " + std::to_string(arr.size()) +
-                                      " tokens. Please reduce the length of the prompt.",
-                           "context_length_exceeded");
+      return context_length_exceeded(where, limits.max_model_len,
+                                     "'" + where + "' has " + std::to_string(arr.size()) + " tokens", "prompt");
     ids->reserve(arr.size());
     for (size_t k = 0; k < arr.size(); ++k) {
       const Json& v = arr.as_array()[k];
@@ -452,24 +461,26 @@ std::optional<ApiError> parse_completion_request(const Json& body, const Validat
   }
   read_stream(r, out);
   int64_t n = 1;
-  if (r.integer("n", &n, 1, limits.max_n)) out->n = int(n);
-  if (!r.failed() && out->prompts.size() * size_t(out->n) > 1024)
+  if (r.integer("n", &n, 1, limits.max_n)) out->generation.n = int(n);
+  const size_t completions = out->prompts.size() * size_t(out->generation.n);
+  if (!r.failed() && completions > 1024)
     r.fail(invalid_param("prompt", "Invalid 'prompt': at most 1024 completions per request (prompts x n), got " +
-                                       std::to_string(out->prompts.size() * size_t(out->n)) + "."));
+                                       std::to_string(completions) + "."));
   int64_t best_of = 0;
-  if (r.integer("best_of", &best_of, 1, limits.max_n) && best_of != out->n)
+  if (r.integer("best_of", &best_of, 1, limits.max_n) && best_of != out->generation.n)
     r.fail(invalid_param("best_of", "Invalid 'best_of': only best_of == n is supported.", "unsupported_value"));
   out->max_tokens = 16;  // the OpenAI default for completions
   read_max_tokens(r, "max_tokens", 0, out);
-  read_sampling(r, out);
+  read_sampling(r, Endpoint::Completions, out);
   read_logit_bias(r, limits, out);
   read_stop(r, limits, "stop", out);
   read_stop_token_ids(r, limits, out);
-  r.boolean("include_stop_str_in_output", &out->include_stop_str_in_output);
+  r.boolean("include_stop_str_in_output", &out->generation.include_stop_str_in_output);
   int64_t lp = 0;
-  if (r.integer("logprobs", &lp, 0, limits.max_logprobs)) out->logprobs = int(lp);
+  if (r.integer("logprobs", &lp, 0, limits.max_logprobs)) out->generation.logprobs = int(lp);
   r.boolean("echo", &out->echo);
-  r.boolean("skip_special_tokens", &out->skip_special_tokens);
+  if (out->echo) out->generation.prompt_logprobs = out->generation.logprobs;  // echo + logprobs: the prompt's too
+  r.boolean("skip_special_tokens", &out->generation.skip_special_tokens);
   if (out->max_tokens && *out->max_tokens == 0 && !out->echo && !r.failed())
     r.fail(invalid_param("max_tokens", "Invalid 'max_tokens': 0 is only allowed with echo."));
   read_response_format(r, out);

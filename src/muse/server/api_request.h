@@ -1,8 +1,10 @@
-// Validation of OpenAI (chat, completions) and Anthropic (messages) request
-// bodies into one typed request. Every parameter docs/server.md lists is
-// checked for type and range here; a failure is an ApiError naming the
-// parameter (400), never a crash. Model-dependent checks (prompt length,
-// served names) happen later, in the handlers.
+// Validation of OpenAI (chat, completions, responses) and Anthropic
+// (messages) request bodies into one typed request, whose engine part is the
+// GenerationRequest the scheduler runs (engine/generation_request.h). Every
+// parameter docs/server.md lists is checked for type and range here, once; a
+// failure is an ApiError naming the parameter (400), never a crash.
+// Model-dependent checks (prompt length, served names, capabilities) happen
+// later, in admission (generation_job.cc).
 #pragma once
 
 #include <optional>
@@ -26,6 +28,16 @@ struct ToolChoice {
 // A prompt of /v1/completions: text or token ids.
 using CompletionPrompt = std::variant<std::string, std::vector<int32_t>>;
 
+// Which model-dependent sampling fields the request set itself; the others
+// take generation_config.json's values (serve's --generation-config auto).
+struct SamplingGiven {
+  bool temperature = false, top_p = false, top_k = false, min_p = false, repetition_penalty = false;
+};
+
+// A validated request: what the wire format says (kept by the GenerationJob
+// to write the response) and `generation`, the engine request the validators
+// fill directly. Admission gives each prompt its own copy of `generation`
+// with the prompt ids and the resolved max_tokens, and moves it to the engine.
 struct ApiRequest {
   Endpoint endpoint = Endpoint::ChatCompletions;
   Json body;                 // the request as sent (rendering reads it)
@@ -33,16 +45,10 @@ struct ApiRequest {
   bool stream = false;
   bool include_usage = false;        // stream_options.include_usage
   bool continuous_usage = false;     // stream_options.continuous_usage_stats (vLLM)
-  int n = 1;
-  std::optional<int64_t> max_tokens; // max_completion_tokens wins over max_tokens
-  SamplingParams sampling;
-  bool sampling_given[4] = {};       // temperature, top_p, top_k, min_p given (else model defaults)
-  std::vector<std::string> stop;
-  std::vector<int32_t> stop_token_ids;
-  bool include_stop_str_in_output = false;
-  int logprobs = -1;                 // -1 none, else top-k count (chat: top_logprobs)
+  std::optional<int64_t> max_tokens; // max_completion_tokens wins over max_tokens; absent: the rest of the context
+  GenerationRequest generation;      // n, sampling, stop strings and ids, logprobs, skip_special_tokens
+  SamplingGiven sampling_given;
   bool echo = false;                 // completions
-  bool skip_special_tokens = true;
   bool include_reasoning = true;     // vLLM's include_reasoning
   // Tools (chat and messages).
   Json tools;                        // null or the non-empty array as sent

@@ -7,8 +7,15 @@
 
 namespace muse::server::detail {
 
-void read_sampling(FieldReader& r, ApiRequest* out);
+// Every sampling parameter of the three APIs, with the API's ranges (Messages
+// reads temperature, top_p and top_k only).
+void read_sampling(FieldReader& r, Endpoint api, ApiRequest* out);
+// Clears *out and sets what an endpoint starts from (default temperature 1,
+// special tokens' text kept outside completions).
+void start_request(Endpoint endpoint, const Json& body, ApiRequest* out);
 void read_logit_bias(FieldReader& r, const ValidationLimits& limits, ApiRequest* out);
+// max_tokens and its aliases: an integer in [lo, 2^31 - 1] (the last one read wins).
+void read_max_tokens(FieldReader& r, const char* key, int64_t lo, ApiRequest* out);
 void read_stop(FieldReader& r, const ValidationLimits& limits, const char* key, ApiRequest* out);
 void read_stop_token_ids(FieldReader& r, const ValidationLimits& limits, ApiRequest* out);
 void read_stream(FieldReader& r, ApiRequest* out);

@@ -39,10 +39,10 @@ class SinkObserver : public RequestObserver {
  public:
   SinkObserver(const Tokenizer& tok, const GenerationRequest& req, std::shared_ptr<GenerationSink> sink)
       : tok_(tok), sink_(std::move(sink)), logprobs_(req.logprobs), min_tokens_(req.sampling.min_tokens),
-        include_stop_(req.stop.include_stop_str_in_output) {
+        include_stop_(req.include_stop_str_in_output) {
     for (int i = 0; i < req.n; ++i)
       choices_.push_back(Choice{StreamingDetokenizer(tok, req.skip_special_tokens),
-                                StopStringMatcher(req.stop.stop_strings, req.stop.include_stop_str_in_output)});
+                                StopStringMatcher(req.stop_strings, req.include_stop_str_in_output)});
   }
 
   bool on_update(const SequenceUpdate& u) override {
@@ -109,7 +109,7 @@ class SinkObserver : public RequestObserver {
   const Tokenizer& tok_;
   std::shared_ptr<GenerationSink> sink_;
   int logprobs_;
-  int min_tokens_;
+  int64_t min_tokens_;
   bool include_stop_;
   std::vector<Choice> choices_;
 };
@@ -157,36 +157,16 @@ class SchedulerService final : public EngineService {
   std::optional<SubmitError> submit(GenerationRequest req, std::shared_ptr<GenerationSink> sink) override {
     Scheduler* sched = scheduler();
     if (!sched) return SubmitError{SubmitError::Kind::Unavailable, "the model is not loaded"};
-    GenerateRequest g;
+    // What only the engine service knows: the grammar factory and serve's seeds.
     if (!req.constraint.is_null()) {
       if (!opt_.constraints) return SubmitError{SubmitError::Kind::Invalid, "constrained generation is not available"};
       auto make = opt_.constraints(req.constraint);
       if (!make.ok()) return SubmitError{SubmitError::Kind::Invalid, make.message()};
-      g.make_constraint = std::move(make).value();
+      req.make_constraint = std::move(make).value();
     }
-    g.id = req.request_id;
-    g.prompt = req.prompt_ids;
-    g.n = req.n;
-    const SamplingParams& s = req.sampling;
-    SamplingConfig& c = g.sampling;
-    c.temperature = s.temperature;
-    c.top_k = s.top_k;
-    c.top_p = s.top_p;
-    c.min_p = s.min_p;
-    c.presence_penalty = s.presence_penalty;
-    c.frequency_penalty = s.frequency_penalty;
-    c.repetition_penalty = s.repetition_penalty;
-    for (const auto& [id, bias] : s.logit_bias) c.logit_bias.emplace_back(id, float(bias));
-    c.min_tokens = s.min_tokens;
-    c.seed = s.seed ? uint64_t(*s.seed) : next_seed();
-    g.max_tokens = req.stop.max_tokens;
-    g.stop_token_ids = req.stop.stop_token_ids;
-    g.ignore_eos = s.ignore_eos;
-    g.logprobs = req.logprobs;
-    g.prompt_logprobs = req.prompt_logprobs;
-    g.logits_observer = std::move(req.logits_observer);
+    if (!req.sampling.seed) req.sampling.seed = next_seed();
     auto observer = std::make_shared<SinkObserver>(opt_.tokenizer, req, std::move(sink));
-    auto r = sched->submit(std::move(g), std::move(observer));
+    auto r = sched->submit(std::move(req), std::move(observer));
     switch (r.status) {
       case Scheduler::SubmitStatus::Ok: return std::nullopt;
       case Scheduler::SubmitStatus::Invalid: return SubmitError{SubmitError::Kind::Invalid, r.message};

@@ -1,8 +1,11 @@
-// One generation request in flight, from admission to the last byte: it
-// submits to the GenerationService, receives the engine's outputs through a
-// thread-safe inbox (the engine thread only enqueues and wakes the I/O
-// thread), runs the response parser per choice, and writes SSE frames or the
-// whole body through a ResponseWriter. A client disconnect cancels it.
+// One generation request, from admission to the last byte (both in
+// generation_job.cc). prepare_generation() turns a body into the engine
+// requests (validation, rendering, the context check) on a request-pool
+// thread; the GenerationJob then submits them to the GenerationService,
+// receives the engine's outputs through a thread-safe inbox (the engine
+// thread only enqueues and wakes the I/O thread), runs the response parser
+// per choice, and writes SSE frames or the whole body through a
+// ResponseWriter. A client disconnect cancels it.
 #pragma once
 
 #include <chrono>
@@ -17,9 +20,10 @@ namespace muse::server {
 
 class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
  public:
+  // One prompt's engine request (completions may have several).
   struct Part {
-    GenerationRequest request;
-    std::string echo_text;  // completions with echo
+    GenerationRequest request;  // moved to the engine by start()
+    std::string echo_text;      // completions with echo
   };
 
   GenerationJob(ServerContext* ctx, std::shared_ptr<HttpExchange> ex, ApiRequest req, std::string id, int prompt_tokens);
@@ -44,7 +48,6 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
     std::optional<std::chrono::steady_clock::time_point> last_token;
   };
 
-  void drain_events();
   void internal_failure(const char* what);
   void on_output(int part, GenerationOutput out);
   void on_summary(int part, const GenerationSummary& summary);
@@ -59,6 +62,7 @@ class GenerationJob : public std::enable_shared_from_this<GenerationJob> {
   std::unique_ptr<ResponseWriter> writer_;
   std::shared_ptr<Inbox> inbox_;
   std::vector<Part> parts_;
+  std::vector<std::string> part_ids_;  // the engine's request ids, by part
   std::vector<Choice> choices_;
   std::vector<bool> part_done_;
   int parts_done_ = 0;

@@ -3,9 +3,9 @@
 //   ModelAdapter       tokenizer + chat template + response parser (tokenizer/,
 //                      chat/): request JSON -> prompt ids; generated ids/text ->
 //                      reasoning, content and tool-call deltas.
-//   GenerationService  the engine (engine/, sampling/, kv/): prompt ids +
-//                      sampling + stop conditions -> a stream of token/text
-//                      deltas per choice, cancellable at any time.
+//   GenerationService  the engine (engine/, sampling/, kv/): a GenerationRequest
+//                      (prompt ids, sampling, stop conditions) -> a stream of
+//                      token/text deltas per choice, cancellable at any time.
 //
 // The server owns HTTP, validation, wire formats and metrics; it never touches
 // tensors. Threading contract: the server calls these from its I/O thread;
@@ -25,56 +25,12 @@
 
 #include "muse/core/json.h"
 #include "muse/core/status.h"
+#include "muse/engine/generation_request.h"
 
 namespace muse::server {
 
-// ---------------------------------------------------------------------------
-// Requests to the engine
-// ---------------------------------------------------------------------------
-
-// Already validated by the server (ranges as in docs/server.md).
-struct SamplingParams {
-  double temperature = 1.0;  // 0 = greedy
-  double top_p = 1.0;
-  int top_k = 0;             // 0 = off
-  double min_p = 0.0;
-  double presence_penalty = 0.0;
-  double frequency_penalty = 0.0;
-  double repetition_penalty = 1.0;
-  std::vector<std::pair<int32_t, double>> logit_bias;  // token id -> bias in [-100, 100]
-  std::optional<int64_t> seed;  // same seed + same request -> same output
-  bool ignore_eos = false;
-  int min_tokens = 0;           // EOS/stop ids suppressed until this many tokens
-};
-
-struct StopConditions {
-  int max_tokens = 16;                    // resolved: prompt + max_tokens <= max_model_len
-  std::vector<std::string> stop_strings;  // matched across token boundaries
-  std::vector<int32_t> stop_token_ids;    // in addition to ModelInfo::eos_token_ids
-  bool include_stop_str_in_output = false;
-};
-
-struct GenerationRequest {
-  std::string request_id;            // unique; appears in logs; key for cancel()
-  std::vector<int32_t> prompt_ids;   // already rendered and tokenized
-  int n = 1;                         // independent choices sharing the prompt
-  SamplingParams sampling;
-  StopConditions stop;
-  int logprobs = -1;                 // -1: none; k >= 0: chosen token + top k
-  int prompt_logprobs = -1;          // -1: none; k >= 0: per prompt token (echo)
-  // false for chat: the response parser needs the framing tokens as text.
-  bool skip_special_tokens = true;
-  // Structured output the engine must enforce (only sent when ModelInfo says
-  // it is supported): null, or {"type":"json_object"} / {"type":"json_schema",
-  // "schema":{...}} for the answer body, or {"type":"tool_call","name":N|null,
-  // "tools":[...],"parallel_tool_calls":bool} for tool_choice required (null)
-  // / named.
-  Json constraint;
-  // Not from HTTP: `muse run --dump-logits` reads every position's raw
-  // logits through it (engine/scheduler.h, GenerateRequest::logits_observer;
-  // the real engine only). Empty: none.
-  std::function<void(int index, std::span<const float> rows)> logits_observer;
-};
+// Requests to the engine are GenerationRequests (engine/generation_request.h):
+// one value from the API validators through submit() to the scheduler.
 
 // ---------------------------------------------------------------------------
 // Events from the engine
@@ -166,8 +122,8 @@ class GenerationService {
   // Loads weights and allocates caches; blocks; called once on a loader thread
   // while the HTTP server already answers (/health is 503 until it returns).
   virtual Status load(const LoadProgressFn& progress) = 0;
-  // Queues a request. Outputs arrive on `sink`. An error here means nothing
-  // was queued and the sink will never be called.
+  // Queues a request (moved on to the scheduler). Outputs arrive on `sink`.
+  // An error here means nothing was queued and the sink will never be called.
   virtual std::optional<SubmitError> submit(GenerationRequest request, std::shared_ptr<GenerationSink> sink) = 0;
   // Stops a request as soon as possible (within one engine step). Unknown or
   // finished ids are ignored. The sink still gets on_complete.

@@ -253,7 +253,11 @@ std::optional<ApiError> parse_responses_request(const Json& body, const Validati
   }
   if (auto e = parse_chat_request(chat, limits, out)) {
     // Name the Responses parameter where it differs from the chat one.
-    if (e->param == "max_completion_tokens") e->param = "max_output_tokens";
+    if (e->param == "max_completion_tokens") {
+      e->param = "max_output_tokens";
+      if (size_t at = e->message.find("'max_completion_tokens'"); at != std::string::npos)
+        e->message.replace(at, 23, "'max_output_tokens'");
+    }
     if (e->param.rfind("messages", 0) == 0) e->param = "input";
     return e;
   }

@@ -1,9 +1,9 @@
 // What handling a request needs from the server, and nothing more: the
 // options, the backend, the metrics, a way to wake the I/O thread, and the
 // set of running generations. ApiServer owns it; the routes
-// (api_server.cc), admission (generation_admission.cc) and the jobs
-// (generation_job.cc) get it by reference, so none of them reaches into
-// ApiServer's own state (HTTP server, pools, readiness, shutdown).
+// (api_server.cc), admission and the jobs (generation_job.cc) get it by
+// reference, so none of them reaches into ApiServer's own state (HTTP
+// server, pools, readiness, shutdown).
 //
 // Threads: options and backend are immutable after construction and may be
 // read from the request pool; metrics and jobs belong to the I/O thread; the

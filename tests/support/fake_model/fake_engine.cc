@@ -187,10 +187,10 @@ class FakeEngine : public GenerationService {
 
  private:
   void plan(Job& job) {
-    std::string prompt = decode_bytes(job.req.prompt_ids, /*skip_special=*/true);
+    std::string prompt = decode_bytes(job.req.prompt, /*skip_special=*/true);
     PromptFacts facts = read_prompt(prompt);
     uint64_t prompt_hash = 1469598103934665603ull;
-    for (int32_t id : job.req.prompt_ids) prompt_hash = mix(prompt_hash, uint64_t(id));
+    for (int32_t id : job.req.prompt) prompt_hash = mix(prompt_hash, uint64_t(id));
     const auto& s = job.req.sampling;
     bool greedy = s.temperature == 0;
     uint64_t request_salt = s.seed ? uint64_t(*s.seed) : (opt_.default_seed ? uint64_t(opt_.default_seed) : std::random_device{}());
@@ -198,10 +198,10 @@ class FakeEngine : public GenerationService {
     if (auto at = facts.last_user.find("sleep:"); at != std::string::npos)
       job.wake_at = Clock::now() + std::chrono::milliseconds(std::atoi(facts.last_user.c_str() + at + 6));
     if (facts.last_user.find("error:engine") != std::string::npos) job.fail_after = 3;
-    job.prefill_remaining = int(job.req.prompt_ids.size());
+    job.prefill_remaining = int(job.req.prompt.size());
 
     for (int i = 0; i < job.req.n; ++i) {
-      Sequence seq{i, {}, 0, 0, "", StopStringMatcher(job.req.stop.stop_strings, job.req.stop.include_stop_str_in_output)};
+      Sequence seq{i, {}, 0, 0, "", StopStringMatcher(job.req.stop_strings, job.req.include_stop_str_in_output)};
       std::mt19937_64 rng(greedy ? prompt_hash : mix(mix(prompt_hash, request_salt), uint64_t(i) + 1));
       std::string snippet = facts.last_user.substr(0, utf8_floor(facts.last_user, std::min<size_t>(32, facts.last_user.size())));
       std::vector<int32_t>& p = seq.plan;
@@ -243,9 +243,9 @@ class FakeEngine : public GenerationService {
         add(".");
       }
       // ignore_eos: keep talking until max_tokens; min_tokens: pad before EOS.
-      while (s.ignore_eos ? int(p.size()) < job.req.stop.max_tokens : int(p.size()) < s.min_tokens)
+      while (job.req.ignore_eos ? int(p.size()) < job.req.max_tokens : int(p.size()) < s.min_tokens)
         add(std::string(" ") + kWords[rng() % 16]);
-      if (!s.ignore_eos) p.push_back(kEot);
+      if (!job.req.ignore_eos) p.push_back(kEot);
       job.seqs.push_back(std::move(seq));
     }
   }
@@ -270,9 +270,9 @@ class FakeEngine : public GenerationService {
     out.index = seq.index;
     if (job.req.prompt_logprobs >= 0 && !seq.sent_prompt_logprobs) {
       seq.sent_prompt_logprobs = true;
-      for (size_t i = 0; i < job.req.prompt_ids.size(); ++i) {
+      for (size_t i = 0; i < job.req.prompt.size(); ++i) {
         Sequence fake_seq{int(i), {}, 0, int(i)};
-        TokenLogprob lp = logprob_of(job.req.prompt_ids[i], fake_seq, i == 0 ? 0 : job.req.prompt_logprobs);
+        TokenLogprob lp = logprob_of(job.req.prompt[i], fake_seq, i == 0 ? 0 : job.req.prompt_logprobs);
         if (i == 0) lp.logprob = std::nan("");
         out.prompt_logprobs.push_back(std::move(lp));
       }
@@ -282,9 +282,9 @@ class FakeEngine : public GenerationService {
     out.token_ids.push_back(tok);
     if (job.req.logprobs >= 0) out.logprobs.push_back(logprob_of(tok, seq, job.req.logprobs));
 
-    const auto& stop = job.req.stop;
-    bool is_eos = tok == kEot && !job.req.sampling.ignore_eos;
-    bool is_stop_id = std::find(stop.stop_token_ids.begin(), stop.stop_token_ids.end(), tok) != stop.stop_token_ids.end();
+    const auto& stop_ids = job.req.stop_token_ids;
+    bool is_eos = tok == kEot && !job.req.ignore_eos;
+    bool is_stop_id = std::find(stop_ids.begin(), stop_ids.end(), tok) != stop_ids.end();
     if (is_stop_id && !is_eos) {
       out.finish = FinishReason::Stop;
       out.stop_token = tok;
@@ -302,7 +302,7 @@ class FakeEngine : public GenerationService {
       if (seq.stops.matched()) {
         out.finish = FinishReason::Stop;
         out.stop_string = seq.stops.matched_string();
-      } else if (seq.generated >= stop.max_tokens) {
+      } else if (seq.generated >= job.req.max_tokens) {
         out.finish = FinishReason::Length;
       }
     }
@@ -321,7 +321,7 @@ class FakeEngine : public GenerationService {
       job.sink->on_output(std::move(out));
     }
     GenerationSummary sum;
-    sum.prompt_tokens = int(job.req.prompt_ids.size());
+    sum.prompt_tokens = int(job.req.prompt.size());
     for (auto& seq : job.seqs) sum.completion_tokens.push_back(seq.generated);
     auto secs = [](Clock::duration d) { return std::chrono::duration<double>(d).count(); };
     auto now = Clock::now();
@@ -350,7 +350,7 @@ class FakeEngine : public GenerationService {
       for (auto* list : {&running}) (void)list;
       // Cancellation applies to waiting and running jobs alike.
       for (auto it = waiting.begin(); it != waiting.end();) {
-        if (cancels.count((*it)->req.request_id)) {
+        if (cancels.count((*it)->req.id)) {
           (*it)->scheduled = Clock::now();
           complete(**it, FinishReason::Abort, "");
           it = waiting.erase(it);
@@ -359,7 +359,7 @@ class FakeEngine : public GenerationService {
         }
       }
       for (auto& j : running)
-        if (cancels.count(j->req.request_id)) j->cancelled = true;
+        if (cancels.count(j->req.id)) j->cancelled = true;
       // Admit in arrival order while sequences fit.
       while (!waiting.empty() && running_seqs + waiting.front()->req.n <= opt_.max_num_seqs) {
         auto job = std::move(waiting.front());
