@@ -112,7 +112,7 @@ TEST_F(Timing, DISABLED_DecodeProducts) {
   const Shape shapes[] = {{"qkv+gate", 8704, 6656}, {"o", 6656, 4096}, {"gate+up", 39936, 6656},
                           {"down", 6656, 19968},    {"lm_head", 202048, 6656}};
   // Each kernel variant on its own backend (CudaBackendOptions::gemv_variant).
-  const std::pair<int, const char*> variants[] = {{1, "regs"}, {2, "ring2"}, {3, "ring3"}, {4, "ring4"}, {0, "rule"}};
+  const std::pair<int, const char*> variants[] = {{1, "regs"}, {3, "ring3"}, {5, "wide"}, {0, "rule"}};
   std::vector<std::unique_ptr<Backend>> backends;
   for (const auto& [v, name] : variants) {
     CudaBackendOptions o;

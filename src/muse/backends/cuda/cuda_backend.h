@@ -18,7 +18,8 @@ struct CudaBackendOptions {
   bool profile = false;  // time every operation with device events (Backend::profile_report)
   // The T <= 64 bf16 product kernel: 0 the default rule (cuda_matmul.cu);
   // 1 the register-load kernel; 2, 3, 4, 6 the cp.async ring with that many
-  // stages. All give the same bits; the timing tests compare their speed.
+  // stages; 5 the block-shared-x kernel for 9..64 rows. All give the same
+  // bits; the timing tests compare their speed.
   int gemv_variant = 0;
 };
 
