@@ -213,9 +213,7 @@ template <int NT, int STAGES>
 cudaError_t launch_ring(cudaStream_t s, const __nv_bfloat16* x, int64_t T, const __nv_bfloat16* w, int64_t N,
                         int64_t K, void* out, int odt, int64_t ldo) {
   constexpr size_t smem = ring_bytes<1, NT, STAGES>();
-  static const cudaError_t attr = cudaFuncSetAttribute(ring_gemv_kernel<NT, STAGES>,
-                                                       cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  if (attr != cudaSuccess) return attr;
+  if (cudaError_t e = allow_dynamic_smem<ring_gemv_kernel<NT, STAGES>>(int(smem)); e != cudaSuccess) return e;
   // Programmatic dependent launch: the blocks may start while the kernel
   // before is finishing, stream their first weights (which no kernel
   // writes), and wait (griddepcontrol.wait in ring_accumulate) before they
@@ -378,9 +376,7 @@ template <int NT>
 cudaError_t launch_wide(cudaStream_t s, const __nv_bfloat16* x, int64_t T, const __nv_bfloat16* w, int64_t N,
                         int64_t K, void* out, int odt, int64_t ldo) {
   constexpr size_t smem = wide_smem<NT>();
-  static const cudaError_t attr =
-      cudaFuncSetAttribute(wide_gemv_kernel<NT>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
-  if (attr != cudaSuccess) return attr;
+  if (cudaError_t e = allow_dynamic_smem<wide_gemv_kernel<NT>>(int(smem)); e != cudaSuccess) return e;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(unsigned((N + 16 * kWideWarps - 1) / (16 * kWideWarps)), unsigned((T + 63) / 64));
   cfg.blockDim = dim3(32 * kWideWarps);

@@ -17,6 +17,8 @@
 // so the ring needs cp.async.wait_group and no barrier.
 #pragma once
 
+#include <atomic>
+
 #include "muse/backends/cuda/cuda_impl.cuh"
 
 namespace muse::cuda {
@@ -67,6 +69,23 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N));
+}
+
+// Lets `Kernel` use `bytes` of dynamic shared memory (above the 48 KB
+// default) on the current device: once per kernel and device (the attribute
+// belongs to the device's context; tensor-parallel ranks drive several GPUs
+// from one process).
+template <auto Kernel>
+cudaError_t allow_dynamic_smem(int bytes) {
+  static std::atomic<uint64_t> done{0};  // bit d: set on device d
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return e;
+  const uint64_t bit = dev < 64 ? uint64_t(1) << dev : 0;
+  if (bit && (done.load(std::memory_order_acquire) & bit)) return cudaSuccess;
+  e = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (e == cudaSuccess) done.fetch_or(bit, std::memory_order_release);
+  return e;
 }
 
 // Dynamic shared memory of a block of kSplit warps (one row group): the

@@ -287,12 +287,9 @@ cudaError_t launch_experts_mma(cudaStream_t s, const Tensor& u, const Tensor& ga
                                __nv_bfloat16* A, float* Y) {
   const int64_t Hm = u.cols(), I = down.dim(2);
   constexpr size_t gu_smem = ring_bytes<2, 1, kMoeGateUpStages>(), dn_smem = ring_bytes<1, 1, kMoeDownStages>();
-  static const cudaError_t attr =
-      cudaFuncSetAttribute(moe_gate_up_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(gu_smem)) ==
-              cudaSuccess
-          ? cudaFuncSetAttribute(moe_down_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(dn_smem))
-          : cudaErrorInvalidValue;
-  if (attr != cudaSuccess) return attr;
+  cudaError_t e = allow_dynamic_smem<moe_gate_up_mma_kernel>(int(gu_smem));
+  if (e == cudaSuccess) e = allow_dynamic_smem<moe_down_mma_kernel>(int(dn_smem));
+  if (e != cudaSuccess) return e;
   moe_gate_up_mma_kernel<<<dim3(blocks_for(I, 16), unsigned(max_tiles)), 32 * kSplit, gu_smem, s>>>(
       static_cast<const __nv_bfloat16*>(u.data), Hm, K, static_cast<const __nv_bfloat16*>(gate_up.data), I, order,
       tiles, ntiles, A);
