@@ -19,6 +19,7 @@
 #include <algorithm>
 
 #include "muse/backends/cuda/cuda_impl.cuh"
+#include "muse/backends/cuda/cuda_mma.cuh"
 
 namespace muse::cuda {
 namespace {
@@ -527,6 +528,254 @@ SplitKernel pick_split_kernel(int G, int d, bool vec) {
   return nullptr;
 }
 
+// ---------------------------------------------------------------------------
+// Tensor-core attention (q, k, v and the cache all BF16, heads of 64 or 128,
+// groups of at most 16 q heads: every Muse checkpoint on the GPU).
+//
+// The same blocks, chunks and merges as attention_split_kernel, but the
+// group's q heads are the 16 rows of an mma.m16n8k16 tile: S = Q·Kᵀ and
+// O += P·V run on the tensor cores with fp32 accumulation (P rounded to
+// bf16 for its product, as flash-attention does; the softmax sums stay in
+// fp32). Warp w takes 32-key tiles w, w + 4, ... of the chunk; a tile's K
+// and V rows are copied into the warp's shared memory (cp.async; rows padded
+// by 16 bytes so fragment reads hit distinct banks), K read as B fragments
+// directly, V through ldmatrix.trans. Per head row the softmax max/sum run
+// over the lane's keys in tile order and then across the 4 lanes of the row
+// (butterfly); warps merge in warp order, chunks in chunk order. The order
+// depends only on the row's own keys: batch- and chunk-invariant.
+// ---------------------------------------------------------------------------
+constexpr int kMmaAttnWarps = 4;
+template <int D>
+constexpr int mma_att_row_bytes() {
+  return D * 2 + 16;
+}
+template <int D>
+constexpr size_t mma_att_smem() {
+  // per warp: K and V tiles of 32 rows; after the loop, the warp merge
+  // (16 heads x D floats + m, l) reuses the same bytes.
+  const size_t tiles = size_t(kMmaAttnWarps) * 2 * 32 * mma_att_row_bytes<D>();
+  const size_t merge = (size_t(16) * D + 32) * sizeof(float);
+  return tiles > merge ? tiles : merge;
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t& r0, uint32_t& r1, const void* smem_row) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem_row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(s));
+}
+__device__ __forceinline__ void cp_async16_att(void* smem, const void* gmem, int src_bytes) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes));
+}
+
+template <int D>
+__global__ void __launch_bounds__(kMmaAttnWarps * 32)
+    attention_mma_kernel(float* __restrict__ part, const __nv_bfloat16* __restrict__ q, int64_t ldq, KvArgs a,
+                         PlanDev P, int64_t T, int64_t r0, int G, int hq, int64_t window, float scale,
+                         DeviceError* err, int op) {
+  constexpr int RB = mma_att_row_bytes<D>();
+  constexpr int KS = D / 16;  // k-steps of the QK product
+  constexpr int NT = D / 8;   // n-tiles of the output
+  extern __shared__ __align__(16) unsigned char att_smem[];
+  const int64_t t = r0 + blockIdx.x;
+  const int g = blockIdx.y, z = blockIdx.z;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
+  RowSeq rs;
+  if (!row_sequence(P, t, T, rs, err, op)) return;
+  const int64_t p = rs.pos_begin + (t - rs.row_begin);
+  const int64_t lo = window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+  const int64_t nkeys = p - lo + 1, C = chunk_keys(nkeys);
+  if (int64_t(z) * C >= nkeys) return;
+  const int64_t k_begin = lo + int64_t(z) * C, k_end = p + 1 < k_begin + C ? p + 1 : k_begin + C;
+  const int64_t kv_off = int64_t(g) * D;
+  // Q fragments (A of m16n8k16): rows gr and gr + 8 are heads; heads >= G are zeros.
+  uint32_t qa[KS][4];
+  {
+    const __nv_bfloat16* q0 = q + t * ldq + int64_t(g * G) * D;
+    auto qpair = [&](int head, int dim) -> uint32_t {
+      return head < G ? *reinterpret_cast<const uint32_t*>(q0 + int64_t(head) * D + dim) : 0u;
+    };
+#pragma unroll
+    for (int ks = 0; ks < KS; ++ks) {
+      qa[ks][0] = qpair(gr, ks * 16 + 2 * tq);
+      qa[ks][1] = qpair(gr + 8, ks * 16 + 2 * tq);
+      qa[ks][2] = qpair(gr, ks * 16 + 2 * tq + 8);
+      qa[ks][3] = qpair(gr + 8, ks * 16 + 2 * tq + 8);
+    }
+  }
+  unsigned char* ks_base = att_smem + size_t(warp) * 2 * 32 * RB;  // this warp's K tile, then V tile
+  unsigned char* vs_base = ks_base + 32 * RB;
+  float o[NT][4];
+#pragma unroll
+  for (int n = 0; n < NT; ++n)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) o[n][i] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};  // rows gr, gr + 8
+  const int64_t ntiles = (k_end - k_begin + 31) / 32;
+  for (int64_t tile = warp; tile < ntiles; tile += kMmaAttnWarps) {
+    const int64_t j0 = k_begin + tile * 32;
+    const int nv = int(k_end - j0 < 32 ? k_end - j0 : 32);
+    // Lane j finds key j0 + j's row.
+    int64_t idx = -1;
+    bool fresh = false;
+    if (lane < nv) {
+      const int64_t j = j0 + lane;
+      if (j >= rs.pos_begin) {
+        fresh = true;
+        idx = (rs.row_begin + (j - rs.pos_begin)) * a.kv_dim + kv_off;
+      } else {
+        const int64_t r = cache_row(a, P, rs, j, err, op);
+        idx = r < 0 ? -1 : r + kv_off;
+      }
+    }
+    const unsigned okmask = __ballot_sync(0xffffffffu, idx >= 0);  // keys with a row (bad pages: none)
+    __syncwarp();  // the previous tile's fragment reads are done
+    constexpr int kPieces = D / 8;  // 16-byte pieces per row
+#pragma unroll 4
+    for (int e = lane; e < 32 * kPieces; e += 32) {
+      const int key = e / kPieces, piece = e % kPieces;
+      const int64_t ki = __shfl_sync(0xffffffffu, idx, key);
+      const bool kf = __shfl_sync(0xffffffffu, fresh, key);
+      const bool ok = ki >= 0;
+      const __nv_bfloat16* kb = static_cast<const __nv_bfloat16*>(kf ? a.k_new : a.ck);
+      const __nv_bfloat16* vb = static_cast<const __nv_bfloat16*>(kf ? a.v_new : a.cv);
+      const int64_t off = ok ? ki + piece * 8 : 0;
+      cp_async16_att(ks_base + key * RB + piece * 16, kb + off, ok ? 16 : 0);
+      cp_async16_att(vs_base + key * RB + piece * 16, vb + off, ok ? 16 : 0);
+    }
+    asm volatile("cp.async.commit_group;");
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+    __syncwarp();
+    // S = Q·Kᵀ for 4 n-tiles of 8 keys.
+    float s[4][4];
+#pragma unroll
+    for (int n = 0; n < 4; ++n) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[n][i] = 0.0f;
+      const unsigned char* krow = ks_base + (n * 8 + gr) * RB;
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks) {
+        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(krow + (ks * 16 + 2 * tq) * 2);
+        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(krow + (ks * 16 + 2 * tq + 8) * 2);
+        mma_bf16_16816(s[n], qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3], b0, b1);
+      }
+    }
+    // Online softmax per head row (h = 0: row gr, h = 1: row gr + 8).
+    float pr[4][4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int n = 0; n < 4; ++n)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int key = n * 8 + 2 * tq + c;
+          const float v = (okmask >> key) & 1u ? s[n][2 * h + c] * scale : -INFINITY;
+          s[n][2 * h + c] = v;
+          mx = fmaxf(mx, v);
+        }
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+      const float m_new = fmaxf(m[h], mx);
+      const float corr = m_new == -INFINITY ? 0.0f : expf(m[h] - m_new);
+      float sum = 0.0f;
+#pragma unroll
+      for (int n = 0; n < 4; ++n)
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const float v = s[n][2 * h + c];
+          const float e = v == -INFINITY ? 0.0f : expf(v - m_new);
+          pr[n][2 * h + c] = e;
+          sum += e;
+        }
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      l[h] = l[h] * corr + sum;
+      m[h] = m_new;
+#pragma unroll
+      for (int n = 0; n < NT; ++n) o[n][2 * h] *= corr, o[n][2 * h + 1] *= corr;
+    }
+    // O += P·V: two k-steps of 16 keys; P's C fragments are its A fragments.
+#pragma unroll
+    for (int kk = 0; kk < 2; ++kk) {
+      const uint32_t a0 = pack_bf16x2(pr[2 * kk][0], pr[2 * kk][1]), a1 = pack_bf16x2(pr[2 * kk][2], pr[2 * kk][3]);
+      const uint32_t a2 = pack_bf16x2(pr[2 * kk + 1][0], pr[2 * kk + 1][1]),
+                     a3 = pack_bf16x2(pr[2 * kk + 1][2], pr[2 * kk + 1][3]);
+      // ldmatrix.x2.trans: lanes 0-7 give keys kk·16 + 0..7, lanes 8-15 keys + 8..15, of dims n·8.
+      const unsigned char* vrow = vs_base + (kk * 16 + (lane & 15)) * RB;
+#pragma unroll
+      for (int n = 0; n < NT; ++n) {
+        uint32_t b0, b1;
+        ldmatrix_x2_trans(b0, b1, vrow + n * 16);
+        mma_bf16_16816(o[n], a0, a1, a2, a3, b0, b1);
+      }
+    }
+  }
+  // Merge the warps in warp order through shared memory (the tiles are done).
+  __syncthreads();
+  float* macc = reinterpret_cast<float*>(att_smem);  // [16][D]
+  float* mm = macc + 16 * D;                          // [16]
+  float* ml = mm + 16;                                // [16]
+  for (int w = 0; w < kMmaAttnWarps; ++w) {
+    if (warp == w) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = gr + 8 * h;
+        if (w == 0) {
+#pragma unroll
+          for (int n = 0; n < NT; ++n)
+            macc[row * D + n * 8 + 2 * tq] = o[n][2 * h], macc[row * D + n * 8 + 2 * tq + 1] = o[n][2 * h + 1];
+          if (tq == 0) mm[row] = m[h], ml[row] = l[h];
+        } else {
+          const float M0 = mm[row], L0 = ml[row], M = fmaxf(M0, m[h]);
+          const float c0 = M0 == -INFINITY ? 0.0f : expf(M0 - M), c1 = m[h] == -INFINITY ? 0.0f : expf(m[h] - M);
+#pragma unroll
+          for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              float& sacc = macc[row * D + n * 8 + 2 * tq + c];
+              sacc = fmaf(o[n][2 * h + c], c1, sacc * c0);
+            }
+          __syncwarp();
+          if (tq == 0) mm[row] = M, ml[row] = fmaf(l[h], c1, L0 * c0);
+        }
+      }
+    }
+    __syncthreads();
+  }
+  const int stride = D + 2;
+  for (int i = threadIdx.x; i < G * stride; i += blockDim.x) {
+    const int hh = i / stride, e = i % stride;
+    float* dst = part + ((int64_t(blockIdx.x) * hq + g * G + hh) * kMaxChunks + z) * stride;
+    dst[e] = e == 0 ? mm[hh] : e == 1 ? ml[hh] : macc[hh * D + e - 2];
+  }
+}
+
+template <int D>
+cudaError_t launch_attention_mma(cudaStream_t s, dim3 grid, float* part, const void* q, int64_t ldq, const KvArgs& a,
+                                 const PlanDev& P, int64_t T, int64_t r0, int G, int hq, int64_t window, float scale,
+                                 DeviceError* err, int op) {
+  constexpr size_t smem = mma_att_smem<D>();
+  if (cudaError_t e = allow_dynamic_smem<attention_mma_kernel<D>>(int(smem)); e != cudaSuccess) return e;
+  attention_mma_kernel<D><<<grid, kMmaAttnWarps * 32, smem, s>>>(
+      part, static_cast<const __nv_bfloat16*>(q), ldq, a, P, T, r0, G, hq, window, scale, err, op);
+  return cudaGetLastError();
+}
+
 // Rows per launch so the chunk partials stay within 256 MiB of scratch.
 int64_t split_slab_rows(int64_t T, int hq, int d) {
   const int64_t per_row = int64_t(hq) * kMaxChunks * (d + 2) * 4;
@@ -607,7 +856,12 @@ void CudaBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_
   const bool vec = d % 8 == 0 && k_new.cols() % 8 == 0 && al16(k_new.data) && al16(v_new.data) && al16(cache.k.data) &&
                    al16(cache.v.data);
   SplitKernel split = pick_split_kernel(group, int(d), vec);
-  if (!split) {
+  // The tensor-core kernel: BF16 everywhere, 64- or 128-wide heads, 4-byte
+  // aligned q rows (its fragments are bf16 pairs).
+  const bool all_bf16 = q.dtype == DType::BF16 && k_new.dtype == DType::BF16 && cache.k.dtype == DType::BF16;
+  const bool use_mma = mma_gemv_built() && vec && all_bf16 && (d == 64 || d == 128) && group <= 16 &&
+                       (reinterpret_cast<uintptr_t>(q.data) & 3u) == 0 && q.cols() % 2 == 0;
+  if (!split && !use_mma) {
     enqueue("attention", [=, this](cudaStream_t s) {
       attention_kernel<<<dim3(unsigned(T), unsigned(hq)), kAttnWarps * 32, 0, s>>>(
           out.data, dt_code(out.dtype), q.data, dt_code(q.dtype), q.cols(), a, P, int(d), group, window, scale,
@@ -623,8 +877,17 @@ void CudaBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_
     float* part = static_cast<float*>(scratch());
     for (int64_t r0 = 0; r0 < T; r0 += slab) {
       const unsigned rows = unsigned(std::min(slab, T - r0));
-      split<<<dim3(rows, unsigned(hk), kMaxChunks), kSplitWarps * 32, 0, s>>>(
-          part, q.data, dt_code(q.dtype), q.cols(), a, P, T, r0, int(d), group, hq, window, scale, dev_error(), op);
+      const dim3 grid(rows, unsigned(hk), kMaxChunks);
+      if (use_mma) {
+        cudaError_t e = d == 64 ? launch_attention_mma<64>(s, grid, part, q.data, q.cols(), a, P, T, r0, group, hq,
+                                                           window, scale, dev_error(), op)
+                                : launch_attention_mma<128>(s, grid, part, q.data, q.cols(), a, P, T, r0, group, hq,
+                                                            window, scale, dev_error(), op);
+        if (e != cudaSuccess) return e;
+      } else {
+        split<<<grid, kSplitWarps * 32, 0, s>>>(part, q.data, dt_code(q.dtype), q.cols(), a, P, T, r0, int(d), group,
+                                               hq, window, scale, dev_error(), op);
+      }
       attention_merge_kernel<<<dim3(rows, unsigned(hq)), 128, 0, s>>>(  // 128: its launch bound; dims loop
           out.data, dt_code(out.dtype), out.cols(), part, P, T, r0, int(d), hq, window, dev_error(), op);
     }
