@@ -177,12 +177,19 @@ Status Engine::init(const ModelConfig& config, const EngineOptions& options, con
   mo.plan = cap;
   mo.kv_block_size = ko.block_size;
   mo.weights.quantize = options.quantization;
+  mo.tap_layers = options.tap_layers;
+  mo.tap_final = options.tap_final;
   MUSE_ASSIGN_OR_RETURN(model_, MuseModel::create(*backend_, config_, reader ? *reader : *source_, mo));
   if (device && options.kv_pages == 0) MUSE_RETURN_IF_ERROR(size_device_kv(mem0, requested, geo, &ko));
   MUSE_ASSIGN_OR_RETURN(kv_, KvCache::create(*backend_, config_, ko));
   plan_ = StepPlanBuilder(cap);
   logits_.assign(size_t(cap.max_logit_rows * config_.vocab_size), 0.0f);
   item_logit_row_.reserve(size_t(cap.max_seqs) + 1);
+  item_row_.reserve(size_t(cap.max_seqs) + 1);
+  if (model_->num_taps() > 0) {
+    taps_raw_.assign(size_t(cap.max_rows * tap_width()), 0.0f);
+    taps_.assign(size_t(cap.max_rows * tap_width()), 0.0f);
+  }
   return Status::Ok();
 }
 
@@ -283,17 +290,28 @@ Status Engine::step(std::span<const StepItem> items) {
   // The step plan, in the buffer kept from the last step.
   plan_.reset();
   item_logit_row_.clear();
+  item_row_.clear();
   for (const StepItem& it : items) {
     const Session& s = *it.session;
     const int64_t entries = int64_t(s.kv_.full.size() + s.kv_.sliding.size());
     if (!plan_.fits(int64_t(it.tokens.size()), it.logit_rows(), entries))
       return undo(make_error("step: the step plan's capacity is exceeded (engine bug)"));
     item_logit_row_.push_back(plan_.logit_rows());
+    item_row_.push_back(plan_.rows());
     plan_.add(it.tokens, s.length(), s.kv_.full, s.kv_.sliding, s.kv_.sliding_first, it.logits == LogitsWanted::All,
               it.logits == LogitsWanted::Last);
   }
   item_logit_row_.push_back(plan_.logit_rows());
-  if (Status st = model_->forward(plan_, kv_->layers(), logits_.data()); !st.ok()) return undo(st);
+  item_row_.push_back(plan_.rows());
+  const bool tapping = !taps_.empty();
+  if (Status st = model_->forward(plan_, kv_->layers(), logits_.data(), tapping ? taps_raw_.data() : nullptr); !st.ok())
+    return undo(st);
+  if (tapping) {  // tap-major → row-major: a row's taps side by side, as the drafter's fc reads them
+    const int64_t T = plan_.rows(), H = config_.hidden_size, m = model_->num_taps();
+    for (int64_t r = 0; r < T; ++r)
+      for (int64_t t = 0; t < m; ++t)
+        std::memcpy(taps_.data() + (r * m + t) * H, taps_raw_.data() + (t * T + r) * H, size_t(H) * sizeof(float));
+  }
 
   for (const StepItem& it : items) {
     Session& s = *it.session;
@@ -307,6 +325,22 @@ std::span<float> Engine::logits(size_t item) {
   if (item + 1 >= item_logit_row_.size()) return {};
   const int64_t V = config_.vocab_size, r0 = item_logit_row_[item], r1 = item_logit_row_[item + 1];
   return std::span<float>(logits_.data() + r0 * V, size_t((r1 - r0) * V));
+}
+
+std::span<const float> Engine::taps(size_t item) const {
+  if (taps_.empty() || item + 1 >= item_row_.size()) return {};
+  const int64_t W = model_->num_taps() * config_.hidden_size, r0 = item_row_[item], r1 = item_row_[item + 1];
+  return std::span<const float>(taps_.data() + r0 * W, size_t((r1 - r0) * W));
+}
+
+Result<std::vector<float>> Engine::read_weight_f32(const std::string& slot) const {
+  for (const WeightSpec& s : describe_weights(config_)) {
+    if (s.slot != slot || s.layer != -1) continue;
+    std::vector<float> out(size_t(s.numel()));
+    MUSE_RETURN_IF_ERROR(source_->read_f32(s, out.data()));
+    return out;
+  }
+  return make_error("the model has no weight slot " + slot);
 }
 
 Status Session::extend_uncomputed(int64_t n, int32_t filler) {

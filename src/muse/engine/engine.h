@@ -47,6 +47,10 @@ struct EngineOptions {
   // --quantization: quantize a BF16 checkpoint's experts (and, per format,
   // attention) while loading (model/weight_table.h quantized_at_load).
   QuantKind quantization = QuantKind::None;
+  // Hidden-state taps for a speculative drafter (model/muse_model.h
+  // ModelOptions::tap_layers): captured at every row of every step.
+  std::vector<int> tap_layers;
+  bool tap_final = false;
 };
 
 enum class LogitsWanted { None, Last, All };
@@ -108,6 +112,13 @@ class Engine {
   // until the next step, and the caller may modify them in place (logits
   // processors do).
   std::span<float> logits(size_t item);
+  // Item i's hidden-state taps from the last successful step, one row per
+  // token, [tokens × num_taps·hidden] (the taps of a row side by side, in
+  // tap_layers order); empty without taps.
+  std::span<const float> taps(size_t item) const;
+  int64_t tap_width() const { return model_->num_taps() * config_.hidden_size; }
+  // A weight slot of the target in fp32 (the drafter shares the embedding and lm_head).
+  Result<std::vector<float>> read_weight_f32(const std::string& slot) const;
 
  private:
   friend class Session;
@@ -128,6 +139,9 @@ class Engine {
   StepPlanBuilder plan_;
   std::vector<float> logits_;            // [max_logit_rows, vocab]
   std::vector<int64_t> item_logit_row_;  // first logit row of each item, and the end
+  std::vector<int64_t> item_row_;        // first token row of each item, and the end
+  std::vector<float> taps_raw_;          // [num_taps, max_batch_tokens, hidden] as the model writes them
+  std::vector<float> taps_;              // [max_batch_tokens, num_taps·hidden], row-major
   uint64_t step_serial_ = 0;             // marks sessions seen in the current step
 };
 

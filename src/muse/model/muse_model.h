@@ -23,6 +23,12 @@ struct ModelOptions {
   StepPlanCapacity plan{256, 256, 256, 1};
   int64_t kv_block_size = 64;  // positions per full-layer KV block
   WeightLoadOptions weights;   // load-time quantization
+  // Hidden-state taps for a speculative drafter (dspark.md §2.1): the
+  // residual-stream output of these layers at every row of a step, and,
+  // with tap_final, the final post-norm state after them. Empty: none (the
+  // step is unchanged).
+  std::vector<int> tap_layers;
+  bool tap_final = false;
 };
 
 class MuseModel {
@@ -41,8 +47,11 @@ class MuseModel {
 
   // Runs the step `plan` describes (its host image, uploaded with one copy);
   // `logits` receives [plan.logit_rows(), vocab_size] floats (the only
-  // download). `kv` has one entry per layer. Allocates nothing.
-  Status forward(const StepPlanBuilder& plan, std::span<const KvLayerStorage> kv, float* logits);
+  // download). `kv` has one entry per layer. Allocates nothing. With taps
+  // configured, `taps` (when given) receives them tap-major:
+  // [num_taps(), plan.rows(), hidden_size] floats.
+  Status forward(const StepPlanBuilder& plan, std::span<const KvLayerStorage> kv, float* logits, float* taps = nullptr);
+  int64_t num_taps() const { return int64_t(tap_layers_.size()) + (tap_final_ ? 1 : 0); }
 
  private:
   MuseModel(Backend& backend, const ModelConfig& config) : backend_(backend), config_(config) {}
@@ -70,6 +79,10 @@ class MuseModel {
     Tensor head_in, logits;
   } buf_;
   std::vector<Tensor> owned_;
+  std::vector<int> tap_layers_;
+  bool tap_final_ = false;
+  Tensor tap_index_;          // I32 [max_rows]: 0, 1, 2, ... (gather_rows copies rows through it)
+  std::vector<Tensor> taps_;  // [max_rows, H] per tap, in the stream's dtype
 };
 
 }  // namespace muse
