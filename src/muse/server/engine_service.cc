@@ -225,6 +225,11 @@ class SchedulerService final : public EngineService {
     e.engine_steps = st.steps;
     e.engine_busy_seconds = st.busy_seconds;
     e.engine_model_seconds = st.model_seconds;
+    e.spec_decode = opt_.scheduler.speculative.enabled;
+    e.spec_drafts = st.spec.drafts;
+    e.spec_draft_tokens = st.spec.draft_tokens;
+    e.spec_accepted_tokens = st.spec.accepted_tokens;
+    e.spec_accepted_per_pos = st.spec.accepted_per_pos;
     return e;
   }
 
