@@ -37,35 +37,38 @@ double chi2(Mode mode, double T, int draws) {
   const bool block = mode == Mode::BlockProbabilistic || mode == Mode::BlockGreedyDraft;
   std::vector<double> counts(V * V * V, 0.0);
   uint64_t serial = 0;
+  // Buffers kept across draws (the loop runs 10^6 times).
+  std::vector<int32_t> out, x(kDrafts), emitted;
+  std::vector<std::vector<float>> qrows(kDrafts);
+  std::vector<std::vector<double>> prow(kDrafts + 1);
+  std::vector<std::span<const float>> qs;
+  std::vector<double> u(kDrafts);
   for (int d = 0; d < draws; ++d) {
-    std::vector<int32_t> out;
+    out.clear();
     int32_t anchor = 0;
     while (int(out.size()) < kLen) {
       const uint64_t key = ++serial;
       // Draft a block from Q (or its argmax), the Markov chain from the anchor.
-      std::vector<int32_t> x(kDrafts);
-      std::vector<std::vector<float>> qrows(kDrafts);
       int32_t prev = anchor;
       for (int i = 0; i < kDrafts; ++i) {
-        std::vector<float> q(Qt[size_t(prev)].begin(), Qt[size_t(prev)].end());
+        std::vector<float>& q = qrows[size_t(i)];
+        q.assign(Qt[size_t(prev)].begin(), Qt[size_t(prev)].end());
         if (greedy_draft) {
           x[size_t(i)] = int32_t(std::max_element(q.begin(), q.end()) - q.begin());
+          q.clear();  // one-hot
         } else {
           x[size_t(i)] = draw_from(std::span<const float>(q), keyed_uniform(key, i, kDraftStream));
-          qrows[size_t(i)] = std::move(q);
         }
         prev = x[size_t(i)];
       }
-      std::vector<std::vector<double>> prow(kDrafts + 1);
       for (int i = 0; i <= kDrafts; ++i) {
         const int32_t ctx = i == 0 ? anchor : x[size_t(i - 1)];
         prow[size_t(i)].assign(P[size_t(ctx)].begin(), P[size_t(ctx)].end());
       }
-      std::vector<int32_t> emitted;
+      emitted.clear();
       if (block) {
-        std::vector<std::span<const float>> qs;
+        qs.clear();
         for (auto& q : qrows) qs.emplace_back(q);
-        std::vector<double> u(kDrafts);
         for (int i = 0; i < kDrafts; ++i) u[size_t(i)] = keyed_uniform(key, i, kAcceptStream);
         const BlockVerdict v = verify_block(prow, qs, x, u, keyed_uniform(key, 0, kResidualStream));
         for (int i = 0; i < v.accepted; ++i) emitted.push_back(x[size_t(i)]);

@@ -31,7 +31,7 @@ TokenVerdict verify_token(std::span<const double> P, std::span<const float> Q, i
   const double p = size_t(x) < P.size() ? P[size_t(x)] : 0.0, q = q_at(Q, x, x);
   // u < p/q, written without the division (q = 0 never happens for a drawn draft).
   if (q > 0 && u * q < p) return {true, x};
-  std::vector<double> work;
+  thread_local std::vector<double> work;  // no allocation per rejection after the first
   return {false, draw_residual(P, Q, x, 1.0, u_residual, work)};
 }
 
@@ -62,7 +62,7 @@ BlockVerdict verify_block(std::span<const std::vector<double>> P, std::span<cons
   }
   BlockVerdict out;
   out.accepted = tau;
-  std::vector<double> work;
+  thread_local std::vector<double> work;
   if (tau < n) {
     out.bonus = draw_residual(P[size_t(tau)], Q[size_t(tau)], drafts[size_t(tau)], pw[size_t(tau)], u_bonus, work);
   } else {

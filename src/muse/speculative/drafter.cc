@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 
+#include "muse/backends/cpu/kernels.h"
 #include "muse/core/dtype.h"
 #include "muse/core/json.h"
 #include "muse/core/mapped_file.h"
@@ -26,10 +27,14 @@ float dot(const float* a, const float* b, int64_t n) {
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail;
 }
 
-// out[r, o] = x[r, :] · W[o, :] for W [out_dim, in].
+// out[r, o] = x[r, :] · W[o, :] for W [out_dim, in]: the CPU backend's
+// matmul kernel (the host's widest ISA; one fixed summation order per
+// element, whatever the row count), single-threaded.
+void linear(const float* x, int64_t rows, int64_t in, const float* W, int64_t out_dim, float* out) {
+  cpu::best_kernels().matmul_f32(x, in, rows, W, in, out_dim, in, out, out_dim);
+}
 void linear(const float* x, int64_t rows, int64_t in, const std::vector<float>& W, int64_t out_dim, float* out) {
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t o = 0; o < out_dim; ++o) out[r * out_dim + o] = dot(x + r * in, W.data() + o * in, in);
+  linear(x, rows, in, W.data(), out_dim, out);
 }
 
 // y = x · rsqrt(mean(x²) + eps) ⊙ w (absolute gain, the Qwen3/DeepSpec RMSNorm).
@@ -359,15 +364,18 @@ void Drafter::draft(const DraftContext& ctx, int32_t anchor, int64_t a, const Dr
   out->confidence.assign(size_t(n_drafts), 1.0f);
   if (smp.probabilistic) out->q.assign(size_t(n_drafts * SV), 0.0f);
   else out->q.clear();
-  std::vector<float> z(static_cast<size_t>(SV)), feat(static_cast<size_t>(H + r));
+  std::vector<float> feat(static_cast<size_t>(H + r)), bias(static_cast<size_t>(SV));
+  // U = lm_head(h) for every emitting row at once; the Markov bias per row.
+  std::vector<float> U(static_cast<size_t>(n_drafts * SV));
+  linear(h.data() + first_row * H, n_drafts, H, w.lm_head.data(), SV, U.data());
   int32_t prev = anchor;
   for (int64_t d = 0; d < n_drafts; ++d) {
     const float* hr = h.data() + (first_row + d) * H;
     const float* e = r > 0 ? w.w1.data() + int64_t(prev) * r : nullptr;
-    for (int64_t v = 0; v < SV; ++v) {
-      float zv = dot(hr, w.lm_head.data() + v * H, H);
-      if (e) zv += dot(e, w.w2.data() + v * r, r);
-      z[size_t(v)] = zv;
+    std::span<float> z(U.data() + d * SV, size_t(SV));
+    if (e) {
+      linear(e, 1, r, w.w2.data(), SV, bias.data());
+      for (int64_t v = 0; v < SV; ++v) z[size_t(v)] += bias[size_t(v)];
     }
     if (c_.confidence_head) {
       std::copy_n(hr, H, feat.data());
