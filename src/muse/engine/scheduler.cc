@@ -548,6 +548,7 @@ void Scheduler::plan_drafts() {
     conf.push_back(s->block.confidence);
   }
   const double drafting = seconds(Clock::now() - t0);
+  local_.spec.draft_seconds += drafting;
   draft_seconds_ = draft_seconds_ == 0 ? drafting : 0.8 * draft_seconds_ + 0.2 * drafting;
   std::vector<int> width = caps;
   if (opt_.speculative.enable_adaptive_verification) {

@@ -27,6 +27,7 @@ struct SpecDecodeStats {
   uint64_t draft_tokens = 0;     // drafts verified
   uint64_t accepted_tokens = 0;  // drafts kept
   std::vector<uint64_t> accepted_per_pos;  // [k]: drafts kept at position i (0-based)
+  double draft_seconds = 0;      // time spent drafting blocks
 };
 
 struct VerifyOutcome {

@@ -27,14 +27,32 @@ float dot(const float* a, const float* b, int64_t n) {
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) + tail;
 }
 
-// out[r, o] = x[r, :] · W[o, :] for W [out_dim, in]: the CPU backend's
-// matmul kernel (the host's widest ISA; one fixed summation order per
-// element, whatever the row count), single-threaded.
-void linear(const float* x, int64_t rows, int64_t in, const float* W, int64_t out_dim, float* out) {
-  cpu::best_kernels().matmul_f32(x, in, rows, W, in, out_dim, in, out, out_dim);
-}
-void linear(const float* x, int64_t rows, int64_t in, const std::vector<float>& W, int64_t out_dim, float* out) {
-  linear(x, rows, in, W.data(), out_dim, out);
+// A weight matrix [out, in]: BF16 when every value is one (the drafter is
+// read once per block, so halving its bytes halves most of its time), F32
+// otherwise, so nothing is ever rounded.
+struct Mat {
+  std::vector<uint16_t> bf16;
+  std::vector<float> f32;
+  static Mat of(std::vector<float> v) {
+    Mat m;
+    bool exact = true;
+    for (float x : v) exact &= round_bf16(x) == x || std::isnan(x);
+    if (!exact) {
+      m.f32 = std::move(v);
+      return m;
+    }
+    m.bf16.resize(v.size());
+    for (size_t i = 0; i < v.size(); ++i) m.bf16[i] = f32_to_bf16(v[i]);
+    return m;
+  }
+};
+
+// out[r, o] = x[r, :] · W[o, :] for the first out_dim rows of W [·, in]:
+// the CPU backend's matmul kernels (the host's widest ISA; one fixed
+// summation order per element, whatever the row count), single-threaded.
+void linear(const float* x, int64_t rows, int64_t in, const Mat& W, int64_t out_dim, float* out) {
+  if (!W.bf16.empty()) cpu::best_kernels().matmul_bf16(x, in, rows, W.bf16.data(), in, out_dim, in, out, out_dim);
+  else cpu::best_kernels().matmul_f32(x, in, rows, W.f32.data(), in, out_dim, in, out, out_dim);
 }
 
 // y = x · rsqrt(mean(x²) + eps) ⊙ w (absolute gain, the Qwen3/DeepSpec RMSNorm).
@@ -71,12 +89,15 @@ Result<int64_t> get_int(const Json& j, const std::string& src, const char* key, 
 
 struct Drafter::Weights {
   struct Layer {
-    std::vector<float> in_norm, post_norm, q, k, v, o, q_norm, k_norm, gate, up, down;
+    std::vector<float> in_norm, post_norm, q_norm, k_norm;
+    Mat q, k, v, o, gate, up, down;
   };
-  std::vector<float> fc, hidden_norm, norm, w1, w2, conf_w;
+  std::vector<float> hidden_norm, norm, w1, conf_w;
+  Mat fc, w2;
   float conf_b = 0;
   std::vector<Layer> layers;
-  std::vector<float> embed, lm_head;  // the target's, [vocab, hidden]
+  std::vector<float> embed;  // the target's, [vocab, hidden] (rows looked up)
+  Mat lm_head;               // the target's
   std::vector<float> inv_freq;
 };
 
@@ -190,7 +211,12 @@ Result<std::unique_ptr<Drafter>> Drafter::create(
     }
     return last;
   };
-  MUSE_RETURN_IF_ERROR(get({"fc.weight", "encoder.fc.weight"}, {H, c.tap_width()}, &w.fc));
+  std::vector<float> tmp;
+  auto mat = [&](Status st, Mat* m) -> Status {
+    if (st.ok()) *m = Mat::of(std::move(tmp));
+    return st;
+  };
+  MUSE_RETURN_IF_ERROR(mat(get({"fc.weight", "encoder.fc.weight"}, {H, c.tap_width()}, &tmp), &w.fc));
   MUSE_RETURN_IF_ERROR(get({"hidden_norm.weight", "encoder.output_norm_enc.weight"}, {H}, &w.hidden_norm));
   MUSE_RETURN_IF_ERROR(get({"norm.weight"}, {H}, &w.norm));
   const int64_t Q = c.q_dim(), KV = c.kv_dim(), D = c.head_dim, I = c.intermediate;
@@ -202,20 +228,20 @@ Result<std::unique_ptr<Drafter>> Drafter::create(
     };
     MUSE_RETURN_IF_ERROR(g("input_layernorm.weight", {H}, &L.in_norm));
     MUSE_RETURN_IF_ERROR(g("post_attention_layernorm.weight", {H}, &L.post_norm));
-    MUSE_RETURN_IF_ERROR(g("self_attn.q_proj.weight", {Q, H}, &L.q));
-    MUSE_RETURN_IF_ERROR(g("self_attn.k_proj.weight", {KV, H}, &L.k));
-    MUSE_RETURN_IF_ERROR(g("self_attn.v_proj.weight", {KV, H}, &L.v));
-    MUSE_RETURN_IF_ERROR(g("self_attn.o_proj.weight", {H, Q}, &L.o));
+    MUSE_RETURN_IF_ERROR(mat(g("self_attn.q_proj.weight", {Q, H}, &tmp), &L.q));
+    MUSE_RETURN_IF_ERROR(mat(g("self_attn.k_proj.weight", {KV, H}, &tmp), &L.k));
+    MUSE_RETURN_IF_ERROR(mat(g("self_attn.v_proj.weight", {KV, H}, &tmp), &L.v));
+    MUSE_RETURN_IF_ERROR(mat(g("self_attn.o_proj.weight", {H, Q}, &tmp), &L.o));
     MUSE_RETURN_IF_ERROR(g("self_attn.q_norm.weight", {D}, &L.q_norm));
     MUSE_RETURN_IF_ERROR(g("self_attn.k_norm.weight", {D}, &L.k_norm));
-    MUSE_RETURN_IF_ERROR(g("mlp.gate_proj.weight", {I, H}, &L.gate));
-    MUSE_RETURN_IF_ERROR(g("mlp.up_proj.weight", {I, H}, &L.up));
-    MUSE_RETURN_IF_ERROR(g("mlp.down_proj.weight", {H, I}, &L.down));
+    MUSE_RETURN_IF_ERROR(mat(g("mlp.gate_proj.weight", {I, H}, &tmp), &L.gate));
+    MUSE_RETURN_IF_ERROR(mat(g("mlp.up_proj.weight", {I, H}, &tmp), &L.up));
+    MUSE_RETURN_IF_ERROR(mat(g("mlp.down_proj.weight", {H, I}, &tmp), &L.down));
     w.layers.push_back(std::move(L));
   }
   if (r > 0) {
     MUSE_RETURN_IF_ERROR(get({"markov_head.markov_w1.weight"}, {V, r}, &w.w1));
-    MUSE_RETURN_IF_ERROR(get({"markov_head.markov_w2.weight"}, {V, r}, &w.w2));
+    MUSE_RETURN_IF_ERROR(mat(get({"markov_head.markov_w2.weight"}, {V, r}, &tmp), &w.w2));
   }
   if (c.confidence_head) {
     const int64_t in = H + (c.confidence_with_markov ? r : 0);
@@ -224,7 +250,7 @@ Result<std::unique_ptr<Drafter>> Drafter::create(
     if (read("confidence_head.proj.bias", std::vector<int64_t>{1}, &b).ok()) w.conf_b = b[0];
   }
   w.embed = std::move(embed);
-  w.lm_head = std::move(lm_head);
+  w.lm_head = Mat::of(std::move(lm_head));
   // inv_freq_i = 1 / θ^(2i/d) in fp32, as the reference computes it.
   for (int64_t i = 0; i < D / 2; ++i)
     w.inv_freq.push_back(1.0f / std::pow(float(c.rope_theta), float(2 * i) / float(D)));
@@ -248,24 +274,26 @@ void Drafter::append_context(DraftContext& ctx, const float* taps, int64_t n, in
   const int64_t H = c_.hidden, KV = c_.kv_dim(), D = c_.head_dim, W = c_.tap_width();
   const float eps = float(c_.rms_norm_eps);
   if (first_pos != ctx.next_pos) ctx.clear();
-  std::vector<float> fused(static_cast<size_t>(H)), cvec(static_cast<size_t>(H));
-  for (int64_t t = 0; t < n; ++t) {
-    const int64_t p = first_pos + t;
-    // c_j = hidden_norm(fc · taps_j), the same vector for every layer.
-    linear(taps + t * W, 1, W, w.fc, H, fused.data());
-    rms(cvec.data(), fused.data(), H, w.hidden_norm.data(), eps);
-    const int64_t slot = p % ctx.slots;
-    ctx.pos[size_t(slot)] = p;
-    for (int64_t l = 0; l < c_.layers; ++l) {
-      const Weights::Layer& L = w.layers[size_t(l)];
-      float* k = ctx.k.data() + (l * ctx.slots + slot) * KV;
-      float* v = ctx.v.data() + (l * ctx.slots + slot) * KV;
-      linear(cvec.data(), 1, H, L.k, KV, k);
-      linear(cvec.data(), 1, H, L.v, KV, v);
+  if (n <= 0) return;
+  // c_j = hidden_norm(fc · taps_j) for all n positions at once, the same
+  // vector for every layer; then each layer's K (k_norm, RoPE) and V.
+  std::vector<float> fused(static_cast<size_t>(n * H)), k(static_cast<size_t>(n * KV)), v(static_cast<size_t>(n * KV));
+  linear(taps, n, W, w.fc, H, fused.data());
+  for (int64_t t = 0; t < n; ++t) rms(fused.data() + t * H, fused.data() + t * H, H, w.hidden_norm.data(), eps);
+  for (int64_t t = 0; t < n; ++t) ctx.pos[size_t((first_pos + t) % ctx.slots)] = first_pos + t;
+  for (int64_t l = 0; l < c_.layers; ++l) {
+    const Weights::Layer& L = w.layers[size_t(l)];
+    linear(fused.data(), n, H, L.k, KV, k.data());
+    linear(fused.data(), n, H, L.v, KV, v.data());
+    for (int64_t t = 0; t < n; ++t) {
+      const int64_t p = first_pos + t, slot = p % ctx.slots;
+      float* kt = k.data() + t * KV;
       for (int64_t h = 0; h < c_.kv_heads; ++h) {
-        rms(k + h * D, k + h * D, D, L.k_norm.data(), eps);
-        rope(k + h * D, D, p, w.inv_freq);
+        rms(kt + h * D, kt + h * D, D, L.k_norm.data(), eps);
+        rope(kt + h * D, D, p, w.inv_freq);
       }
+      std::copy_n(kt, KV, ctx.k.data() + (l * ctx.slots + slot) * KV);
+      std::copy_n(v.data() + t * KV, KV, ctx.v.data() + (l * ctx.slots + slot) * KV);
     }
   }
   ctx.next_pos = first_pos + n;
@@ -367,14 +395,14 @@ void Drafter::draft(const DraftContext& ctx, int32_t anchor, int64_t a, const Dr
   std::vector<float> feat(static_cast<size_t>(H + r)), bias(static_cast<size_t>(SV));
   // U = lm_head(h) for every emitting row at once; the Markov bias per row.
   std::vector<float> U(static_cast<size_t>(n_drafts * SV));
-  linear(h.data() + first_row * H, n_drafts, H, w.lm_head.data(), SV, U.data());
+  linear(h.data() + first_row * H, n_drafts, H, w.lm_head, SV, U.data());
   int32_t prev = anchor;
   for (int64_t d = 0; d < n_drafts; ++d) {
     const float* hr = h.data() + (first_row + d) * H;
     const float* e = r > 0 ? w.w1.data() + int64_t(prev) * r : nullptr;
     std::span<float> z(U.data() + d * SV, size_t(SV));
     if (e) {
-      linear(e, 1, r, w.w2.data(), SV, bias.data());
+      linear(e, 1, r, w.w2, SV, bias.data());
       for (int64_t v = 0; v < SV; ++v) z[size_t(v)] += bias[size_t(v)];
     }
     if (c_.confidence_head) {
