@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 
 #include "muse/core/mapped_file.h"
@@ -70,7 +71,8 @@ struct Outputs {
 // Every prompt at once (the scheduler batches up to max_sequences of them).
 // `count` prompts; `serial`: one request at a time (batch 1).
 Outputs generate(Engine& e, SchedulerOptions so, const SamplingConfig& sc, int max_tokens, int logprobs = -1,
-                 bool ignore_eos = false, size_t count = 4, bool serial = false) {
+                 bool ignore_eos = false, size_t count = 4, bool serial = false,
+                 std::function<std::unique_ptr<TokenConstraint>()> constraint = {}) {
   auto ps = prompts();
   ps.resize(std::min(ps.size(), count));
   Outputs out;
@@ -86,6 +88,7 @@ Outputs generate(Engine& e, SchedulerOptions so, const SamplingConfig& sc, int m
       r.max_tokens = max_tokens;
       r.logprobs = logprobs;
       r.ignore_eos = ignore_eos;
+      r.make_constraint = constraint;
       auto c = std::make_shared<Collector>();
       const auto sr = sched.submit(std::move(r), c);
       EXPECT_EQ(sr.status, Scheduler::SubmitStatus::Ok) << sr.message;
@@ -199,6 +202,34 @@ TEST_F(SpecDecode, PenaltiesApplyToDraftedTokens) {
   const Outputs ref = generate(*engine_, base(), sc, 64);
   const Outputs got = generate(*engine_, spec(3), sc, 64);
   EXPECT_EQ(got.tokens, ref.tokens);
+}
+
+// A stateful constraint: after a token t, t and t + 1 are refused for the
+// next 3 tokens (a stand-in for a grammar: drafts it forbids must be rejected
+// and the constraint must see exactly the emitted tokens).
+struct NoRecentRepeat : TokenConstraint {
+  std::vector<int32_t> recent;
+  bool allows(int32_t id) const override {
+    for (int32_t r : recent)
+      if (id == r || id == r + 1) return false;
+    return true;
+  }
+  void accept(int32_t id) override {
+    recent.push_back(id);
+    if (recent.size() > 3) recent.erase(recent.begin());
+  }
+};
+
+TEST_F(SpecDecode, ConstraintsApplyToDraftedTokens) {
+  SamplingConfig greedy;
+  auto make = [] { return std::make_unique<NoRecentRepeat>(); };
+  const Outputs ref = generate(*engine_, base(), greedy, 64, 2, false, 2, false, make);
+  const Outputs got = generate(*engine_, spec(4), greedy, 64, 2, false, 2, false, make);
+  EXPECT_EQ(got.tokens, ref.tokens);
+  EXPECT_EQ(got.logprobs, ref.logprobs);
+  EXPECT_GT(got.stats.spec.accepted_tokens, 0u);
+  for (const auto& t : got.tokens)
+    for (size_t i = 1; i < t.size(); ++i) EXPECT_NE(t[i], t[i - 1]);
 }
 
 TEST_F(SpecDecode, SampledWithGreedyDraftsKeepsTheSeedsOutput) {
