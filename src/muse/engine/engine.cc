@@ -179,6 +179,7 @@ Status Engine::init(const ModelConfig& config, const EngineOptions& options, con
   mo.weights.quantize = options.quantization;
   mo.tap_layers = options.tap_layers;
   mo.tap_final = options.tap_final;
+  mo.record_experts = options.record_experts;
   MUSE_ASSIGN_OR_RETURN(model_, MuseModel::create(*backend_, config_, reader ? *reader : *source_, mo));
   if (device && options.kv_pages == 0) MUSE_RETURN_IF_ERROR(size_device_kv(mem0, requested, geo, &ko));
   MUSE_ASSIGN_OR_RETURN(kv_, KvCache::create(*backend_, config_, ko));
@@ -306,6 +307,20 @@ Status Engine::step(std::span<const StepItem> items) {
   const bool tapping = !taps_.empty();
   if (Status st = model_->forward(plan_, kv_->layers(), logits_.data(), tapping ? taps_raw_.data() : nullptr); !st.ok())
     return undo(st);
+  if (model_->sparse_layers() > 0 && !model_->routed_experts().empty()) {
+    const int64_t T = plan_.rows(), K = config_.num_experts_per_tok, L = model_->sparse_layers();
+    const std::vector<int32_t>& ids = model_->routed_experts();
+    expert_seen_.resize(size_t(config_.num_experts));
+    int64_t total = 0;
+    for (int64_t l = 0; l < L; ++l) {
+      std::fill(expert_seen_.begin(), expert_seen_.end(), 0);
+      for (int64_t i = 0; i < T * K; ++i) {
+        const int32_t e = ids[size_t(l * T * K + i)];
+        if (e >= 0 && e < config_.num_experts && !expert_seen_[size_t(e)]) expert_seen_[size_t(e)] = 1, ++total;
+      }
+    }
+    distinct_experts_ = double(total) / double(L);
+  }
   if (tapping) {  // tap-major → row-major: a row's taps side by side, as the drafter's fc reads them
     const int64_t T = plan_.rows(), H = config_.hidden_size, m = model_->num_taps();
     for (int64_t r = 0; r < T; ++r)

@@ -51,6 +51,7 @@ struct EngineOptions {
   // ModelOptions::tap_layers): captured at every row of every step.
   std::vector<int> tap_layers;
   bool tap_final = false;
+  bool record_experts = false;  // count the distinct experts each step routes to
 };
 
 enum class LogitsWanted { None, Last, All };
@@ -117,6 +118,9 @@ class Engine {
   // tap_layers order); empty without taps.
   std::span<const float> taps(size_t item) const;
   int64_t tap_width() const { return model_->num_taps() * config_.hidden_size; }
+  // With record_experts on a MoE model: the distinct experts the last step's
+  // rows routed to, the mean over its sparse layers (0 otherwise).
+  double distinct_experts() const { return distinct_experts_; }
   // A weight slot of the target in fp32 (the drafter shares the embedding and lm_head).
   Result<std::vector<float>> read_weight_f32(const std::string& slot) const;
 
@@ -143,6 +147,8 @@ class Engine {
   std::vector<float> taps_raw_;          // [num_taps, max_batch_tokens, hidden] as the model writes them
   std::vector<float> taps_;              // [max_batch_tokens, num_taps·hidden], row-major
   uint64_t step_serial_ = 0;             // marks sessions seen in the current step
+  double distinct_experts_ = 0;
+  std::vector<uint8_t> expert_seen_;     // scratch: [num_experts]
 };
 
 class Session {

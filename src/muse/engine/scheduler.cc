@@ -402,6 +402,12 @@ void Scheduler::iterate() {
   const auto m0 = Clock::now();
   Status st = engine_.step(items);
   const auto m1 = Clock::now();
+  // The experts this step's rows touched: what a wider verify costs on a MoE target.
+  if (st.ok() && spec_) {
+    int64_t rows = 0;
+    for (const StepItem& it : items) rows += int64_t(it.tokens.size());
+    if (engine_.distinct_experts() > 0) step_cost_.observe_experts(rows, engine_.distinct_experts());
+  }
   local_.model_seconds += seconds(m1 - m0);
   ++local_.steps;
   if (!st.ok()) {
@@ -577,6 +583,7 @@ void Scheduler::measure_step_costs(int64_t max_rows) {
       const auto a = Clock::now();
       if (!engine_.step(std::span<const StepItem>(&it, 1)).ok()) return;
       if (rep > 0) t.push_back(seconds(Clock::now() - a));
+      step_cost_.observe_experts(rows, engine_.distinct_experts(), rep == 1 ? 1.0 : 0.5);
     }
     std::sort(t.begin(), t.end());
     step_cost_.seconds.push_back(t[t.size() / 2]);
@@ -585,8 +592,11 @@ void Scheduler::measure_step_costs(int64_t max_rows) {
   std::string table;
   for (size_t i = 0; i < step_cost_.seconds.size(); ++i)
     if (i < 9 || i + 1 == step_cost_.seconds.size())
-      table += " " + std::to_string(i + 1) + ":" + std::to_string(int64_t(step_cost_.seconds[i] * 1e6)) + "us";
-  LOG_INFO("speculative decoding: step cost by rows%s", table.c_str());
+      table += " " + std::to_string(i + 1) + ":" + std::to_string(int64_t(step_cost_.seconds[i] * 1e6)) + "us" +
+               (i < step_cost_.distinct_experts.size()
+                    ? "/" + std::to_string(step_cost_.distinct_experts[i]).substr(0, 4) + "e"
+                    : "");
+  LOG_INFO("speculative decoding: step cost by rows (time/distinct experts per MoE layer)%s", table.c_str());
 }
 
 void Scheduler::log_spec_stats(bool force) {

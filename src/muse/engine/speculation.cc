@@ -98,6 +98,7 @@ Status prepare_speculation(const SpeculativeConfig& config, const std::string& t
   MUSE_RETURN_IF_ERROR(check_method(config, d));
   engine->tap_layers = d.target_layer_ids;
   engine->tap_final = d.final_hidden_state;
+  engine->record_experts = true;  // the MoE-aware verify width (verify_width.h); no effect on dense targets
   return Status::Ok();
 }
 

@@ -83,13 +83,21 @@ Status MuseModel::allocate(const ModelOptions& options) {
     if (l < 0 || l >= c.num_layers) return make_error("model options: tap layer " + std::to_string(l) + " does not exist");
   tap_layers_ = options.tap_layers;
   tap_final_ = options.tap_final;
-  if (num_taps() > 0) {
-    if (stream != DType::F32) return make_error("hidden-state taps need an fp32 residual stream on this backend");
+  record_experts_ = options.record_experts && sparse;
+  for (int64_t l = 0; l < c.num_layers; ++l) sparse_index_.push_back(c.is_sparse(l) ? sparse_layers_++ : -1);
+  if (num_taps() > 0 || record_experts_) {
     MUSE_RETURN_IF_ERROR(make(tap_index_, DType::I32, {R}));
     std::vector<int32_t> iota(static_cast<size_t>(R));
     for (int64_t i = 0; i < R; ++i) iota[size_t(i)] = int32_t(i);
     backend_.set_input(tap_index_, iota.data(), iota.size() * sizeof(int32_t));
     MUSE_RETURN_IF_ERROR(backend_.execute());
+  }
+  if (record_experts_) {
+    MUSE_RETURN_IF_ERROR(make(routed_, DType::I32, {sparse_layers_ * R, c.num_experts_per_tok}));
+    routed_host_.assign(size_t(sparse_layers_ * R * c.num_experts_per_tok), 0);
+  }
+  if (num_taps() > 0) {
+    if (stream != DType::F32) return make_error("hidden-state taps need an fp32 residual stream on this backend");
     for (int64_t t = 0; t < num_taps(); ++t) {
       Tensor tap;
       MUSE_RETURN_IF_ERROR(make(tap, stream, {R, H}));
@@ -135,6 +143,8 @@ Status MuseModel::forward(const StepPlanBuilder& plan, std::span<const KvLayerSt
   for (int64_t l = 0; l < c.num_layers; ++l) {
     if (c.is_spark()) spark_layer(s, l, kv[size_t(l)]);
     else glimmer_layer(s, l, kv[size_t(l)]);
+    if (record_experts_ && sparse_index_[size_t(l)] >= 0)
+      b.gather_rows(routed_.rows(sparse_index_[size_t(l)] * cap_.max_rows, T), s.expert_ids, tap_index_.rows(0, T));
     // A tap copies the residual stream after the layer (every row).
     for (size_t t = 0; taps && t < tap_layers_.size(); ++t)
       if (tap_layers_[t] == l) b.gather_rows(taps_[t].rows(0, T), s.x, tap_index_.rows(0, T));
@@ -152,6 +162,8 @@ Status MuseModel::forward(const StepPlanBuilder& plan, std::span<const KvLayerSt
   }
   MUSE_RETURN_IF_ERROR(b.execute());
   if (R > 0) MUSE_RETURN_IF_ERROR(b.download(buf_.logits.rows(0, R), logits));
+  for (int64_t i = 0; record_experts_ && i < sparse_layers_; ++i)
+    MUSE_RETURN_IF_ERROR(b.download(routed_.rows(i * cap_.max_rows, T), routed_host_.data() + i * T * c.num_experts_per_tok));
   for (int64_t t = 0; taps && t < num_taps(); ++t)
     MUSE_RETURN_IF_ERROR(b.download(taps_[size_t(t)].rows(0, T), taps + t * T * c.hidden_size));
   return Status::Ok();

@@ -29,6 +29,9 @@ struct ModelOptions {
   // step is unchanged).
   std::vector<int> tap_layers;
   bool tap_final = false;
+  // Record the experts every row of a step routes to (the MoE-aware verify
+  // width counts the distinct experts a step touches).
+  bool record_experts = false;
 };
 
 class MuseModel {
@@ -51,6 +54,9 @@ class MuseModel {
   // configured, `taps` (when given) receives them tap-major:
   // [num_taps(), plan.rows(), hidden_size] floats.
   Status forward(const StepPlanBuilder& plan, std::span<const KvLayerStorage> kv, float* logits, float* taps = nullptr);
+  // With record_experts: the expert ids of the last forward, [sparse layers, rows, top-k].
+  int64_t sparse_layers() const { return sparse_layers_; }
+  const std::vector<int32_t>& routed_experts() const { return routed_host_; }
   int64_t num_taps() const { return int64_t(tap_layers_.size()) + (tap_final_ ? 1 : 0); }
 
  private:
@@ -82,6 +88,11 @@ class MuseModel {
   std::vector<int> tap_layers_;
   bool tap_final_ = false;
   Tensor tap_index_;          // I32 [max_rows]: 0, 1, 2, ... (gather_rows copies rows through it)
+  bool record_experts_ = false;
+  int64_t sparse_layers_ = 0;
+  std::vector<int64_t> sparse_index_;  // per layer: its index among the sparse layers, -1 dense
+  Tensor routed_;                      // I32 [sparse layers · max_rows, top-k]
+  std::vector<int32_t> routed_host_;
   std::vector<Tensor> taps_;  // [max_rows, H] per tap, in the stream's dtype
 };
 
