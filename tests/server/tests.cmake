@@ -19,6 +19,15 @@ add_test(NAME server_clients_js_real
          WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
 set_tests_properties(server_clients_js_real PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS "node"
                      FIXTURES_REQUIRED server_js_npm)
+# Again with speculative decoding on (muse-tiny's DSpark drafter, 3 drafts).
+set(MUSE_SPEC_SERVE_EXTRA [=[["--speculative-config","{\"method\":\"dspark\",\"model\":\"@DRAFTER@\",\"num_speculative_tokens\":3}"]]=])
+string(REPLACE "@DRAFTER@" "${CMAKE_CURRENT_SOURCE_DIR}/models/muse-tiny/drafter" MUSE_SPEC_SERVE_EXTRA "${MUSE_SPEC_SERVE_EXTRA}")
+add_test(NAME server_clients_js_real_spec
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/server/js/run.sh $<TARGET_FILE:muse>
+                 ${CMAKE_CURRENT_SOURCE_DIR}/tests/server/js/real_engine.test.mjs
+         WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+set_tests_properties(server_clients_js_real_spec PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 600 LABELS "node"
+                     FIXTURES_REQUIRED server_js_npm ENVIRONMENT "MUSE_SERVE_EXTRA=${MUSE_SPEC_SERVE_EXTRA}")
 
 # Load test: 256 concurrent streams, random client disconnects, then the
 # server must still answer (run under -DMUSE_SANITIZE=address,undefined too).

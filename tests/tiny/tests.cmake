@@ -32,3 +32,10 @@ add_test(NAME tiny_gates
          WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
 set_tests_properties(tiny_gates PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS "node"
                      FIXTURES_REQUIRED server_js_npm)  # tests/server/tests.cmake
+# The gates again with speculative decoding on (MUSE_SPEC_SERVE_EXTRA: tests/server/tests.cmake).
+add_test(NAME tiny_gates_spec
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/tests/server/js/run.sh $<TARGET_FILE:muse>
+                 ${CMAKE_CURRENT_SOURCE_DIR}/tests/tiny/gates.test.mjs
+         WORKING_DIRECTORY ${CMAKE_CURRENT_SOURCE_DIR})
+set_tests_properties(tiny_gates_spec PROPERTIES SKIP_RETURN_CODE 77 TIMEOUT 300 LABELS "node"
+                     FIXTURES_REQUIRED server_js_npm ENVIRONMENT "MUSE_SERVE_EXTRA=${MUSE_SPEC_SERVE_EXTRA}")

@@ -28,9 +28,17 @@ struct BenchOptions {
   std::vector<int64_t> batches{1, 4, 16, 64};
   std::vector<int64_t> contexts{1024, 32768};
   int64_t prefill = 8192;
+  // --speculative DIR (bench_spec.cc): a real checkpoint and its drafter,
+  // tokens/s with and without speculative decoding on the gate prompts.
+  std::string spec_target;
+  std::string spec_drafter;  // default: DIR/drafter
+  std::string spec_prompts = "bench/data/muse_tiny_gate_prompts.json";
+  bool batches_given = false;
 };
 
 // The GPU benchmark (muse bench --device cuda).
 int bench_cuda(const BenchOptions& o);
+// The speculative-decoding benchmark (muse bench --speculative DIR).
+int bench_spec(const BenchOptions& o);
 
 }  // namespace muse::tool

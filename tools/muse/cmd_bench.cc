@@ -101,7 +101,13 @@ int bench_command(int argc, char** argv) {
   args.option("--batch", &batches, "LIST", "--device cuda: decode batch sizes (default 1,4,16,64)");
   args.option("--context", &contexts, "LIST", "--device cuda: decode contexts in tokens (default 1024,32768)");
   args.option("--prefill-tokens", &o.prefill, "N", "--device cuda: prefill length (default 8192; 0 skips)");
+  args.option("--speculative", &o.spec_target, "DIR",
+              "speculative-decoding benchmark on this checkpoint (e.g. models/muse-tiny) and its drafter: greedy "
+              "tokens/s without the drafter, with k = 1..4 and adaptive, at --batch (default 1,8), mean accepted length");
+  args.option("--drafter", &o.spec_drafter, "DIR", "--speculative: the drafter (default DIR/drafter)");
+  args.option("--prompts", &o.spec_prompts, "FILE", "--speculative: prompt ids (default bench/data/muse_tiny_gate_prompts.json)");
   if (int rc = parse_flags(args, argc, argv, "bench"); rc >= 0) return rc;
+  o.batches_given = !batches.empty();
   o.layers_given = args.given("--layers");
   for (auto [text, list, flag] : {std::tuple{&batches, &o.batches, "--batch"}, std::tuple{&contexts, &o.contexts, "--context"}}) {
     if (text->empty()) continue;
@@ -123,6 +129,7 @@ int bench_command(int argc, char** argv) {
   auto device = parse_device(o.device);
   if (!device.ok()) return std::fprintf(stderr, "muse bench: %s\n", device.message().c_str()), 2;
   if (Status st = check_device(*device); !st.ok()) return std::fprintf(stderr, "muse bench: %s\n", st.message().c_str()), 2;
+  if (!o.spec_target.empty()) return bench_spec(o);
   if (*device == Device::Cuda) return bench_cuda(o);
 
   auto config = parse_model_config(spark_config_json(o), "bench config");

@@ -134,6 +134,9 @@ int run_command(int argc, char** argv) {
   args.option("--device", &o.device, "cpu|cuda", "where the model runs (default cpu)");
   args.option("--quantization", &quantization, "F", "nvfp4, mxfp4, fp8 or int4: quantize a BF16 checkpoint while loading");
   args.option("--max-num-batched-tokens", &o.max_num_batched_tokens, "N", "prefill chunk, tokens per step (default 256)");
+  std::string speculative_json;
+  args.option("--speculative-config", &speculative_json, "JSON",
+              "speculative decoding, as `muse serve` takes it (docs/speculative.md)");
   args.flag("--language-model-only", &o.language_model_only, "skip vision/audio tensors in the checkpoint");
   args.option("--tensor-parallel-size", &o.parallel.tensor_parallel_size, "N",
               "ranks the model is split over (--device cpu: threads of this process; default 1)");
@@ -228,6 +231,11 @@ int run_command(int argc, char** argv) {
   server::EngineServiceOptions so;
   so.model_dir = o.model;
   so.engine = eo;
+  {
+    auto sc = parse_speculative_config(speculative_json);
+    if (!sc.ok()) return fail(sc.message());
+    so.scheduler.speculative = *sc;
+  }
   std::vector<int32_t>& eos = so.scheduler.eos_token_ids;
   for (int64_t id : c.eos_token_ids) eos.push_back(int32_t(id));
   if (text_mode) {

@@ -114,7 +114,6 @@ void declare_refused(ArgParser& args) {
       {"--distributed-executor-backend", true, "muse runs in one process on one GPU"},
       {"--pipeline-parallel-size", true, "muse runs on one GPU"},
       {"--moe-backend", true, "muse has one MoE implementation per backend"},
-      {"--speculative-config", true, "speculative decoding (DSpark) is not implemented yet"},
       {"--lora-modules", true, "LoRA adapters are not implemented yet"},
       {"--enable-lora", false, "LoRA adapters are not implemented yet"},
       {"--ssl-keyfile", true, "TLS is not implemented; put a reverse proxy in front"},
@@ -131,6 +130,7 @@ void declare_refused(ArgParser& args) {
 
 int serve_main(int argc, char** argv, const ServeBackendOverride* override) {
   ServeOptions o;
+  std::string speculative_json;  // --speculative-config, parsed into o.engine.speculative
   o.api.http.max_body_bytes = 64u << 20;
   std::string positional_model, max_model_len, served_names, origins, methods, headers, reasoning_field = "both";
   std::string tokenizer_mode = "auto", config_format = "auto", load_format = "auto";
@@ -194,6 +194,10 @@ int serve_main(int argc, char** argv, const ServeBackendOverride* override) {
             "split the routed experts by expert over the tensor-parallel ranks (Spark needs it for TP > 1)");
   args.alias("-tp", "--tensor-parallel-size");
   args.option("--seed", &o.engine.seed, "N", "seed for requests that give none (default: random per request)");
+  args.option("--speculative-config", &speculative_json, "JSON",
+              "speculative decoding, vLLM's keys: '{\"method\":\"dspark\",\"model\":DIR,\"num_speculative_tokens\":N,"
+              "\"draft_sample_method\":\"greedy|probabilistic\",\"rejection_sample_method\":\"standard|block\","
+              "\"enable_adaptive_verification\":BOOL}' (docs/speculative.md)");
   args.option("--max-logprobs", &o.api.max_logprobs, "N", "largest logprobs/top_logprobs accepted (default 20)");
   args.option("--allowed-origins", &origins, "LIST", "CORS origins, JSON list or comma-separated; CORS is off unless given");
   args.option("--allowed-methods", &methods, "LIST", "CORS methods (default [\"*\"])");
@@ -252,6 +256,11 @@ int serve_main(int argc, char** argv, const ServeBackendOverride* override) {
     return fail("--tensor-parallel-size " + std::to_string(o.engine.tensor_parallel_size) + ": expected 1 to 64");
   if (!(o.engine.gpu_memory_utilization > 0 && o.engine.gpu_memory_utilization <= 1)) return fail("--gpu-memory-utilization must be in (0, 1]");
   if (o.engine.max_num_seqs < 1) return fail("--max-num-seqs must be >= 1");
+  if (!speculative_json.empty()) {
+    auto sc = parse_speculative_config(speculative_json);
+    if (!sc.ok()) return fail(sc.message());
+    o.engine.speculative = *sc;
+  }
   if (o.engine.max_num_batched_tokens < 1) return fail("--max-num-batched-tokens must be >= 1");
   if (o.api.http.port < 0 || o.api.http.port > 65535) return fail("--port must be in [0, 65535]");
   if (max_body_mb < 1 || max_body_mb > 4096) return fail("--max-request-body-mb must be in [1, 4096]");

@@ -120,6 +120,8 @@ Status Engine::init(const ModelConfig& config, const EngineOptions& options, con
   if (options.kv_max_rollback < 0) return make_error("kv_max_rollback must not be negative");
   if (options.kv_pages < 0) return make_error("kv_pages must not be negative");
   BackendOptions backend_options = options.backend;
+  if (options.parallel.tensor_parallel_size != 1 && (!options.tap_layers.empty() || options.tap_final))
+    return make_error("speculative decoding with --tensor-parallel-size > 1 is not supported yet");
   if (options.parallel.tensor_parallel_size != 1) {
     MUSE_ASSIGN_OR_RETURN(group_, RankGroup::create(config, options.parallel, options.backend));
     backend_options = group_->backend_options();
@@ -183,6 +185,9 @@ Status Engine::init(const ModelConfig& config, const EngineOptions& options, con
   mo.plan = cap;
   mo.kv_block_size = ko.block_size;
   mo.weights.quantize = options.quantization;
+  mo.tap_layers = options.tap_layers;
+  mo.tap_final = options.tap_final;
+  mo.record_experts = options.record_experts;
   const WeightSource& weights = reader ? *reader : *source_;
   if (group_) {  // rank 0 here, the other ranks in the group; each its own shard and KV heads
     mo.weights.shard = group_->rank(0);
@@ -203,6 +208,11 @@ Status Engine::init(const ModelConfig& config, const EngineOptions& options, con
   plan_ = StepPlanBuilder(cap);
   logits_.assign(size_t(cap.max_logit_rows * config_.vocab_size), 0.0f);
   item_logit_row_.reserve(size_t(cap.max_seqs) + 1);
+  item_row_.reserve(size_t(cap.max_seqs) + 1);
+  if (model_->num_taps() > 0) {
+    taps_raw_.assign(size_t(cap.max_rows * tap_width()), 0.0f);
+    taps_.assign(size_t(cap.max_rows * tap_width()), 0.0f);
+  }
   return Status::Ok();
 }
 
@@ -309,19 +319,44 @@ Status Engine::step(std::span<const StepItem> items) {
   // The step plan, in the buffer kept from the last step.
   plan_.reset();
   item_logit_row_.clear();
+  item_row_.clear();
   for (const StepItem& it : items) {
     const Session& s = *it.session;
     const int64_t entries = int64_t(s.kv_.full.size() + s.kv_.sliding.size());
     if (!plan_.fits(int64_t(it.tokens.size()), it.logit_rows(), entries))
       return undo(make_error("step: the step plan's capacity is exceeded (engine bug)"));
     item_logit_row_.push_back(plan_.logit_rows());
+    item_row_.push_back(plan_.rows());
     plan_.add(it.tokens, s.length(), s.kv_.full, s.kv_.sliding, s.kv_.sliding_first, it.logits == LogitsWanted::All,
               it.logits == LogitsWanted::Last);
   }
   item_logit_row_.push_back(plan_.logit_rows());
+  item_row_.push_back(plan_.rows());
+  const bool tapping = !taps_.empty();
+  // (speculation, hence taps, is refused with tensor parallelism at create)
   Status st = group_ ? group_->forward(*model_, kv_->layers(), plan_, logits_.data())
-                     : model_->forward(plan_, kv_->layers(), logits_.data());
+                     : model_->forward(plan_, kv_->layers(), logits_.data(), tapping ? taps_raw_.data() : nullptr);
   if (!st.ok()) return undo(st);
+  if (model_->sparse_layers() > 0 && !model_->routed_experts().empty()) {
+    const int64_t T = plan_.rows(), K = config_.num_experts_per_tok, L = model_->sparse_layers();
+    const std::vector<int32_t>& ids = model_->routed_experts();
+    expert_seen_.resize(size_t(config_.num_experts));
+    int64_t total = 0;
+    for (int64_t l = 0; l < L; ++l) {
+      std::fill(expert_seen_.begin(), expert_seen_.end(), 0);
+      for (int64_t i = 0; i < T * K; ++i) {
+        const int32_t e = ids[size_t(l * T * K + i)];
+        if (e >= 0 && e < config_.num_experts && !expert_seen_[size_t(e)]) expert_seen_[size_t(e)] = 1, ++total;
+      }
+    }
+    distinct_experts_ = double(total) / double(L);
+  }
+  if (tapping) {  // tap-major → row-major: a row's taps side by side, as the drafter's fc reads them
+    const int64_t T = plan_.rows(), H = config_.hidden_size, m = model_->num_taps();
+    for (int64_t r = 0; r < T; ++r)
+      for (int64_t t = 0; t < m; ++t)
+        std::memcpy(taps_.data() + (r * m + t) * H, taps_raw_.data() + (t * T + r) * H, size_t(H) * sizeof(float));
+  }
 
   for (const StepItem& it : items) {
     Session& s = *it.session;
@@ -335,6 +370,22 @@ std::span<float> Engine::logits(size_t item) {
   if (item + 1 >= item_logit_row_.size()) return {};
   const int64_t V = config_.vocab_size, r0 = item_logit_row_[item], r1 = item_logit_row_[item + 1];
   return std::span<float>(logits_.data() + r0 * V, size_t((r1 - r0) * V));
+}
+
+std::span<const float> Engine::taps(size_t item) const {
+  if (taps_.empty() || item + 1 >= item_row_.size()) return {};
+  const int64_t W = model_->num_taps() * config_.hidden_size, r0 = item_row_[item], r1 = item_row_[item + 1];
+  return std::span<const float>(taps_.data() + r0 * W, size_t((r1 - r0) * W));
+}
+
+Result<std::vector<float>> Engine::read_weight_f32(const std::string& slot) const {
+  for (const WeightSpec& s : describe_weights(config_)) {
+    if (s.slot != slot || s.layer != -1) continue;
+    std::vector<float> out(size_t(s.numel()));
+    MUSE_RETURN_IF_ERROR(source_->read_f32(s, out.data()));
+    return out;
+  }
+  return make_error("the model has no weight slot " + slot);
 }
 
 Status Session::extend_uncomputed(int64_t n, int32_t filler) {

@@ -51,6 +51,11 @@ struct EngineOptions {
   // --tensor-parallel-size / --enable-expert-parallel: the model split over
   // ranks (model/sharding.h), stepped together (engine/rank_group.h).
   ParallelOptions parallel;
+  // Hidden-state taps for a speculative drafter (model/muse_model.h
+  // ModelOptions::tap_layers): captured at every row of every step.
+  std::vector<int> tap_layers;
+  bool tap_final = false;
+  bool record_experts = false;  // count the distinct experts each step routes to
 };
 
 enum class LogitsWanted { None, Last, All };
@@ -115,6 +120,16 @@ class Engine {
   // until the next step, and the caller may modify them in place (logits
   // processors do).
   std::span<float> logits(size_t item);
+  // Item i's hidden-state taps from the last successful step, one row per
+  // token, [tokens × num_taps·hidden] (the taps of a row side by side, in
+  // tap_layers order); empty without taps.
+  std::span<const float> taps(size_t item) const;
+  int64_t tap_width() const { return model_->num_taps() * config_.hidden_size; }
+  // With record_experts on a MoE model: the distinct experts the last step's
+  // rows routed to, the mean over its sparse layers (0 otherwise).
+  double distinct_experts() const { return distinct_experts_; }
+  // A weight slot of the target in fp32 (the drafter shares the embedding and lm_head).
+  Result<std::vector<float>> read_weight_f32(const std::string& slot) const;
 
  private:
   friend class Session;
@@ -136,7 +151,12 @@ class Engine {
   StepPlanBuilder plan_;
   std::vector<float> logits_;            // [max_logit_rows, vocab]
   std::vector<int64_t> item_logit_row_;  // first logit row of each item, and the end
+  std::vector<int64_t> item_row_;        // first token row of each item, and the end
+  std::vector<float> taps_raw_;          // [num_taps, max_batch_tokens, hidden] as the model writes them
+  std::vector<float> taps_;              // [max_batch_tokens, num_taps·hidden], row-major
   uint64_t step_serial_ = 0;             // marks sessions seen in the current step
+  double distinct_experts_ = 0;
+  std::vector<uint8_t> expert_seen_;     // scratch: [num_experts]
 };
 
 class Session {

@@ -29,6 +29,12 @@ struct Scheduler::Sequence {
   // The logits observer: positions whose rows it has seen (not again after a preemption).
   bool observed = false;
   int64_t rows_observed = 0;
+  // Speculation: the drafter's context over committed positions, this
+  // step's block, and what is verified ([anchor, d_1..d_n]).
+  std::unique_ptr<DraftContext> draft;
+  DraftBlock block;
+  std::vector<int32_t> verify;
+  int n_verify = 0;
 
   Sequence(SamplingConfig config, int64_t vocab) : sampler(std::move(config), vocab) {}
   int64_t generated() const { return int64_t(tokens.size()) - prompt_len; }
@@ -58,6 +64,29 @@ Scheduler::Scheduler(Engine& engine, SchedulerOptions options) : engine_(engine)
   max_seqs_ = engine_.options().max_sequences;
   max_tokens_per_step_ = engine_.options().max_batch_tokens;
   if (opt_.max_logit_rows < 1) opt_.max_logit_rows = 1;
+  if (opt_.speculative.enabled && opt_.drafter) {
+    const DrafterConfig& dc = opt_.drafter->config();
+    if (engine_.tap_width() != dc.tap_width()) {
+      LOG_ERROR("speculative decoding off: the engine taps %lld values per row, the drafter reads %lld",
+                (long long)engine_.tap_width(), (long long)dc.tap_width());
+    } else {
+      spec_ = true;
+      const int64_t block = dc.drafts_per_block();
+      spec_k_ = int(opt_.speculative.num_speculative_tokens > 0 ? std::min<int64_t>(opt_.speculative.num_speculative_tokens, block)
+                                                                : block);
+      // A rejected draft is rolled back through Session::truncate, which is
+      // exact for up to kv_max_rollback positions.
+      spec_k_ = int(std::min<int64_t>(spec_k_, engine_.options().kv_max_rollback));
+      local_.spec.accepted_per_pos.assign(size_t(spec_k_), 0);
+      if (opt_.speculative.enable_adaptive_verification)
+        measure_step_costs(std::min<int64_t>({max_tokens_per_step_, max_seqs_ * (spec_k_ + 1), 64}));
+      spec_logged_ = Clock::now();
+      LOG_INFO("speculative decoding: %s drafter %s, block %lld, verifying up to %d drafts (%s drafts, %s acceptance%s)",
+               to_string(opt_.speculative.method), opt_.speculative.model.c_str(), (long long)dc.block_size, spec_k_,
+               to_string(opt_.speculative.draft_sample_method), to_string(opt_.speculative.rejection_sample_method),
+               opt_.speculative.enable_adaptive_verification ? ", adaptive width" : "");
+    }
+  }
   thread_ = std::thread([this] { run(); });
 }
 
@@ -182,6 +211,7 @@ void Scheduler::admit(std::unique_ptr<Request> req) {
     s->prompt_len = int64_t(r->r.prompt.size());
     s->sampler.set_prompt(r->r.prompt);
     if (r->r.make_constraint) s->sampler.set_constraint(r->r.make_constraint());
+    if (spec_) s->draft = std::make_unique<DraftContext>(opt_.drafter->new_context());
     s->want_prompt_logprobs = r->r.prompt_logprobs >= 0;
     s->observed = bool(r->r.logits_observer);
     waiting_.push_back(s.get());
@@ -251,6 +281,8 @@ void Scheduler::abort_all(const std::string& error) {
 
 void Scheduler::preempt(Sequence* s) {
   s->session.reset();
+  if (s->draft) s->draft->clear();  // rebuilt from the recompute's taps
+  s->n_verify = 0;
   if (auto it = std::find(running_.begin(), running_.end(), s); it != running_.end()) running_.erase(it);
   if (s->all_rows()) s->prompt_logprobs.clear();  // collected again from the start
   waiting_.push_front(s);
@@ -273,6 +305,7 @@ void Scheduler::iterate() {
     int64_t start, take;
   };
   std::vector<Planned> plan;
+  if (spec_) plan_drafts();
 
   // 1. Running sequences, oldest admission first; preempt from the newest.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
@@ -280,7 +313,12 @@ void Scheduler::iterate() {
     const int64_t len = s->session->length();
     int64_t take = std::min<int64_t>(int64_t(s->tokens.size()) - len, budget);
     if (s->all_rows()) take = std::min({take, opt_.max_logit_rows, logit_budget});
-    const int64_t rows = s->all_rows() ? take : len + take == int64_t(s->tokens.size()) ? 1 : 0;
+    int64_t rows = s->all_rows() ? take : len + take == int64_t(s->tokens.size()) ? 1 : 0;
+    if (s->n_verify > 0) {  // a verify: [anchor, d_1..d_n], every row's logits
+      s->n_verify = int(std::max<int64_t>(0, std::min<int64_t>({s->n_verify, budget - 1, logit_budget - 1})));
+      s->verify.resize(size_t(s->n_verify) + 1);
+      take = rows = 1 + s->n_verify;
+    }
     if (take < 1 || rows > logit_budget) {
       ++i;
       continue;
@@ -314,14 +352,18 @@ void Scheduler::iterate() {
       if (!first->finished && first->session && first->session->length() < first->prompt_len) break;
     }
     // Prompt logprobs need every row computed: no prefix reuse then.
-    const PrefixMatch m = s->all_rows() ? PrefixMatch{} : kv.match(s->tokens, n_tokens - 1);
+    // With a drafter, positions the drafter's window will read are computed
+    // again (their taps are not cached), so at most the rest is adopted.
+    const int64_t adopt_max = spec_ ? std::max<int64_t>(0, n_tokens - 1 - spec_context_window()) : n_tokens - 1;
+    const PrefixMatch m = s->all_rows() ? PrefixMatch{} : kv.match(s->tokens, adopt_max);
     int64_t take = std::min<int64_t>(n_tokens - m.tokens, budget);
     if (s->all_rows()) take = std::min({take, opt_.max_logit_rows, logit_budget});
     const int64_t rows = s->all_rows() ? take : m.tokens + take == n_tokens ? 1 : 0;
     if (take < 1 || rows > logit_budget) break;
     const int64_t need = m.revived + kv.pages_to_grow(m, m.tokens + take);
     if (need > kv.available_pages() - reserved) break;  // first come, first served: no overtaking
-    auto session = s->all_rows() ? engine_.new_session() : engine_.new_session(s->tokens);
+    auto session = s->all_rows() ? engine_.new_session()
+                                 : engine_.new_session(std::span<const int32_t>(s->tokens).first(size_t(adopt_max + 1)));
     if (!session.ok()) break;
     s->session = std::move(session).value();
     const int64_t start = s->session->length();
@@ -351,6 +393,10 @@ void Scheduler::iterate() {
   items.reserve(plan.size());
   for (const Planned& p : plan) {
     Sequence* s = p.s;
+    if (s->n_verify > 0) {
+      items.push_back({s->session.get(), std::span<const int32_t>(s->verify), LogitsWanted::All});
+      continue;
+    }
     const bool last = p.start + p.take == int64_t(s->tokens.size());
     LogitsWanted want = s->all_rows() ? LogitsWanted::All : last ? LogitsWanted::Last : LogitsWanted::None;
     items.push_back({s->session.get(), std::span<const int32_t>(s->tokens.data() + p.start, size_t(p.take)), want});
@@ -358,6 +404,12 @@ void Scheduler::iterate() {
   const auto m0 = Clock::now();
   Status st = engine_.step(items);
   const auto m1 = Clock::now();
+  // The experts this step's rows touched: what a wider verify costs on a MoE target.
+  if (st.ok() && spec_) {
+    int64_t rows = 0;
+    for (const StepItem& it : items) rows += int64_t(it.tokens.size());
+    if (engine_.distinct_experts() > 0) step_cost_.observe_experts(rows, engine_.distinct_experts());
+  }
   local_.model_seconds += seconds(m1 - m0);
   ++local_.steps;
   if (!st.ok()) {
@@ -372,8 +424,34 @@ void Scheduler::iterate() {
     Sequence* s = plan[k].s;
     Request* r = s->req;
     const int64_t start = plan[k].start, take = plan[k].take;
-    local_.prompt_tokens_computed += uint64_t(take);
     std::span<float> rows = engine_.logits(k);
+    if (s->n_verify > 0) {
+      const int n = s->n_verify;
+      s->n_verify = 0;
+      auto ends = [&](int32_t id) {
+        return (!r->r.ignore_eos && contains(opt_.eos_token_ids, id)) || contains(r->r.stop_token_ids, id);
+      };
+      VerifyOutcome v = verify_drafts(s->sampler, rows, V, std::span<const int32_t>(s->verify).subspan(1),
+                                      s->block, opt_.speculative, start + 1, r->r.logprobs, opt_.logprobs_mode, ends);
+      // Keep the KV of the anchor and the accepted drafts; the rejected
+      // rows go (exact for both layer kinds: kv/kv_cache.h).
+      if (Status ts = s->session->truncate(start + v.accepted + 1); !ts.ok()) {
+        finish_sequence(s, SeqFinish::Error, "speculative rollback failed: " + ts.message());
+        continue;
+      }
+      opt_.drafter->append_context(*s->draft, engine_.taps(k).data(), v.accepted + 1, start);
+      local_.prompt_tokens_computed += uint64_t(v.accepted + 1);
+      SpecDecodeStats& st = local_.spec;
+      ++st.drafts;
+      st.draft_tokens += uint64_t(n);
+      st.accepted_tokens += uint64_t(v.accepted);
+      for (int i = 0; i < v.accepted; ++i) ++st.accepted_per_pos[size_t(i)];
+      for (SampledToken& t : v.tokens)
+        if (emit(s, std::move(t))) break;
+      continue;
+    }
+    local_.prompt_tokens_computed += uint64_t(take);
+    if (s->draft) opt_.drafter->append_context(*s->draft, engine_.taps(k).data(), take, start);
     if (s->observed && !rows.empty()) {
       // The rows end at the chunk's last position; skip any seen before a preemption.
       const int64_t n = int64_t(rows.size()) / V, first = start + take - n;
@@ -400,36 +478,146 @@ void Scheduler::iterate() {
     if (start + take != int64_t(s->tokens.size())) continue;  // a prefill chunk: no token yet
 
     std::span<float> row(rows.data() + rows.size() - size_t(V), size_t(V));
-    SequenceUpdate u;
-    u.index = s->index;
-    u.token = s->sampler.sample(row, r->r.logprobs, opt_.logprobs_mode);
-    const int32_t id = u.token->id;
-    s->tokens.push_back(id);
-    s->sampler.accept(id);
-    ++local_.tokens_generated;
-    u.generated = s->generated();
-    if (!r->r.ignore_eos && contains(opt_.eos_token_ids, id)) {
-      u.finish = SeqFinish::Stop;
-    } else if (contains(r->r.stop_token_ids, id)) {
-      u.finish = SeqFinish::Stop;
-      u.stop_token = id;
-    } else if (u.generated >= r->r.max_tokens || int64_t(s->tokens.size()) >= engine_.max_model_len()) {
-      u.finish = SeqFinish::Length;
-    }
-    if (s->want_prompt_logprobs && !s->prompt_logprobs_sent) {
-      s->prompt_logprobs_sent = true;
-      u.prompt_logprobs = &s->prompt_logprobs;
-    }
-    const auto now = Clock::now();
-    if (!r->has_first_token) {
-      r->has_first_token = true;
-      r->first_token = now;
-    }
-    r->last_token = now;
-    const bool observer_stop = r->observer->on_update(u);
-    if (u.finish != SeqFinish::None || observer_stop) finish_sequence(s, SeqFinish::None);
+    SampledToken token = s->sampler.sample(row, r->r.logprobs, opt_.logprobs_mode);
+    s->sampler.accept(token.id);
+    emit(s, std::move(token));
   }
+  if (spec_) log_spec_stats(false);
   local_.busy_seconds += seconds(Clock::now() - t0);
+}
+
+bool Scheduler::emit(Sequence* s, SampledToken token) {
+  Request* r = s->req;
+  SequenceUpdate u;
+  u.index = s->index;
+  u.token = std::move(token);
+  const int32_t id = u.token->id;
+  s->tokens.push_back(id);
+  ++local_.tokens_generated;
+  u.generated = s->generated();
+  if (!r->r.ignore_eos && contains(opt_.eos_token_ids, id)) {
+    u.finish = SeqFinish::Stop;
+  } else if (contains(r->r.stop_token_ids, id)) {
+    u.finish = SeqFinish::Stop;
+    u.stop_token = id;
+  } else if (u.generated >= r->r.max_tokens || int64_t(s->tokens.size()) >= engine_.max_model_len()) {
+    u.finish = SeqFinish::Length;
+  }
+  if (s->want_prompt_logprobs && !s->prompt_logprobs_sent) {
+    s->prompt_logprobs_sent = true;
+    u.prompt_logprobs = &s->prompt_logprobs;
+  }
+  const auto now = Clock::now();
+  if (!r->has_first_token) {
+    r->has_first_token = true;
+    r->first_token = now;
+  }
+  r->last_token = now;
+  const bool observer_stop = r->observer->on_update(u);
+  if (u.finish != SeqFinish::None || observer_stop) {
+    finish_sequence(s, SeqFinish::None);
+    return true;
+  }
+  return false;
+}
+
+int64_t Scheduler::spec_context_window() const {
+  const int64_t w = opt_.drafter->config().sliding_window;
+  return w > 0 ? w : engine_.max_model_len();
+}
+
+void Scheduler::plan_drafts() {
+  std::vector<Sequence*> eligible;
+  std::vector<int> caps;
+  for (Sequence* s : running_) {
+    s->n_verify = 0;
+    const int64_t len = s->session->length();
+    if (s->all_rows() || s->observed || len + 1 != int64_t(s->tokens.size()) || s->draft->next_pos != len) continue;
+    const int64_t left = s->req->r.max_tokens - s->generated() - 1;  // the bonus always comes
+    const int64_t room = engine_.max_model_len() - int64_t(s->tokens.size());
+    const int cap = int(std::min<int64_t>({spec_k_, left, room}));
+    if (cap < 1) continue;
+    eligible.push_back(s);
+    caps.push_back(cap);
+  }
+  if (eligible.empty()) return;
+  const auto t0 = Clock::now();
+  std::vector<std::vector<float>> conf;
+  for (Sequence* s : eligible) {
+    const SamplingConfig& sc = s->sampler.config();
+    DraftSampling ds;
+    ds.probabilistic = opt_.speculative.draft_sample_method == DraftSampleMethod::Probabilistic && !s->sampler.greedy();
+    ds.temperature = sc.temperature;
+    ds.top_k = sc.top_k;
+    ds.top_p = sc.top_p;
+    ds.seed = sc.seed.value_or(0);
+    const int64_t anchor_pos = s->session->length();
+    opt_.drafter->draft(*s->draft, s->tokens.back(), anchor_pos, ds, &s->block);
+    conf.push_back(s->block.confidence);
+  }
+  const double drafting = seconds(Clock::now() - t0);
+  local_.spec.draft_seconds += drafting;
+  draft_seconds_ = draft_seconds_ == 0 ? drafting : 0.8 * draft_seconds_ + 0.2 * drafting;
+  std::vector<int> width = caps;
+  if (opt_.speculative.enable_adaptive_verification) {
+    const int64_t others = int64_t(running_.size()) - int64_t(eligible.size());
+    width = pick_widths(conf, caps, others, step_cost_, draft_seconds_);
+  }
+  for (size_t i = 0; i < eligible.size(); ++i) {
+    Sequence* s = eligible[i];
+    s->n_verify = width[i];
+    s->verify.assign(1, s->tokens.back());
+    s->verify.insert(s->verify.end(), s->block.tokens.begin(), s->block.tokens.begin() + width[i]);
+  }
+}
+
+void Scheduler::measure_step_costs(int64_t max_rows) {
+  // One fresh session per width over a short uncomputed context; the median
+  // of three steps each (the first run of a width warms it).
+  std::vector<int32_t> tokens(size_t(max_rows), 0);
+  step_cost_.seconds.clear();
+  for (int64_t rows = 1; rows <= max_rows; ++rows) {
+    std::vector<double> t;
+    for (int rep = 0; rep < 4; ++rep) {
+      auto s = engine_.new_session();
+      if (!s.ok() || !(*s)->extend_uncomputed(64).ok()) return;
+      StepItem it{s->get(), std::span<const int32_t>(tokens).first(size_t(rows)), LogitsWanted::All};
+      const auto a = Clock::now();
+      if (!engine_.step(std::span<const StepItem>(&it, 1)).ok()) return;
+      if (rep > 0) t.push_back(seconds(Clock::now() - a));
+      step_cost_.observe_experts(rows, engine_.distinct_experts(), rep == 1 ? 1.0 : 0.5);
+    }
+    std::sort(t.begin(), t.end());
+    step_cost_.seconds.push_back(t[t.size() / 2]);
+  }
+  step_cost_.finish();
+  std::string table;
+  for (size_t i = 0; i < step_cost_.seconds.size(); ++i)
+    if (i < 9 || i + 1 == step_cost_.seconds.size())
+      table += " " + std::to_string(i + 1) + ":" + std::to_string(int64_t(step_cost_.seconds[i] * 1e6)) + "us" +
+               (i < step_cost_.distinct_experts.size()
+                    ? "/" + std::to_string(step_cost_.distinct_experts[i]).substr(0, 4) + "e"
+                    : "");
+  LOG_INFO("speculative decoding: step cost by rows (time/distinct experts per MoE layer)%s", table.c_str());
+}
+
+void Scheduler::log_spec_stats(bool force) {
+  const auto now = Clock::now();
+  if (!force && now - spec_logged_ < std::chrono::seconds(10)) return;
+  const SpecDecodeStats& a = local_.spec;
+  const SpecDecodeStats& b = spec_logged_stats_;
+  spec_logged_ = now;
+  if (a.drafts == b.drafts) return;
+  const double drafts = double(a.drafts - b.drafts), accepted = double(a.accepted_tokens - b.accepted_tokens);
+  const double proposed = double(a.draft_tokens - b.draft_tokens);
+  std::string per_pos;
+  for (size_t i = 0; i < a.accepted_per_pos.size(); ++i)
+    per_pos += (i ? ", " : "") +
+               std::to_string(double(a.accepted_per_pos[i] - (i < b.accepted_per_pos.size() ? b.accepted_per_pos[i] : 0)) / drafts).substr(0, 5);
+  LOG_INFO("SpecDecoding metrics: Mean acceptance length: %.2f, Accepted: %.0f tokens, Drafted: %.0f tokens, "
+           "Draft acceptance rate: %.1f%%, Per-position acceptance rate: %s",
+           1.0 + accepted / drafts, accepted, proposed, proposed > 0 ? 100.0 * accepted / proposed : 0.0, per_pos.c_str());
+  spec_logged_stats_ = a;
 }
 
 void Scheduler::publish_stats() {

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -41,6 +42,7 @@
 
 #include "muse/engine/engine.h"
 #include "muse/engine/generation_request.h"
+#include "muse/engine/speculation.h"
 #include "muse/sampling/sequence_sampler.h"
 
 namespace muse {
@@ -51,6 +53,12 @@ struct SchedulerOptions {
   LogprobsMode logprobs_mode = LogprobsMode::Processed;
   int64_t max_waiting_requests = 4096;  // beyond this, submit() says Overloaded
   int64_t max_logit_rows = 256;         // rows per sequence per step when every row's logits are needed
+  // Speculative decoding (engine/speculation.h), when speculative.enabled:
+  // the drafter (its target layers tapped by the engine: EngineOptions::
+  // tap_layers) drafts a block per decoding sequence and one target step
+  // verifies it. Greedy output is bitwise the same as without it.
+  SpeculativeConfig speculative;
+  std::shared_ptr<const Drafter> drafter;
 };
 
 enum class SeqFinish { None, Stop, Length, Abort, Error };
@@ -101,6 +109,7 @@ struct SchedulerStats {
   uint64_t prompt_tokens_computed = 0, tokens_generated = 0;
   double busy_seconds = 0;   // iterations with work, end to end
   double model_seconds = 0;  // inside Engine::step
+  SpecDecodeStats spec;      // speculative decoding (all zero without a drafter)
 };
 
 class Scheduler {
@@ -140,6 +149,16 @@ class Scheduler {
   void apply_cancels(const std::unordered_set<std::string>& cancels);
   void iterate();
   void preempt(Sequence* s);
+  // Speculation: drafts a block for each decoding sequence that can take one
+  // and sets its verify width (fixed, or adaptive from the confidences).
+  void plan_drafts();
+  // Start-up: the cost of a target step of 1..max rows (for adaptive widths).
+  void measure_step_costs(int64_t max_rows);
+  // Reports one generated token (already accept()ed by its sampler); true
+  // when the sequence finished.
+  bool emit(Sequence* s, SampledToken token);
+  void log_spec_stats(bool force);
+  int64_t spec_context_window() const;  // context positions a draft block reads
   void finish_sequence(Sequence* s, SeqFinish why, const std::string& error = "");
   void release(Sequence* s);
   void complete_if_done(Request* r);
@@ -166,6 +185,12 @@ class Scheduler {
   std::vector<Sequence*> running_;
   uint64_t next_arrival_ = 0;
   SchedulerStats local_;
+  bool spec_ = false;        // speculative decoding on
+  int spec_k_ = 0;           // most drafts verified per step
+  StepCostModel step_cost_;  // adaptive verification's cost table
+  double draft_seconds_ = 0; // EMA of drafting one block
+  std::chrono::steady_clock::time_point spec_logged_;
+  SpecDecodeStats spec_logged_stats_;
 
   std::thread thread_;
 };

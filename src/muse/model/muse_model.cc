@@ -97,10 +97,35 @@ Status MuseModel::allocate(const ModelOptions& options) {
     MUSE_RETURN_IF_ERROR(make(buf_.gathered_logits, DType::F32, {parallel_.size * L * Vl}));
     gathered_host_.assign(size_t(parallel_.size * L * Vl), 0.0f);
   }
+  for (int l : options.tap_layers)
+    if (l < 0 || l >= c.num_layers) return make_error("model options: tap layer " + std::to_string(l) + " does not exist");
+  tap_layers_ = options.tap_layers;
+  tap_final_ = options.tap_final;
+  record_experts_ = options.record_experts && sparse;
+  for (int64_t l = 0; l < c.num_layers; ++l) sparse_index_.push_back(c.is_sparse(l) ? sparse_layers_++ : -1);
+  if (num_taps() > 0 || record_experts_) {
+    MUSE_RETURN_IF_ERROR(make(tap_index_, DType::I32, {R}));
+    std::vector<int32_t> iota(static_cast<size_t>(R));
+    for (int64_t i = 0; i < R; ++i) iota[size_t(i)] = int32_t(i);
+    backend_.set_input(tap_index_, iota.data(), iota.size() * sizeof(int32_t));
+    MUSE_RETURN_IF_ERROR(backend_.execute());
+  }
+  if (record_experts_) {
+    MUSE_RETURN_IF_ERROR(make(routed_, DType::I32, {sparse_layers_ * R, c.num_experts_per_tok}));
+    routed_host_.assign(size_t(sparse_layers_ * R * c.num_experts_per_tok), 0);
+  }
+  if (num_taps() > 0) {
+    if (stream != DType::F32) return make_error("hidden-state taps need an fp32 residual stream on this backend");
+    for (int64_t t = 0; t < num_taps(); ++t) {
+      Tensor tap;
+      MUSE_RETURN_IF_ERROR(make(tap, stream, {R, H}));
+      taps_.push_back(tap);
+    }
+  }
   return Status::Ok();
 }
 
-Status MuseModel::forward(const StepPlanBuilder& plan, std::span<const KvLayerStorage> kv, float* logits) {
+Status MuseModel::forward(const StepPlanBuilder& plan, std::span<const KvLayerStorage> kv, float* logits, float* taps) {
   const ModelConfig& c = config_;
   const int64_t T = plan.rows(), R = plan.logit_rows();
   if (T < 1 || T > cap_.max_rows) return make_error("step of " + std::to_string(T) + " rows (1.." + std::to_string(cap_.max_rows) + ")");
@@ -136,7 +161,14 @@ Status MuseModel::forward(const StepPlanBuilder& plan, std::span<const KvLayerSt
   for (int64_t l = 0; l < c.num_layers; ++l) {
     if (c.is_spark()) spark_layer(s, l, kv[size_t(l)]);
     else glimmer_layer(s, l, kv[size_t(l)]);
+    if (record_experts_ && sparse_index_[size_t(l)] >= 0)
+      b.gather_rows(routed_.rows(sparse_index_[size_t(l)] * cap_.max_rows, T), s.expert_ids, tap_index_.rows(0, T));
+    // A tap copies the residual stream after the layer (every row).
+    for (size_t t = 0; taps && t < tap_layers_.size(); ++t)
+      if (tap_layers_[t] == l) b.gather_rows(taps_[t].rows(0, T), s.x, tap_index_.rows(0, T));
   }
+  if (taps && tap_final_)
+    b.rms_norm(taps_.back().rows(0, T), s.x, weights_.final_norm, NormGain::After, float(c.rms_norm_eps));
 
   // Head on the requested rows only: rms(x)·w_norm (absolute), lm_head, softcap.
   if (R > 0) {
@@ -160,6 +192,10 @@ Status MuseModel::forward(const StepPlanBuilder& plan, std::span<const KvLayerSt
         std::memcpy(logits + i * V + r * Vl, gathered_host_.data() + (r * R + i) * Vl, size_t(cols) * 4);
     }
   }
+  for (int64_t i = 0; record_experts_ && i < sparse_layers_; ++i)
+    MUSE_RETURN_IF_ERROR(b.download(routed_.rows(i * cap_.max_rows, T), routed_host_.data() + i * T * c.num_experts_per_tok));
+  for (int64_t t = 0; taps && t < num_taps(); ++t)
+    MUSE_RETURN_IF_ERROR(b.download(taps_[size_t(t)].rows(0, T), taps + t * T * c.hidden_size));
   return Status::Ok();
 }
 

@@ -29,6 +29,15 @@ struct ModelOptions {
   // vocabulary shard, and meets the other ranks in collectives
   // (docs/parallel.md).
   Communicator* comm = nullptr;
+  // Hidden-state taps for a speculative drafter (dspark.md §2.1): the
+  // residual-stream output of these layers at every row of a step, and,
+  // with tap_final, the final post-norm state after them. Empty: none (the
+  // step is unchanged).
+  std::vector<int> tap_layers;
+  bool tap_final = false;
+  // Record the experts every row of a step routes to (the MoE-aware verify
+  // width counts the distinct experts a step touches).
+  bool record_experts = false;
 };
 
 class MuseModel {
@@ -49,8 +58,14 @@ class MuseModel {
   // `logits` receives [plan.logit_rows(), vocab_size] floats (the only
   // download). `kv` has one entry per layer. Allocates nothing. Under
   // tensor parallelism every rank runs forward on the same plan at once;
-  // `logits` may then be null (a rank other than the one sampling).
-  Status forward(const StepPlanBuilder& plan, std::span<const KvLayerStorage> kv, float* logits);
+  // `logits` may then be null (a rank other than the one sampling). With taps
+  // configured, `taps` (when given) receives them tap-major:
+  // [num_taps(), plan.rows(), hidden_size] floats.
+  Status forward(const StepPlanBuilder& plan, std::span<const KvLayerStorage> kv, float* logits, float* taps = nullptr);
+  // With record_experts: the expert ids of the last forward, [sparse layers, rows, top-k].
+  int64_t sparse_layers() const { return sparse_layers_; }
+  const std::vector<int32_t>& routed_experts() const { return routed_host_; }
+  int64_t num_taps() const { return int64_t(tap_layers_.size()) + (tap_final_ ? 1 : 0); }
 
  private:
   MuseModel(Backend& backend, const ModelConfig& config) : backend_(backend), config_(config) {}
@@ -87,6 +102,15 @@ class MuseModel {
     Tensor gathered_logits;  // every rank's logits shard (tensor parallelism)
   } buf_;
   std::vector<Tensor> owned_;
+  std::vector<int> tap_layers_;
+  bool tap_final_ = false;
+  Tensor tap_index_;          // I32 [max_rows]: 0, 1, 2, ... (gather_rows copies rows through it)
+  bool record_experts_ = false;
+  int64_t sparse_layers_ = 0;
+  std::vector<int64_t> sparse_index_;  // per layer: its index among the sparse layers, -1 dense
+  Tensor routed_;                      // I32 [sparse layers · max_rows, top-k]
+  std::vector<int32_t> routed_host_;
+  std::vector<Tensor> taps_;  // [max_rows, H] per tap, in the stream's dtype
 };
 
 }  // namespace muse

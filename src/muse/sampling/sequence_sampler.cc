@@ -175,6 +175,16 @@ bool SequenceSampler::apply_constraint(std::span<float> logits, std::span<const 
 }
 
 SampledToken SequenceSampler::sample(std::span<float> logits, int top_logprobs, LogprobsMode mode) {
+  return sample_impl(logits, nullptr, top_logprobs, mode);
+}
+
+SampledToken SequenceSampler::sample_choosing(std::span<float> logits, const Chooser& choose, int top_logprobs,
+                                              LogprobsMode mode) {
+  return sample_impl(logits, &choose, top_logprobs, mode);
+}
+
+SampledToken SequenceSampler::sample_impl(std::span<float> logits, const Chooser* choose, int top_logprobs,
+                                          LogprobsMode mode) {
   SampledToken out;
   const int64_t n = limit(logits.size());
   const bool want = top_logprobs >= 0;
@@ -195,14 +205,20 @@ SampledToken SequenceSampler::sample(std::span<float> logits, int top_logprobs, 
   truncate(logits);
   double sum = 0.0;
   for (double p : probs_) sum += p;
-  const double u = rng_.uniform() * sum;
-  double acc = 0.0;
-  out.id = cand_.back();
-  for (size_t i = 0; i < cand_.size(); ++i) {
-    acc += probs_[i];
-    if (u < acc) {
-      out.id = cand_[i];
-      break;
+  if (choose) {
+    std::vector<double> p(size_t(n), 0.0);
+    for (size_t i = 0; i < cand_.size(); ++i) p[size_t(cand_[i])] = probs_[i] / sum;
+    out.id = (*choose)(p);
+  } else {
+    const double u = rng_.uniform() * sum;
+    double acc = 0.0;
+    out.id = cand_.back();
+    for (size_t i = 0; i < cand_.size(); ++i) {
+      acc += probs_[i];
+      if (u < acc) {
+        out.id = cand_[i];
+        break;
+      }
     }
   }
   if (want) {

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -87,6 +88,20 @@ class SequenceSampler {
   // Picks the next token from `logits` (modified in place: it is the
   // workspace). top_logprobs < 0: no logprobs.
   SampledToken sample(std::span<float> logits, int top_logprobs = -1, LogprobsMode mode = LogprobsMode::Processed);
+  // The same path as sample() (processors, constraint, temperature,
+  // truncation, logprobs), but the token is picked by `choose` from the
+  // normalised distribution the draw would use (over ids < the sampled
+  // vocabulary; ids outside the truncation at 0) instead of by this
+  // sampler's generator, which does not advance. Speculative decoding
+  // decides drafted tokens this way (engine/speculation.cc). Greedy
+  // requests: argmax, `choose` is not called.
+  using Chooser = std::function<int32_t(std::span<const double> p)>;
+  SampledToken sample_choosing(std::span<float> logits, const Chooser& choose, int top_logprobs = -1,
+                               LogprobsMode mode = LogprobsMode::Processed);
+  // Whether the next distributions depend on no accepted token: no
+  // penalties, no constraint, min_tokens reached (block verification needs
+  // every row's distribution before any token is accepted).
+  bool stateless() const { return !penalties_ && !constraint_ && generated_ >= config_.min_tokens; }
   // Records a generated token (the penalties and min_tokens count it).
   void accept(int32_t token);
   int64_t generated() const { return generated_; }
@@ -108,6 +123,7 @@ class SequenceSampler {
   bool apply_constraint(std::span<float> logits, std::span<const float> raw, int32_t* out) const;
   // Random path: fills cand_ (kept ids, draw order) and probs_ (unnormalised).
   void truncate(std::span<const float> scaled) const;
+  SampledToken sample_impl(std::span<float> logits, const Chooser* choose, int top_logprobs, LogprobsMode mode);
 
   SamplingConfig config_;
   int64_t sampled_vocab_size_;

@@ -111,6 +111,7 @@ Result<ServeBackend> make_engine_backend(const EngineServeOptions& options) {
   sc.sampled_vocab_size = (*adapter)->tokenizer().id_limit();
   sc.logprobs_mode = o.logprobs_mode == "raw_logprobs" ? LogprobsMode::Raw : LogprobsMode::Processed;
   sc.max_waiting_requests = o.max_waiting_requests;
+  sc.speculative = o.speculative;
   LOG_INFO("model %s: %s, chat profile %s, %zu EOS ids, tokenizer %s", o.model.c_str(), config->model_type.c_str(),
            (*adapter)->profile_name().c_str(), sc.eos_token_ids.size(), (*adapter)->tokenizer().describe().c_str());
 

@@ -128,6 +128,7 @@ class SchedulerService final : public EngineService {
   }
 
   Status load(const LoadProgressFn& progress) override {
+    MUSE_RETURN_IF_ERROR(prepare_speculation(opt_.scheduler.speculative, opt_.model_dir, &opt_.engine));
     auto engine = Engine::open(opt_.model_dir, opt_.engine, [&](const EngineLoadProgress& p) {
       if (progress) progress({p.bytes_done, p.bytes_total, p.tensors_done, p.tensors_total});
     });
@@ -147,6 +148,11 @@ class SchedulerService final : public EngineService {
              (long long)g.pages_for(engine_->max_model_len()), double(g.bytes_for(engine_->max_model_len())) / (1 << 20),
              (long long)g.tokens_fitting(kv.total_pages() - kv.step_transient_pages()),
              kv.prefix_caching() ? "on" : "off");
+    if (opt_.scheduler.speculative.enabled) {
+      auto drafter = load_drafter(opt_.scheduler.speculative, *engine_);
+      if (!drafter.ok()) return drafter.error();
+      opt_.scheduler.drafter = std::move(drafter).value();
+    }
     auto sched = std::make_unique<Scheduler>(*engine_, opt_.scheduler);
     std::lock_guard lock(mu_);
     scheduler_ = std::move(sched);
@@ -199,6 +205,11 @@ class SchedulerService final : public EngineService {
     e.engine_steps = st.steps;
     e.engine_busy_seconds = st.busy_seconds;
     e.engine_model_seconds = st.model_seconds;
+    e.spec_decode = opt_.scheduler.speculative.enabled;
+    e.spec_drafts = st.spec.drafts;
+    e.spec_draft_tokens = st.spec.draft_tokens;
+    e.spec_accepted_tokens = st.spec.accepted_tokens;
+    e.spec_accepted_per_pos = st.spec.accepted_per_pos;
     return e;
   }
 

@@ -107,6 +107,10 @@ struct EngineStats {
   uint64_t engine_steps = 0;          // model steps run
   double engine_busy_seconds = 0;     // scheduler iterations with work, end to end
   double engine_model_seconds = 0;    // of which inside the model's forward step
+  // Speculative decoding (vLLM's spec_decode counters); rendered only when on.
+  bool spec_decode = false;
+  uint64_t spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0;
+  std::vector<uint64_t> spec_accepted_per_pos;  // [k]
 };
 
 // Model loading progress, reported by the loader as it goes.

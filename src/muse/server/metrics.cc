@@ -104,6 +104,17 @@ std::string ServerMetrics::render(const EngineStats& e, size_t open_connections)
   one("muse:engine_steps_total", "counter", "Model steps run by the engine loop.", std::to_string(e.engine_steps));
   one("muse:engine_busy_seconds_total", "counter", "Time the engine loop spent on steps (scheduling, model, sampling, output).", num(e.engine_busy_seconds));
   one("muse:engine_model_seconds_total", "counter", "Of the busy time, the time inside the model's forward step.", num(e.engine_model_seconds));
+  if (e.spec_decode) {
+    // vLLM's spec_decode counters (vllm/v1/spec_decode/metrics.py), muse: prefix.
+    one("muse:spec_decode_num_drafts_total", "counter", "Number of spec decoding drafts.", std::to_string(e.spec_drafts));
+    one("muse:spec_decode_num_draft_tokens_total", "counter", "Number of draft tokens.", std::to_string(e.spec_draft_tokens));
+    one("muse:spec_decode_num_accepted_tokens_total", "counter", "Number of accepted tokens.",
+        std::to_string(e.spec_accepted_tokens));
+    header(out, "muse:spec_decode_num_accepted_tokens_per_pos_total", "counter", "Accepted tokens per draft position.");
+    for (size_t p = 0; p < e.spec_accepted_per_pos.size(); ++p)
+      out += "muse:spec_decode_num_accepted_tokens_per_pos_total{" + L + ",position=\"" + std::to_string(p) + "\"} " +
+             std::to_string(e.spec_accepted_per_pos[p]) + "\n";
+  }
   one("muse:prompt_tokens_total", "counter", "Number of prefill tokens processed.", std::to_string(prompt_tokens_));
   one("muse:generation_tokens_total", "counter", "Number of generation tokens processed.", std::to_string(generation_tokens_));
   header(out, "muse:request_success_total", "counter", "Count of finished requests by finished reason.");

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "muse/server/api_server.h"
+#include "muse/speculative/spec_config.h"
 
 namespace muse::server {
 
@@ -38,6 +39,7 @@ struct EngineServeOptions {
   bool enable_prefix_caching = true;    // --no-enable-prefix-caching turns it off
   std::string logprobs_mode = "processed_logprobs";  // or raw_logprobs
   int max_waiting_requests = 4096;   // queued requests beyond which submit answers 429
+  SpeculativeConfig speculative;     // --speculative-config (docs/speculative.md); disabled by default
 };
 
 struct ServeOptions {

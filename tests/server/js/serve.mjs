@@ -6,7 +6,10 @@ import { spawn } from 'node:child_process';
 export async function startServer(args, { timeoutMs = 60000 } = {}) {
   const bin = process.env.MUSE_BIN;
   if (!bin) throw new Error('MUSE_BIN is not set (run through tests/server/js/run.sh)');
-  const child = spawn(bin, ['serve', '--host', '127.0.0.1', '--port', '0', ...args], { stdio: ['ignore', 'ignore', 'pipe'] });
+  // MUSE_SERVE_EXTRA (a JSON list of arguments, test harness only): the same
+  // tests with more serve flags, e.g. speculative decoding (tests/*/tests.cmake).
+  const extra = process.env.MUSE_SERVE_EXTRA ? JSON.parse(process.env.MUSE_SERVE_EXTRA) : [];
+  const child = spawn(bin, ['serve', '--host', '127.0.0.1', '--port', '0', ...args, ...extra], { stdio: ['ignore', 'ignore', 'pipe'] });
   let log = '';
   const port = await new Promise((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error('server did not start:\n' + log)), timeoutMs);
