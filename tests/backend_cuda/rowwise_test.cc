@@ -263,6 +263,18 @@ TEST_P(Rowwise, GatherRows) {
   for (int32_t r : rows)
     for (int64_t c = 0; c < C; ++c) want.push_back(x[size_t(r * C + c)]);
   expect_close("gather_rows", got, want, std::vector<double>(want.size(), 0.0), false, "gather_rows");
+  // I32 rows (expert ids): every bit pattern copied as is, small values
+  // (float denormals) and negatives included.
+  std::vector<int32_t> ints(static_cast<size_t>(R * 4));
+  for (size_t i = 0; i < ints.size(); ++i) ints[i] = int32_t(i % 7) - 3 + int32_t(i) * 1000003;
+  Tensor ti = up_i32({R, 4}, ints), oi = b().alloc(DType::I32, {int64_t(rows.size()), 4}).value();
+  b().gather_rows(oi, ti, tr);
+  run();
+  auto bytes = get_bytes(oi);
+  std::vector<int32_t> got_i(rows.size() * 4);
+  std::memcpy(got_i.data(), bytes.data(), got_i.size() * 4);
+  for (size_t i = 0; i < rows.size(); ++i)
+    for (size_t c = 0; c < 4; ++c) EXPECT_EQ(got_i[i * 4 + c], ints[size_t(rows[i]) * 4 + c]) << i << "," << c;
   Tensor bad = up_i32({1}, {11});
   b().gather_rows(out.rows(0, 1), tx, bad);
   Status s = b().execute();

@@ -213,12 +213,19 @@ __global__ void swiglu_kernel(void* out, int odt, const void* gate, int gdt, con
   }
 }
 
+constexpr int kGatherI32 = 2;  // beside kF32 / kBF16: I32 rows
+
 __global__ void gather_rows_kernel(void* out, int odt, const void* in, int idt, const int32_t* rows, int64_t C,
                                    int64_t in_rows, DeviceError* err, int op) {
   const int64_t i = blockIdx.x;
   const int32_t r = rows[i];
   if (r < 0 || r >= in_rows) {
     if (threadIdx.x == 0) report_error(err, op, kErrRow, r, int(in_rows));
+    return;
+  }
+  if (odt == kGatherI32) {  // 32-bit patterns, copied as integers
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x)
+      static_cast<int32_t*>(out)[i * C + c] = static_cast<const int32_t*>(in)[int64_t(r) * C + c];
     return;
   }
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) st(out, odt, i * C + c, ld(in, idt, int64_t(r) * C + c));
@@ -359,15 +366,18 @@ void CudaBackend::swiglu(const Tensor& out, const Tensor& gate, const Tensor& up
 }
 
 void CudaBackend::gather_rows(const Tensor& out, const Tensor& in, const Tensor& rows) {
+  // I32 rows: the routed expert ids speculative decoding records.
+  const bool ints = out.dtype == DType::I32 && in.dtype == DType::I32;
   if (!check(out.cols() == in.cols() && rows.numel() >= out.rows() && rows.dtype == DType::I32 &&
-                 is_float_dtype(out.dtype) && is_float_dtype(in.dtype) && in.rows() < (int64_t(1) << 31),
+                 (ints || (is_float_dtype(out.dtype) && is_float_dtype(in.dtype))) && in.rows() < (int64_t(1) << 31),
              "gather_rows", describe(out) + " <- " + describe(in) + "[" + describe(rows) + "]"))
     return;
   if (out.rows() == 0) return;
   const int op = op_index();
+  const int odt = ints ? kGatherI32 : dt_code(out.dtype), idt = ints ? kGatherI32 : dt_code(in.dtype);
   enqueue("gather_rows", [=, this](cudaStream_t s) {
     gather_rows_kernel<<<unsigned(out.rows()), threads_for(in.cols()), 0, s>>>(
-        out.data, dt_code(out.dtype), in.data, dt_code(in.dtype), static_cast<const int32_t*>(rows.data), in.cols(),
+        out.data, odt, in.data, idt, static_cast<const int32_t*>(rows.data), in.cols(),
         in.rows(), dev_error(), op);
     return cudaGetLastError();
   });
