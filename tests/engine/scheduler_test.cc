@@ -240,6 +240,7 @@ TEST_P(SchedulerFamilies, PrefixCachingRandomizedWithPreemptionEqualsAlone) {
   int64_t preempted = 0, cached = 0;
   for (int burst = 0; burst < 4; ++burst) {
     std::vector<std::vector<int32_t>> expect;
+    std::vector<GenerationRequest> burst_reqs;
     std::vector<std::shared_ptr<Collector>> got;
     for (int k = 0; k < 6; ++k) {
       const auto& stem = stems[rng() % stems.size()];
@@ -251,6 +252,12 @@ TEST_P(SchedulerFamilies, PrefixCachingRandomizedWithPreemptionEqualsAlone) {
       GenerationRequest r = request("b" + std::to_string(burst) + "k" + std::to_string(k), prompt, max_tokens, sc);
       r.ignore_eos = true;
       expect.push_back(alone(*plain, prompt, sc, max_tokens));
+      burst_reqs.push_back(std::move(r));
+    }
+    // The whole burst back to back (the references are computed first): were
+    // each submitted after its reference run, the scheduler could finish one
+    // before the next arrives and the pool would never run out.
+    for (auto& r : burst_reqs) {
       got.push_back(std::make_shared<Collector>());
       ASSERT_EQ(sched.submit(r, got.back()).status, Scheduler::SubmitStatus::Ok);
     }
