@@ -6,12 +6,11 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
 
 #include "muse/engine/default_model.h"
 #include "muse/engine/engine.h"
 #include "muse/engine/scheduler.h"
+#include "muse/engine/token_collector.h"
 #include "muse/plan/plan.h"
 #include "muse/server/backend_factory.h"
 
@@ -24,24 +23,6 @@ std::vector<int32_t> long_prompt(size_t n) {
   return t;
 }
 
-struct Done : RequestObserver {
-  bool on_update(const SequenceUpdate& u) override {
-    std::lock_guard lock(mu);
-    if (u.token) tokens.push_back(u.token->id);
-    return false;
-  }
-  void on_complete(const RequestSummary& s) override {
-    std::lock_guard lock(mu);
-    summary = s;
-    done = true;
-    cv.notify_all();
-  }
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  std::vector<int32_t> tokens;
-  RequestSummary summary;
-};
 
 TEST(LongContext, WholeContextPromptIsAnsweredAndKvBytesMatchThePlan) {
   auto dir = default_model_dir();
@@ -83,13 +64,10 @@ TEST(LongContext, WholeContextPromptIsAnsweredAndKvBytesMatchThePlan) {
     r.id = "long";
     r.prompt = long_prompt(size_t(L - 1));
     r.max_tokens = 1;
-    auto obs = std::make_shared<Done>();
+    auto obs = std::make_shared<TokenCollector>();
     auto st = sched.submit(r, obs);
     ASSERT_EQ(st.status, Scheduler::SubmitStatus::Ok) << st.message;
-    {
-      std::unique_lock lock(obs->mu);
-      ASSERT_TRUE(obs->cv.wait_for(lock, std::chrono::minutes(5), [&] { return obs->done; }));
-    }
+    ASSERT_TRUE(obs->wait(std::chrono::minutes(5)));
     EXPECT_TRUE(obs->summary.error.empty()) << obs->summary.error;
     EXPECT_EQ(obs->tokens.size(), 1u);
     EXPECT_GE(obs->summary.cached_tokens, L - 1 - 64 - 1) << "the session above left its blocks in the cache";

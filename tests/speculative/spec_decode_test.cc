@@ -8,12 +8,11 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <functional>
-#include <mutex>
 
 #include "muse/core/mapped_file.h"
 #include "muse/engine/scheduler.h"
+#include "muse/engine/token_collector.h"
 #include "muse/engine/speculation.h"
 #include "muse/tokenizer/tokenizer.h"
 
@@ -24,30 +23,6 @@ using namespace std::chrono_literals;
 const char* kModel = "models/muse-tiny";
 const char* kDrafter = "models/muse-tiny/drafter";
 
-struct Collector : RequestObserver {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool done = false;
-  RequestSummary summary;
-  bool on_update(const SequenceUpdate& u) override {
-    std::lock_guard lock(mu);
-    if (u.token) tokens.push_back(u.token->id);
-    if (u.token && u.token->has_logprobs) logprobs.push_back(u.token->logprob);
-    return false;
-  }
-  void on_complete(const RequestSummary& s) override {
-    std::lock_guard lock(mu);
-    done = true;
-    summary = s;
-    cv.notify_all();
-  }
-  void wait() {
-    std::unique_lock lock(mu);
-    cv.wait_for(lock, 60s, [&] { return done; });
-  }
-};
 
 std::vector<std::vector<int32_t>> prompts() {
   auto tok = Tokenizer::from_file(std::string(kModel) + "/tokenizer.json");
@@ -76,7 +51,7 @@ Outputs generate(Engine& e, SchedulerOptions so, const SamplingConfig& sc, int m
   auto ps = prompts();
   ps.resize(std::min(ps.size(), count));
   Outputs out;
-  std::vector<std::shared_ptr<Collector>> cs;
+  std::vector<std::shared_ptr<TokenCollector>> cs;
   {
     Scheduler sched(e, so);
     for (size_t i = 0; i < ps.size(); ++i) {
@@ -89,10 +64,10 @@ Outputs generate(Engine& e, SchedulerOptions so, const SamplingConfig& sc, int m
       r.logprobs = logprobs;
       r.ignore_eos = ignore_eos;
       r.make_constraint = constraint;
-      auto c = std::make_shared<Collector>();
+      auto c = std::make_shared<TokenCollector>();
       const auto sr = sched.submit(std::move(r), c);
       EXPECT_EQ(sr.status, Scheduler::SubmitStatus::Ok) << sr.message;
-      if (sr.status != Scheduler::SubmitStatus::Ok) c->done = true;
+      if (sr.status != Scheduler::SubmitStatus::Ok) c->finish_without_running();
       cs.push_back(c);
       if (serial) c->wait();
     }

@@ -4,43 +4,20 @@
 // mean accepted length (tokens per verify step, the bonus included) and
 // whether the output equals the drafter-less one (it must, bitwise).
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
-#include <mutex>
 
 #include "bench_options.h"
 #include "muse/core/json.h"
 #include "muse/core/log.h"
 #include "muse/core/mapped_file.h"
 #include "muse/engine/scheduler.h"
+#include "muse/engine/token_collector.h"
 #include "muse/engine/speculation.h"
 
 namespace muse::tool {
 
 namespace {
 
-struct Sink : RequestObserver {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<int32_t> tokens;
-  bool done = false;
-  RequestSummary summary;
-  bool on_update(const SequenceUpdate& u) override {
-    std::lock_guard lock(mu);
-    if (u.token) tokens.push_back(u.token->id);
-    return false;
-  }
-  void on_complete(const RequestSummary& s) override {
-    std::lock_guard lock(mu);
-    summary = s;
-    done = true;
-    cv.notify_all();
-  }
-  void wait() {
-    std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return done; });
-  }
-};
 
 struct Result1 {
   double seconds = 0;
@@ -55,15 +32,15 @@ Result1 run_once(Engine& e, const SchedulerOptions& so, const std::vector<std::v
                  int64_t max_tokens) {
   Result1 r;
   Scheduler sched(e, so);  // start-up measurements (adaptive) happen here, outside the timing
-  std::vector<std::shared_ptr<Sink>> sinks;
+  std::vector<std::shared_ptr<TokenCollector>> sinks;
   const auto t0 = std::chrono::steady_clock::now();
   for (size_t i = 0; i < prompts.size(); ++i) {
     GenerationRequest g;
     g.id = "b" + std::to_string(i);
     g.prompt = prompts[i];
     g.max_tokens = max_tokens;
-    auto s = std::make_shared<Sink>();
-    if (sched.submit(std::move(g), s).status != Scheduler::SubmitStatus::Ok) s->done = true;
+    auto s = std::make_shared<TokenCollector>();
+    if (sched.submit(std::move(g), s).status != Scheduler::SubmitStatus::Ok) s->finish_without_running();
     sinks.push_back(s);
   }
   for (auto& s : sinks) s->wait();
