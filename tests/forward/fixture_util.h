@@ -12,6 +12,8 @@
 
 #include "muse/core/json.h"
 #include "muse/core/mapped_file.h"
+#include "muse/engine/engine.h"
+#include "muse/sampling/sampler.h"
 
 namespace muse::fixtures {
 
@@ -74,5 +76,34 @@ struct RunResult {
   std::vector<float> rows;  // every prompt row + every fed generated token
   std::vector<int32_t> ids;
 };
+
+// Opens f's model with `o`, prefills its prompt (in chunks of
+// o.max_batch_tokens), then decodes `decode` tokens greedily, feeding each
+// back, the last too when feed_last (a fixture's recorded rows stop before
+// it). `what` names the run in failures.
+inline RunResult run_greedy(const Fixture& f, const EngineOptions& o, int64_t decode, bool feed_last,
+                            const std::string& what) {
+  auto engine = Engine::open(f.model_dir, o);
+  EXPECT_TRUE(engine.ok()) << what << ": " << (engine.ok() ? "" : engine.message());
+  RunResult r;
+  if (!engine.ok()) return r;
+  auto session = (*engine)->new_session();
+  EXPECT_TRUE(session.ok());
+  auto logits = (*session)->feed(f.prompt, LogitsWanted::All);
+  EXPECT_TRUE(logits.ok()) << (logits.ok() ? "" : logits.message());
+  if (!logits.ok()) return r;
+  r.rows = *logits;
+  const int64_t V = (*engine)->config().vocab_size;
+  for (int64_t k = 0; k < decode; ++k) {
+    std::span<const float> last(r.rows.data() + r.rows.size() - size_t(V), size_t(V));
+    r.ids.push_back(argmax(last, (*engine)->config().sampled_vocab_size));
+    if (k + 1 == decode && !feed_last) break;
+    auto next = (*session)->feed(std::span<const int32_t>(&r.ids.back(), 1));
+    EXPECT_TRUE(next.ok());
+    if (!next.ok()) break;
+    r.rows.insert(r.rows.end(), next->begin(), next->end());
+  }
+  return r;
+}
 
 }  // namespace muse::fixtures

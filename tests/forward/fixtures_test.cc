@@ -36,27 +36,7 @@ RunResult run_greedy(const Fixture& f, int threads, int64_t chunk) {
   o.max_batch_tokens = chunk;
   o.max_model_len = int64_t(f.prompt.size() + f.generated.size());
   o.kv_block_size = 4;  // small blocks: many block-table crossings
-  auto engine = Engine::open(f.model_dir, o);
-  EXPECT_TRUE(engine.ok()) << f.name << ": " << (engine.ok() ? "" : engine.message());
-  RunResult r;
-  if (!engine.ok()) return r;
-  auto session = (*engine)->new_session();
-  EXPECT_TRUE(session.ok());
-  auto logits = (*session)->feed(f.prompt, LogitsWanted::All);
-  EXPECT_TRUE(logits.ok()) << (logits.ok() ? "" : logits.message());
-  if (!logits.ok()) return r;
-  r.rows = *logits;
-  const int64_t V = (*engine)->config().vocab_size;
-  for (size_t k = 0; k < f.generated.size(); ++k) {
-    std::span<const float> last(r.rows.data() + r.rows.size() - size_t(V), size_t(V));
-    r.ids.push_back(argmax(last, (*engine)->config().sampled_vocab_size));
-    if (k + 1 == f.generated.size()) break;
-    auto next = (*session)->feed(std::span<const int32_t>(&r.ids.back(), 1));
-    EXPECT_TRUE(next.ok());
-    if (!next.ok()) break;
-    r.rows.insert(r.rows.end(), next->begin(), next->end());
-  }
-  return r;
+  return run_greedy(f, o, int64_t(f.generated.size()), false, f.name);
 }
 
 // The bound on max |engine - reference| / max|logit| per fixture: about 4× the

@@ -33,12 +33,9 @@ using namespace fixtures;
 
 constexpr double kBound = 1e-4;
 
-struct RunOut {
-  std::vector<float> rows;  // prompt rows, then one per decode step
-  std::vector<int32_t> ids;
-};
 
-RunOut run(const Fixture& f, int64_t tp, int64_t decode) {
+// Prompt rows, then one per decode step (every decoded token is fed back).
+RunResult run(const Fixture& f, int64_t tp, int64_t decode) {
   EngineOptions o;
   o.backend.cpu.threads = 1;
   o.load.language_model_only = true;
@@ -47,26 +44,7 @@ RunOut run(const Fixture& f, int64_t tp, int64_t decode) {
   o.kv_block_size = 4;
   o.parallel.tensor_parallel_size = tp;
   o.parallel.expert_parallel = true;  // Spark's experts split by expert; ignored by dense Glimmer
-  auto engine = Engine::open(f.model_dir, o);
-  EXPECT_TRUE(engine.ok()) << f.name << " tp " << tp << ": " << (engine.ok() ? "" : engine.message());
-  RunOut r;
-  if (!engine.ok()) return r;
-  auto session = (*engine)->new_session();
-  EXPECT_TRUE(session.ok());
-  auto logits = (*session)->feed(f.prompt, LogitsWanted::All);
-  EXPECT_TRUE(logits.ok()) << (logits.ok() ? "" : logits.message());
-  if (!logits.ok()) return r;
-  r.rows = *logits;
-  const int64_t V = (*engine)->config().vocab_size;
-  for (int64_t k = 0; k < decode; ++k) {
-    std::span<const float> last(r.rows.data() + r.rows.size() - size_t(V), size_t(V));
-    r.ids.push_back(argmax(last, (*engine)->config().sampled_vocab_size));
-    auto next = (*session)->feed(std::span<const int32_t>(&r.ids.back(), 1));
-    EXPECT_TRUE(next.ok());
-    if (!next.ok()) break;
-    r.rows.insert(r.rows.end(), next->begin(), next->end());
-  }
-  return r;
+  return run_greedy(f, o, decode, true, f.name + " tp " + std::to_string(tp));
 }
 
 class ParallelForward : public ::testing::TestWithParam<std::string> {};
@@ -77,7 +55,7 @@ TEST_P(ParallelForward, MatchesOneRank) {
   ASSERT_TRUE(cfg.ok()) << cfg.message();
   const ModelConfig config = *cfg;
   const int64_t decode = 8;
-  const RunOut one = run(f, 1, decode);
+  const RunResult one = run(f, 1, decode);
   ASSERT_FALSE(one.rows.empty());
   double max_logit = 0;
   for (float x : one.rows) max_logit = std::max(max_logit, double(std::fabs(x)));
@@ -85,7 +63,7 @@ TEST_P(ParallelForward, MatchesOneRank) {
     ParallelOptions p{tp, config.is_spark()};
     // Every fixture takes TP 2 and 4 (heads, KV heads, MLP widths and experts divide).
     ASSERT_TRUE(check_parallel(config, p).ok()) << f.name << ": " << check_parallel(config, p).message();
-    const RunOut many = run(f, tp, decode);
+    const RunResult many = run(f, tp, decode);
     ASSERT_EQ(many.rows.size(), one.rows.size()) << f.name << " tp " << tp;
     double worst = 0;
     for (size_t i = 0; i < one.rows.size(); ++i) worst = std::max(worst, double(std::fabs(many.rows[i] - one.rows[i])));
