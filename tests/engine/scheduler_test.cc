@@ -559,3 +559,60 @@ TEST(Scheduler, StoppingAbortsEverythingLeft) {
 
 }  // namespace
 }  // namespace muse::testing
+
+namespace muse::testing {
+namespace {
+
+// Tokens drawn by the backend (EngineOptions::sample_on_device; on the CPU
+// backend its sample_rows runs the row definition) equal tokens drawn on the
+// host from downloaded logits, for every kind of sampling config, several
+// requests sharing each step; the logprobs too.
+TEST(Scheduler, SamplingOnTheBackendEqualsTheHost) {
+  std::vector<SamplingConfig> configs;
+  configs.push_back({});  // greedy
+  SamplingConfig c = sampled(3);
+  configs.push_back(c);
+  c.top_k = 7, c.top_p = 1.0, c.min_p = 0.02, c.seed = 4;
+  configs.push_back(c);
+  c.repetition_penalty = 1.4, c.frequency_penalty = 0.5, c.presence_penalty = 0.3, c.seed = 5;
+  configs.push_back(c);
+  c = sampled(6);
+  c.logit_bias = {{5, 4.0f}, {9, -100.0f}, {5, 1.0f}};
+  c.min_tokens = 6, c.min_tokens_blocked = {1, 2};
+  configs.push_back(c);
+  SamplingConfig g;
+  g.repetition_penalty = 1.2;
+  configs.push_back(g);
+  auto run = [&](bool device, int logprobs) {
+    EngineOptions o;
+    o.max_sequences = 3;
+    o.max_batch_tokens = 16;
+    o.sample_on_device = device;
+    auto e = tiny_engine(true, 2, o);
+    Scheduler sched(*e, {});
+    std::vector<std::shared_ptr<Collector>> cs;
+    for (size_t i = 0; i < configs.size(); ++i) {
+      cs.push_back(std::make_shared<Collector>());
+      GenerationRequest r = request("r" + std::to_string(i), some_tokens(9 + int(i), int(i) + 3), 14, configs[i]);
+      r.logprobs = logprobs;
+      EXPECT_EQ(sched.submit(r, cs.back()).status, Scheduler::SubmitStatus::Ok);
+    }
+    std::vector<std::pair<std::vector<int32_t>, std::vector<float>>> out;
+    for (auto& col : cs) {
+      EXPECT_TRUE(col->wait());
+      out.push_back({col->tokens[0], col->logprobs});
+    }
+    return out;
+  };
+  for (int logprobs : {-1, 0, 5}) {
+    const auto host = run(false, logprobs), device = run(true, logprobs);
+    for (size_t i = 0; i < configs.size(); ++i) {
+      EXPECT_EQ(device[i].first, host[i].first) << "config " << i << " logprobs " << logprobs;
+      EXPECT_EQ(device[i].second, host[i].second) << "config " << i << " logprobs " << logprobs;
+      EXPECT_EQ(host[i].first.size(), 14u) << i;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace muse::testing

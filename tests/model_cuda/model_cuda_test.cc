@@ -6,7 +6,9 @@
 //    pick equal to the fp32 reference's except at recorded near-ties;
 //  - decode is batch-invariant: a sequence decoded alone and inside a batch
 //    of 64 unrelated sequences gives bitwise identical logits;
-//  - greedy decoding is identical run to run.
+//  - greedy decoding is identical run to run;
+//  - tokens drawn on the GPU (sample_rows) equal tokens drawn on the host
+//    from the same GPU logits, for greedy, seeded and penalised requests.
 // Without a GPU (or without the CUDA backend built in) every test skips and
 // says why.
 #include <gtest/gtest.h>
@@ -21,6 +23,8 @@
 #include "../forward/fixture_util.h"
 #include "muse/backends/factory/backend_factory.h"
 #include "muse/engine/engine.h"
+#include "muse/engine/scheduler.h"
+#include "muse/engine/token_collector.h"
 #include "muse/sampling/sampler.h"
 
 namespace muse {
@@ -195,6 +199,58 @@ TEST(CudaModel, DecodeIsBatchInvariant) {
             << "step " << k << ": the batched row differs from the row decoded alone";
       }
       next[size_t(i)] = argmax(l, 4096);
+    }
+  }
+}
+
+// The scheduler on the GPU, sampling on the device and on the host (the
+// same CUDA logits, downloaded): the same tokens for every kind of request,
+// several sharing each step, and logprobs within float rounding.
+TEST(CudaModel, DeviceSamplingEqualsHostSampling) {
+  SKIP_WITHOUT_GPU();
+  std::vector<SamplingConfig> configs(6);
+  configs[1].temperature = 0.9, configs[1].top_p = 0.95, configs[1].seed = 3;
+  configs[2].temperature = 1.2, configs[2].top_k = 20, configs[2].min_p = 0.01, configs[2].seed = 4;
+  configs[3] = configs[1], configs[3].repetition_penalty = 1.3, configs[3].frequency_penalty = 0.4, configs[3].seed = 5;
+  configs[4] = configs[1], configs[4].logit_bias = {{100, 3.0f}}, configs[4].min_tokens = 4, configs[4].seed = 6;
+  configs[5].repetition_penalty = 1.2;  // greedy, penalised
+  auto run = [&](bool device, int logprobs) {
+    EngineOptions o;
+    o.max_sequences = 4;
+    o.max_model_len = 512;
+    o.max_batch_tokens = 64;
+    o.sample_on_device = device;
+    auto e = cuda_engine(tiny_model(), o);
+    EXPECT_TRUE(e);
+    std::vector<std::pair<std::vector<int32_t>, std::vector<float>>> out(configs.size());
+    if (!e) return out;
+    Scheduler sched(*e, {});
+    std::vector<std::shared_ptr<TokenCollector>> cs;
+    for (size_t i = 0; i < configs.size(); ++i) {
+      GenerationRequest r;
+      r.id = "r" + std::to_string(i);
+      r.prompt = tokens(20 + 9 * i, int32_t(i));
+      r.max_tokens = 24;
+      r.sampling = configs[i];
+      r.logprobs = logprobs;
+      r.ignore_eos = true;
+      cs.push_back(std::make_shared<TokenCollector>());
+      EXPECT_EQ(sched.submit(r, cs.back()).status, Scheduler::SubmitStatus::Ok);
+    }
+    for (size_t i = 0; i < cs.size(); ++i) {
+      EXPECT_TRUE(cs[i]->wait());
+      out[i] = {cs[i]->tokens, cs[i]->logprobs};
+    }
+    return out;
+  };
+  for (int logprobs : {-1, 3}) {
+    const auto host = run(false, logprobs), device = run(true, logprobs);
+    for (size_t i = 0; i < configs.size(); ++i) {
+      EXPECT_EQ(host[i].first.size(), 24u) << "config " << i;
+      EXPECT_EQ(device[i].first, host[i].first) << "config " << i << " logprobs " << logprobs;
+      ASSERT_EQ(device[i].second.size(), host[i].second.size()) << "config " << i;
+      for (size_t k = 0; k < host[i].second.size(); ++k)
+        EXPECT_NEAR(device[i].second[k], host[i].second[k], 1e-5) << "config " << i << " token " << k;
     }
   }
 }

@@ -147,7 +147,14 @@ int bench_cuda(const BenchOptions& o) {
       }
       if (!ok) return fail("bench", "could not open " + std::to_string(batch) + " sessions at context " + std::to_string(ctx));
       std::vector<StepItem> items;
-      for (int64_t i = 0; i < batch; ++i) items.push_back({sessions[size_t(i)].get(), std::span<const int32_t>(&next[size_t(i)], 1)});
+      // Greedy draws on the GPU, as a server decodes: token ids come down, not logits.
+      RowSampleSpec greedy;
+      greedy.limit = int32_t(config->vocab_size);
+      greedy.flags = kRowGreedy;
+      for (int64_t i = 0; i < batch; ++i) {
+        items.push_back({sessions[size_t(i)].get(), std::span<const int32_t>(&next[size_t(i)], 1)});
+        items.back().sample = greedy;
+      }
       Status st = e.step(items);  // warm-up (first use of each kernel shape)
       if (!st.ok()) return fail("bench", st.message());
       std::vector<double> step_s;

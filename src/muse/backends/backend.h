@@ -229,6 +229,16 @@ class Backend {
   // x ← cap · tanh(x · multiplier / cap) (cap 0: x ← x · multiplier).
   virtual void softcap(const Tensor& x, float multiplier, float cap) = 0;
 
+  // Sampling where the logits are (sampling/row_sampling.h): draws `rows`
+  // rows of `logits` [R, V] F32 (modified in place: it is the workspace, as
+  // on the host) as `specs` describes them — a U8 buffer holding a
+  // RowSampleHeader, `rows` RowSampleSpecs and `edits` RowEdits, uploaded
+  // with set_input, then room for `edits` floats the op may overwrite —
+  // into `out`, one RowSampleResult per spec. The same token as
+  // sample_row_host on the same logits (the CPU backend runs it).
+  virtual void sample_rows(const Tensor& out, const Tensor& logits, const Tensor& specs, int64_t rows,
+                           int64_t edits) = 0;
+
   // ---- collectives (parallel/communicator.h), enqueued like any op ---------
   // They run when the step reaches them (CPU: on the executing thread;
   // CUDA: on the stream), so a step with collectives is still one execute().

@@ -206,6 +206,7 @@ Status Engine::init(const ModelConfig& config, const EngineOptions& options, con
     MUSE_ASSIGN_OR_RETURN(kv_, KvCache::create(*backend_, config_, ko));
   }
   plan_ = StepPlanBuilder(cap);
+  sample_on_device_ = options.sample_on_device.value_or(options.backend.device != Device::Cpu) && !group_;
   logits_.assign(size_t(cap.max_logit_rows * config_.vocab_size), 0.0f);
   item_logit_row_.reserve(size_t(cap.max_seqs) + 1);
   item_row_.reserve(size_t(cap.max_seqs) + 1);
@@ -332,11 +333,70 @@ Status Engine::step(std::span<const StepItem> items) {
   }
   item_logit_row_.push_back(plan_.logit_rows());
   item_row_.push_back(plan_.rows());
+  // The rows the backend draws; the rest of the sampled items (no device
+  // sampling, or past the edit capacity) are drawn here after the logits come down.
+  sample_specs_.clear();
+  sample_edits_.clear();
+  item_sampled_.assign(items.size(), 0);
+  item_result_.resize(items.size());
+  std::vector<int32_t>& device_item = sample_item_;
+  device_item.assign(items.size(), -1);
+  bool logits_down = false;
+  for (size_t i = 0; i < items.size(); ++i) {
+    const StepItem& it = items[i];
+    if (!it.sample) {
+      logits_down |= it.logit_rows() > 0;
+      continue;
+    }
+    const RowSampleSpec& sp = *it.sample;
+    if (it.logits != LogitsWanted::Last || sp.edit_begin < 0 || sp.edit_count < 0 ||
+        size_t(sp.edit_begin) + size_t(sp.edit_count) > it.sample_edits.size())
+      return undo(make_error("step: a sampled item must want its last row's logits and carry its edits"));
+    if (sample_on_device_ &&
+        int64_t(sample_edits_.size()) + sp.edit_count <= MuseModel::kMaxSampleEdits) {
+      RowSampleSpec d = sp;
+      d.logit_row = int32_t(item_logit_row_[i]);
+      d.edit_begin = int32_t(sample_edits_.size());
+      sample_edits_.insert(sample_edits_.end(), it.sample_edits.begin() + sp.edit_begin,
+                           it.sample_edits.begin() + sp.edit_begin + sp.edit_count);
+      device_item[i] = int32_t(sample_specs_.size());
+      sample_specs_.push_back(d);
+    } else {
+      logits_down = true;
+    }
+  }
+  StepSampling sampling;
+  if (!sample_specs_.empty()) {
+    RowSampleHeader h;
+    h.rows = int32_t(sample_specs_.size());
+    h.edits = int32_t(sample_edits_.size());
+    h.vocab = int32_t(config_.vocab_size);
+    const size_t specs = sample_specs_.size() * sizeof(RowSampleSpec), edits = sample_edits_.size() * sizeof(RowEdit);
+    sample_buf_.resize(sizeof h + specs + edits);
+    std::memcpy(sample_buf_.data(), &h, sizeof h);
+    std::memcpy(sample_buf_.data() + sizeof h, sample_specs_.data(), specs);
+    if (edits) std::memcpy(sample_buf_.data() + sizeof h + specs, sample_edits_.data(), edits);
+    sample_results_.resize(sample_specs_.size());
+    sampling = {sample_buf_, int64_t(sample_specs_.size()), int64_t(sample_edits_.size()), sample_results_.data(),
+                logits_down};
+  }
   const bool tapping = !taps_.empty();
   // (speculation, hence taps, is refused with tensor parallelism at create)
   Status st = group_ ? group_->forward(*model_, kv_->layers(), plan_, logits_.data())
-                     : model_->forward(plan_, kv_->layers(), logits_.data(), tapping ? taps_raw_.data() : nullptr);
+                     : model_->forward(plan_, kv_->layers(), logits_.data(), tapping ? taps_raw_.data() : nullptr,
+                                       sampling.rows > 0 ? &sampling : nullptr);
   if (!st.ok()) return undo(st);
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (!items[i].sample) continue;
+    item_sampled_[i] = 1;
+    if (device_item[i] >= 0) {
+      item_result_[i] = sample_results_[size_t(device_item[i])];
+    } else {
+      const RowSampleSpec& sp = *items[i].sample;
+      item_result_[i] = sample_row_host(sp, items[i].sample_edits.subspan(size_t(sp.edit_begin), size_t(sp.edit_count)),
+                                        logits(i));
+    }
+  }
   if (model_->sparse_layers() > 0 && !model_->routed_experts().empty()) {
     const int64_t T = plan_.rows(), K = config_.num_experts_per_tok, L = model_->sparse_layers();
     const std::vector<int32_t>& ids = model_->routed_experts();
@@ -368,6 +428,7 @@ Status Engine::step(std::span<const StepItem> items) {
 
 std::span<float> Engine::logits(size_t item) {
   if (item + 1 >= item_logit_row_.size()) return {};
+  if (item < item_sampled_.size() && item_sampled_[item] && sample_item_[item] >= 0) return {};  // never came down
   const int64_t V = config_.vocab_size, r0 = item_logit_row_[item], r1 = item_logit_row_[item + 1];
   return std::span<float>(logits_.data() + r0 * V, size_t((r1 - r0) * V));
 }

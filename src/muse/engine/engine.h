@@ -22,6 +22,7 @@
 #include "muse/model/config.h"
 #include "muse/model/muse_model.h"
 #include "muse/parallel/communicator.h"
+#include "muse/sampling/row_sampling.h"
 
 namespace muse {
 
@@ -56,6 +57,11 @@ struct EngineOptions {
   std::vector<int> tap_layers;
   bool tap_final = false;
   bool record_experts = false;  // count the distinct experts each step routes to
+  // Items with a `sample` are drawn by the backend, where the logits are
+  // (sampling/row_sampling.h), so that a decode step sends down token ids
+  // instead of logits. Default: on GPUs. Off, the engine downloads the
+  // logits and draws those rows on the host (the same definition).
+  std::optional<bool> sample_on_device;
 };
 
 enum class LogitsWanted { None, Last, All };
@@ -75,6 +81,11 @@ struct StepItem {
   Session* session = nullptr;
   std::span<const int32_t> tokens;  // appended at the session's current position
   LogitsWanted logits = LogitsWanted::Last;
+  // With logits Last: the engine draws the token itself (Engine::sampled),
+  // by this spec (SequenceSampler::plan_row; edit_begin indexes
+  // sample_edits), and logits(i) is empty.
+  std::optional<RowSampleSpec> sample;
+  std::span<const RowEdit> sample_edits;
   // Rows of logits this item produces.
   int64_t logit_rows() const {
     return logits == LogitsWanted::All ? int64_t(tokens.size()) : logits == LogitsWanted::Last ? 1 : 0;
@@ -120,6 +131,13 @@ class Engine {
   // until the next step, and the caller may modify them in place (logits
   // processors do).
   std::span<float> logits(size_t item);
+  // Item i's drawn token from the last successful step when it had a
+  // sample spec; null otherwise.
+  const RowSampleResult* sampled(size_t item) const {
+    return item < item_sampled_.size() && item_sampled_[item] ? &item_result_[item] : nullptr;
+  }
+  // Whether items with a sample spec are drawn on the backend (else on the host, after the logits come down).
+  bool samples_on_device() const { return sample_on_device_; }
   // Item i's hidden-state taps from the last successful step, one row per
   // token, [tokens × num_taps·hidden] (the taps of a row side by side, in
   // tap_layers order); empty without taps.
@@ -156,6 +174,13 @@ class Engine {
   std::vector<float> taps_;              // [max_batch_tokens, num_taps·hidden], row-major
   uint64_t step_serial_ = 0;             // marks sessions seen in the current step
   double distinct_experts_ = 0;
+  bool sample_on_device_ = false;
+  std::vector<std::byte> sample_buf_;          // StepSampling's buffer, rebuilt each step
+  std::vector<RowSampleSpec> sample_specs_;
+  std::vector<RowEdit> sample_edits_;
+  std::vector<RowSampleResult> sample_results_, item_result_;
+  std::vector<uint8_t> item_sampled_;
+  std::vector<int32_t> sample_item_;           // item -> its row among sample_specs_ (-1: drawn on the host)
   std::vector<uint8_t> expert_seen_;     // scratch: [num_experts]
 };
 

@@ -35,6 +35,7 @@ struct Scheduler::Sequence {
   DraftBlock block;
   std::vector<int32_t> verify;
   int n_verify = 0;
+  std::vector<RowEdit> sample_edits;  // this step's draw on the device (Engine::samples_on_device)
 
   Sequence(SamplingConfig config, int64_t vocab) : sampler(std::move(config), vocab) {}
   int64_t generated() const { return int64_t(tokens.size()) - prompt_len; }
@@ -399,7 +400,19 @@ void Scheduler::iterate() {
     }
     const bool last = p.start + p.take == int64_t(s->tokens.size());
     LogitsWanted want = s->all_rows() ? LogitsWanted::All : last ? LogitsWanted::Last : LogitsWanted::None;
-    items.push_back({s->session.get(), std::span<const int32_t>(s->tokens.data() + p.start, size_t(p.take)), want});
+    StepItem item{s->session.get(), std::span<const int32_t>(s->tokens.data() + p.start, size_t(p.take)), want};
+    // Drawn where the logits are, when the sampler can say how (no
+    // grammar, at most kRowSampleMaxTop top logprobs) and nobody watches the logits.
+    if (want == LogitsWanted::Last && engine_.samples_on_device() && !s->observed) {
+      RowSampleSpec spec;
+      s->sample_edits.clear();
+      if (s->sampler.plan_row(engine_.config().vocab_size, s->req->r.logprobs, opt_.logprobs_mode, &spec,
+                              &s->sample_edits)) {
+        item.sample = spec;
+        item.sample_edits = s->sample_edits;
+      }
+    }
+    items.push_back(item);
   }
   const auto m0 = Clock::now();
   Status st = engine_.step(items);
@@ -452,6 +465,12 @@ void Scheduler::iterate() {
     }
     local_.prompt_tokens_computed += uint64_t(take);
     if (s->draft) opt_.drafter->append_context(*s->draft, engine_.taps(k).data(), take, start);
+    if (const RowSampleResult* drawn = engine_.sampled(k)) {
+      SampledToken token = to_sampled_token(*drawn, *items[k].sample);
+      s->sampler.accept(token.id);
+      emit(s, std::move(token));
+      continue;
+    }
     if (s->observed && !rows.empty()) {
       // The rows end at the chunk's last position; skip any seen before a preemption.
       const int64_t n = int64_t(rows.size()) / V, first = start + take - n;

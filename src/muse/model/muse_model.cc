@@ -93,6 +93,12 @@ Status MuseModel::allocate(const ModelOptions& options) {
   }
   MUSE_RETURN_IF_ERROR(make(buf_.head_in, stream, {L, H}));  // rows of x
   MUSE_RETURN_IF_ERROR(make(buf_.logits, DType::F32, {L, Vl}));
+  if (!parallel_.active()) {
+    const int64_t spec_bytes = int64_t(sizeof(RowSampleHeader)) + L * int64_t(sizeof(RowSampleSpec)) +
+                               kMaxSampleEdits * int64_t(sizeof(RowEdit) + sizeof(float));
+    MUSE_RETURN_IF_ERROR(make(buf_.sample_specs, DType::U8, {spec_bytes}));
+    MUSE_RETURN_IF_ERROR(make(buf_.sample_results, DType::U8, {L * int64_t(sizeof(RowSampleResult))}));
+  }
   if (parallel_.active()) {
     MUSE_RETURN_IF_ERROR(make(buf_.gathered_logits, DType::F32, {parallel_.size * L * Vl}));
     gathered_host_.assign(size_t(parallel_.size * L * Vl), 0.0f);
@@ -125,13 +131,19 @@ Status MuseModel::allocate(const ModelOptions& options) {
   return Status::Ok();
 }
 
-Status MuseModel::forward(const StepPlanBuilder& plan, std::span<const KvLayerStorage> kv, float* logits, float* taps) {
+Status MuseModel::forward(const StepPlanBuilder& plan, std::span<const KvLayerStorage> kv, float* logits, float* taps,
+                          const StepSampling* sampling) {
   const ModelConfig& c = config_;
   const int64_t T = plan.rows(), R = plan.logit_rows();
   if (T < 1 || T > cap_.max_rows) return make_error("step of " + std::to_string(T) + " rows (1.." + std::to_string(cap_.max_rows) + ")");
   if (plan.layout().total != plan_.layout.total) return make_error("step plan built for another capacity");
   if (int64_t(kv.size()) != c.num_layers) return make_error("step input: one KV storage per layer expected");
   if (R > 0 && !logits && !parallel_.active()) return make_error("step input: logits wanted but no output buffer");
+  const int64_t sampled = sampling ? sampling->rows : 0;
+  if (sampled > 0 && (parallel_.active() || sampled > R || sampling->edits > kMaxSampleEdits || !sampling->results ||
+                      sampling->buffer.size() > buf_.sample_specs.bytes()))
+    return make_error("step input: " + std::to_string(sampled) + " sampled rows (of " + std::to_string(R) +
+                      " logit rows) with " + std::to_string(sampling->edits) + " edits do not fit this step");
 
   Step s;
   s.T = T;
@@ -179,9 +191,17 @@ Status MuseModel::forward(const StepPlanBuilder& plan, std::span<const KvLayerSt
     b.softcap(out, float(c.output_multiplier), float(c.final_logit_softcapping));
     // Each rank holds a vocabulary shard of the logits: gather them all.
     if (comm_) b.all_gather(buf_.gathered_logits.rows(0, parallel_.size * R * widths_.vocab), out, *comm_);
+    if (sampled > 0) {
+      b.set_input(buf_.sample_specs, sampling->buffer.data(), sampling->buffer.size());
+      b.sample_rows(buf_.sample_results, out, buf_.sample_specs, sampled, sampling->edits);
+    }
   }
   MUSE_RETURN_IF_ERROR(b.execute());
-  if (R > 0 && logits && !comm_) MUSE_RETURN_IF_ERROR(b.download(buf_.logits.rows(0, R), logits));
+  const bool logits_down = sampled == 0 || sampling->logits_too;
+  if (R > 0 && logits && !comm_ && logits_down) MUSE_RETURN_IF_ERROR(b.download(buf_.logits.rows(0, R), logits));
+  if (sampled > 0)
+    MUSE_RETURN_IF_ERROR(b.download(buf_.sample_results.rows(0, sampled * int64_t(sizeof(RowSampleResult))),
+                                    sampling->results));
   if (R > 0 && logits && comm_) {
     // [rank][row][shard] -> [row][vocab]; the last shard's padding is dropped.
     const int64_t N = parallel_.size, Vl = widths_.vocab, V = c.vocab_size;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "muse/backends/backend.h"
+#include "muse/sampling/row_sampling.h"
 #include "muse/model/config.h"
 #include "muse/model/sharding.h"
 #include "muse/model/weights.h"
@@ -40,8 +41,21 @@ struct ModelOptions {
   bool record_experts = false;
 };
 
+// Rows the backend samples itself (sampling/row_sampling.h), so that only
+// their results come down: `buffer` is a RowSampleHeader, `rows` specs
+// (logit_row set) and `edits` edits, as bytes.
+struct StepSampling {
+  std::span<const std::byte> buffer;
+  int64_t rows = 0, edits = 0;
+  RowSampleResult* results = nullptr;  // [rows]
+  bool logits_too = false;             // the logits come down as well (other rows sample on the host)
+};
+
 class MuseModel {
  public:
+  // Edits one step's sampled rows may carry (StepSampling).
+  static constexpr int64_t kMaxSampleEdits = int64_t(1) << 18;
+
   static Result<std::unique_ptr<MuseModel>> create(Backend& backend, const ModelConfig& config,
                                                    const WeightSource& source, const ModelOptions& options = {});
   ~MuseModel();
@@ -61,7 +75,10 @@ class MuseModel {
   // `logits` may then be null (a rank other than the one sampling). With taps
   // configured, `taps` (when given) receives them tap-major:
   // [num_taps(), plan.rows(), hidden_size] floats.
-  Status forward(const StepPlanBuilder& plan, std::span<const KvLayerStorage> kv, float* logits, float* taps = nullptr);
+  // With `sampling` (one rank only), its rows are drawn on the backend and
+  // `logits` is filled only when sampling->logits_too.
+  Status forward(const StepPlanBuilder& plan, std::span<const KvLayerStorage> kv, float* logits, float* taps = nullptr,
+                 const StepSampling* sampling = nullptr);
   // With record_experts: the expert ids of the last forward, [sparse layers, rows, top-k].
   int64_t sparse_layers() const { return sparse_layers_; }
   const std::vector<int32_t>& routed_experts() const { return routed_host_; }
@@ -100,6 +117,7 @@ class MuseModel {
     Tensor router_logits, expert_ids, expert_weights, latent, moe_out;
     Tensor head_in, logits;
     Tensor gathered_logits;  // every rank's logits shard (tensor parallelism)
+    Tensor sample_specs, sample_results;  // U8: StepSampling's buffer (+ the op's scratch), its results
   } buf_;
   std::vector<Tensor> owned_;
   std::vector<int> tap_layers_;

@@ -5,48 +5,27 @@
 #include <limits>
 #include <string>
 
+#include "muse/sampling/row_sampling_impl.h"
+
 namespace muse {
 
 namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-
-// Log-softmax over ids < n (ids with kept[i] == 0 count as -inf).
-void fill_logprobs(std::span<const float> logits, int64_t n, int32_t chosen, int k, SampledToken& out,
-                   const std::vector<uint8_t>* kept = nullptr) {
-  auto value = [&](int64_t i) { return kept && !(*kept)[size_t(i)] ? kNegInf : logits[size_t(i)]; };
-  float mx = kNegInf;
-  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, value(i));
-  double sum = 0.0;
-  if (mx != kNegInf)
-    for (int64_t i = 0; i < n; ++i) {
-      const float x = value(i);
-      if (x != kNegInf) sum += std::exp(double(x) - double(mx));
-    }
-  const double lse = mx == kNegInf ? 0.0 : double(mx) + std::log(sum);
-  auto logprob = [&](int64_t i) -> float {
-    const float x = i >= 0 && i < n ? value(i) : kNegInf;
-    if (x == kNegInf || mx == kNegInf) return kMinLogprob;
-    return std::max(kMinLogprob, float(double(x) - lse));
-  };
-  out.has_logprobs = true;
-  out.logprob = logprob(chosen);
-  out.top.clear();
-  if (k <= 0) return;
-  std::vector<int32_t> ids(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) ids[size_t(i)] = int32_t(i);
-  const size_t take = std::min<size_t>(size_t(k), ids.size());
-  std::partial_sort(ids.begin(), ids.begin() + ptrdiff_t(take), ids.end(), [&](int32_t a, int32_t b) {
-    const float xa = value(a), xb = value(b);
-    return xa != xb ? xa > xb : a < b;
-  });
-  for (size_t i = 0; i < take; ++i) out.top.push_back({ids[i], logprob(ids[i])});
-}
-
 }  // namespace
 
 SequenceSampler::SequenceSampler(SamplingConfig config, int64_t sampled_vocab_size)
     : config_(std::move(config)), sampled_vocab_size_(sampled_vocab_size), rng_(config_.seed.value_or(0)) {
   penalties_ = config_.repetition_penalty != 1.0 || config_.frequency_penalty != 0.0 || config_.presence_penalty != 0.0;
+  // One bias per id (a repeated id's biases summed in list order), sorted:
+  // each id is one edit (row_sampling.h).
+  auto& bias = config_.logit_bias;
+  std::stable_sort(bias.begin(), bias.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  size_t w = 0;
+  for (size_t i = 0; i < bias.size(); ++i) {
+    if (w > 0 && bias[w - 1].first == bias[i].first) bias[w - 1].second += bias[i].second;
+    else bias[w++] = bias[i];
+  }
+  bias.resize(w);
 }
 
 void SequenceSampler::set_prompt(std::span<const int32_t> prompt) {
@@ -66,93 +45,70 @@ int64_t SequenceSampler::limit(size_t n) const {
   return sampled_vocab_size_ > 0 ? std::min<int64_t>(sampled_vocab_size_, int64_t(n)) : int64_t(n);
 }
 
+void SequenceSampler::build_edits(int64_t n, std::vector<RowEdit>& out) const {
+  // Everything but the prompt's repetition entries, sorted by id, then
+  // merged with the (sorted) prompt ids: one edit per id.
+  std::vector<RowEdit>& extra = edit_scratch_;
+  extra.clear();
+  for (const auto& [id, bias] : config_.logit_bias)
+    if (id >= 0 && id < n) extra.push_back({id, kEditBias, bias, 0.0f});
+  if (generated_ < config_.min_tokens)
+    for (int32_t id : config_.min_tokens_blocked)
+      if (id >= 0 && id < n) extra.push_back({id, kEditBlocked, 0.0f, 0.0f});
+  const bool rep = config_.repetition_penalty != 1.0;
+  const bool sub = config_.frequency_penalty != 0.0 || config_.presence_penalty != 0.0;
+  if (rep || sub)
+    for (const auto& [id, count] : counts_) {
+      if (id < 0 || id >= n) continue;
+      RowEdit e{id, rep ? uint32_t(kEditRepeat) : 0u, 0.0f, 0.0f};
+      if (sub) {
+        e.flags |= kEditSubtract;
+        e.subtract = float(config_.frequency_penalty * count + config_.presence_penalty);
+      }
+      extra.push_back(e);
+    }
+  std::sort(extra.begin(), extra.end(), [](const RowEdit& a, const RowEdit& b) { return a.id < b.id; });
+  size_t p = 0;
+  auto flush_prompt_below = [&](int64_t id) {
+    for (; p < prompt_ids_.size() && prompt_ids_[p] < id; ++p)
+      if (prompt_ids_[p] >= 0 && prompt_ids_[p] < n) out.push_back({prompt_ids_[p], kEditRepeat, 0.0f, 0.0f});
+  };
+  for (size_t i = 0; i < extra.size();) {
+    RowEdit e = extra[i];
+    for (++i; i < extra.size() && extra[i].id == e.id; ++i) {
+      e.flags |= extra[i].flags;
+      if (extra[i].flags & kEditBias) e.bias = extra[i].bias;
+      if (extra[i].flags & kEditSubtract) e.subtract = extra[i].subtract;
+    }
+    flush_prompt_below(e.id);
+    if (p < prompt_ids_.size() && prompt_ids_[p] == e.id) {
+      e.flags |= kEditRepeat;  // in the prompt and the output: penalised once
+      ++p;
+    }
+    out.push_back(e);
+  }
+  flush_prompt_below(std::numeric_limits<int64_t>::max());
+}
+
 void SequenceSampler::apply_processors(std::span<float> logits) const {
   const int64_t n = limit(logits.size());
   for (size_t i = size_t(n); i < logits.size(); ++i) logits[i] = kNegInf;
-  for (const auto& [id, bias] : config_.logit_bias)
-    if (id >= 0 && id < n) logits[size_t(id)] += bias;
-  if (generated_ < config_.min_tokens)
-    for (int32_t id : config_.min_tokens_blocked)
-      if (id >= 0 && id < n) logits[size_t(id)] = kNegInf;
-  if (!penalties_) return;
-  const float rep = float(config_.repetition_penalty);
-  if (rep != 1.0f) {
-    auto penalise = [&](int32_t id) {
-      if (id < 0 || id >= n) return;
-      float& x = logits[size_t(id)];
-      x = x > 0 ? x / rep : x * rep;
-    };
-    // Each id once, whether it is in the prompt, the output or both.
-    for (int32_t id : prompt_ids_) penalise(id);
-    for (const auto& [id, count] : counts_)
-      if (!std::binary_search(prompt_ids_.begin(), prompt_ids_.end(), id)) penalise(id);
-  }
-  if (config_.frequency_penalty != 0.0 || config_.presence_penalty != 0.0) {
-    for (const auto& [id, count] : counts_) {
-      if (id < 0 || id >= n) continue;
-      logits[size_t(id)] -= float(config_.frequency_penalty * count + config_.presence_penalty);
-    }
-  }
+  std::vector<RowEdit>& edits = edits_;
+  edits.clear();
+  build_edits(n, edits);
+  apply_row_edits(logits, n, edits, float(config_.repetition_penalty));
 }
 
 void SequenceSampler::truncate(std::span<const float> scaled) const {
-  const int64_t n = limit(scaled.size());
-  cand_.clear();
-  probs_.clear();
-  float mx = kNegInf;
-  for (int64_t i = 0; i < n; ++i) mx = std::max(mx, scaled[size_t(i)]);
-  if (mx == kNegInf) {  // everything masked: fall back to the lowest id
-    cand_.push_back(0);
-    probs_.push_back(1.0);
-    return;
-  }
-  const bool by_rank = (config_.top_k > 0 && config_.top_k < n) || config_.top_p < 1.0;
-  // min_p: relative to the most likely token, p_i / p_max = exp(l_i - max).
-  const double min_rel = config_.min_p;
-  for (int64_t i = 0; i < n; ++i) {
-    const float x = scaled[size_t(i)];
-    if (x == kNegInf) continue;
-    const double p = std::exp(double(x) - double(mx));
-    if (p == 0.0 || (min_rel > 0.0 && p < min_rel)) continue;
-    cand_.push_back(int32_t(i));
-  }
-  if (by_rank) {
-    auto better = [&](int32_t a, int32_t b) {
-      const float xa = scaled[size_t(a)], xb = scaled[size_t(b)];
-      return xa != xb ? xa > xb : a < b;
-    };
-    if (config_.top_k > 0 && size_t(config_.top_k) < cand_.size()) {
-      std::partial_sort(cand_.begin(), cand_.begin() + ptrdiff_t(config_.top_k), cand_.end(), better);
-      cand_.resize(size_t(config_.top_k));
-    } else {
-      std::sort(cand_.begin(), cand_.end(), better);
-    }
-  }
-  probs_.resize(cand_.size());
-  double sum = 0.0;
-  for (size_t i = 0; i < cand_.size(); ++i) sum += probs_[i] = std::exp(double(scaled[size_t(cand_[i])]) - double(mx));
-  if (config_.top_p < 1.0) {  // smallest prefix (most likely first) whose mass reaches top_p
-    double acc = 0.0;
-    size_t keep = cand_.size();
-    for (size_t i = 0; i < cand_.size(); ++i) {
-      acc += probs_[i] / sum;
-      if (acc >= config_.top_p) {
-        keep = i + 1;
-        break;
-      }
-    }
-    cand_.resize(keep);
-    probs_.resize(keep);
-  }
+  truncate_row(scaled, limit(scaled.size()), {config_.top_k, config_.top_p, config_.min_p}, cand_, probs_);
 }
 
 SampledToken compute_logprobs(std::span<const float> logits, int64_t limit, int32_t chosen, int k) {
   SampledToken out;
   out.id = chosen;
-  fill_logprobs(logits, std::min<int64_t>(limit, int64_t(logits.size())), chosen, k, out);
+  fill_row_logprobs(logits, std::min<int64_t>(limit, int64_t(logits.size())), chosen, k, out);
   return out;
 }
-
 bool SequenceSampler::apply_constraint(std::span<float> logits, std::span<const float> raw, int32_t* out) const {
   const int64_t n = limit(logits.size());
   bool any = false;
@@ -174,7 +130,36 @@ bool SequenceSampler::apply_constraint(std::span<float> logits, std::span<const 
   return false;
 }
 
+bool SequenceSampler::plan_row(int64_t vocab, int top_logprobs, LogprobsMode mode, RowSampleSpec* spec,
+                               std::vector<RowEdit>* edits) {
+  if (constraint_ || top_logprobs > kRowSampleMaxTop) return false;
+  const int64_t n = limit(size_t(vocab));
+  RowSampleSpec r;
+  r.limit = int32_t(n);
+  r.edit_begin = int32_t(edits->size());
+  build_edits(n, *edits);
+  r.edit_count = int32_t(edits->size()) - r.edit_begin;
+  r.top_logprobs = top_logprobs < 0 ? -1 : top_logprobs;
+  r.flags = (greedy() ? kRowGreedy : 0u) | (mode == LogprobsMode::Raw ? kRowRawLogprobs : 0u);
+  r.repetition_penalty = float(config_.repetition_penalty);
+  if (!greedy()) {
+    r.inv_temperature = float(1.0 / config_.temperature);
+    r.top_k = int32_t(std::clamp<int64_t>(config_.top_k, 0, std::numeric_limits<int32_t>::max()));
+    r.top_p = config_.top_p;
+    r.min_p = config_.min_p;
+    r.uniform = rng_.uniform();  // the one variate this token's draw takes
+  }
+  *spec = r;
+  return true;
+}
+
 SampledToken SequenceSampler::sample(std::span<float> logits, int top_logprobs, LogprobsMode mode) {
+  // The row definition the backends implement (row_sampling.h) wherever it applies.
+  RowSampleSpec spec;
+  std::vector<RowEdit>& edits = edits_;
+  edits.clear();
+  if (plan_row(int64_t(logits.size()), top_logprobs, mode, &spec, &edits))
+    return to_sampled_token(sample_row_host(spec, edits, logits), spec);
   return sample_impl(logits, nullptr, top_logprobs, mode);
 }
 
@@ -192,12 +177,12 @@ SampledToken SequenceSampler::sample_impl(std::span<float> logits, const Chooser
   if ((want && mode == LogprobsMode::Raw) || constraint_) raw.assign(logits.begin(), logits.begin() + n);
   apply_processors(logits);
   if (constraint_ && !apply_constraint(logits, raw, &out.id)) {
-    if (want) fill_logprobs(raw, n, out.id, top_logprobs, out);
+    if (want) fill_row_logprobs(raw, n, out.id, top_logprobs, out);
     return out;
   }
   if (greedy()) {
     out.id = argmax(logits, n);
-    if (want) fill_logprobs(mode == LogprobsMode::Raw ? std::span<const float>(raw) : logits, n, out.id, top_logprobs, out);
+    if (want) fill_row_logprobs(mode == LogprobsMode::Raw ? std::span<const float>(raw) : logits, n, out.id, top_logprobs, out);
     return out;
   }
   const float inv_t = float(1.0 / config_.temperature);
@@ -210,24 +195,15 @@ SampledToken SequenceSampler::sample_impl(std::span<float> logits, const Chooser
     for (size_t i = 0; i < cand_.size(); ++i) p[size_t(cand_[i])] = probs_[i] / sum;
     out.id = (*choose)(p);
   } else {
-    const double u = rng_.uniform() * sum;
-    double acc = 0.0;
-    out.id = cand_.back();
-    for (size_t i = 0; i < cand_.size(); ++i) {
-      acc += probs_[i];
-      if (u < acc) {
-        out.id = cand_[i];
-        break;
-      }
-    }
+    out.id = draw_row(cand_, probs_, rng_.uniform());
   }
   if (want) {
     if (mode == LogprobsMode::Raw) {
-      fill_logprobs(raw, n, out.id, top_logprobs, out);
+      fill_row_logprobs(raw, n, out.id, top_logprobs, out);
     } else {
       std::vector<uint8_t> kept(size_t(n), 0);
       for (int32_t c : cand_) kept[size_t(c)] = 1;
-      fill_logprobs(logits, n, out.id, top_logprobs, out, &kept);
+      fill_row_logprobs(logits, n, out.id, top_logprobs, out, &kept);
     }
   }
   return out;

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "muse/core/status.h"
+#include "muse/sampling/row_sampling.h"
 #include "muse/sampling/sampler.h"
 #include "muse/sampling/token_constraint.h"
 
@@ -54,9 +55,6 @@ struct SamplingConfig {
 };
 // Ranges are not checked here: requests are validated where they come in
 // (server/api_request.cc for the HTTP APIs, muse run's options), once.
-
-// The logprob reported for an impossible token (vLLM's convention; JSON has no -inf).
-inline constexpr float kMinLogprob = -9999.0f;
 
 struct TokenLogprobEntry {
   int32_t id = 0;
@@ -88,6 +86,13 @@ class SequenceSampler {
   // Picks the next token from `logits` (modified in place: it is the
   // workspace). top_logprobs < 0: no logprobs.
   SampledToken sample(std::span<float> logits, int top_logprobs = -1, LogprobsMode mode = LogprobsMode::Processed);
+  // The next draw as a row spec for a backend (row_sampling.h): the
+  // processors resolved into `edits` (appended; spec.edit_begin says where),
+  // the truncation, and the variate this sampler's generator draws for it
+  // (advanced exactly as sample() would). False, nothing changed, when the
+  // draw needs the host: a constraint, or more than kRowSampleMaxTop top
+  // logprobs. spec.logit_row is the caller's to set.
+  bool plan_row(int64_t vocab, int top_logprobs, LogprobsMode mode, RowSampleSpec* spec, std::vector<RowEdit>* edits);
   // The same path as sample() (processors, constraint, temperature,
   // truncation, logprobs), but the token is picked by `choose` from the
   // normalised distribution the draw would use (over ids < the sampled
@@ -117,6 +122,8 @@ class SequenceSampler {
 
  private:
   int64_t limit(size_t n) const;
+  // The processors as one edit per id, sorted (row_sampling.h).
+  void build_edits(int64_t n, std::vector<RowEdit>& out) const;
   void apply_processors(std::span<float> logits) const;
   // Masks the ids the constraint refuses; false if no allowed id is left
   // finite (then `out` is the fallback id).
@@ -137,6 +144,7 @@ class SequenceSampler {
   // Scratch (mutable so distribution() can reuse the same code).
   mutable std::vector<int32_t> cand_;
   mutable std::vector<double> probs_;
+  mutable std::vector<RowEdit> edits_, edit_scratch_;
 };
 
 }  // namespace muse

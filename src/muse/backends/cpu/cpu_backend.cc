@@ -11,6 +11,7 @@
 #include "muse/backends/profile_table.h"
 #include "muse/backends/cpu/cpu_backend_impl.h"
 #include "muse/parallel/communicator.h"
+#include "muse/sampling/row_sampling.h"
 
 namespace muse {
 
@@ -402,6 +403,33 @@ void CpuBackend::softcap(const Tensor& x, float multiplier, float cap) {
         float z = v[i] * multiplier;  // same operation order as transformers
         v[i] = cap > 0 ? std::tanh(z / cap) * cap : z;
       }
+    });
+  });
+}
+
+void CpuBackend::sample_rows(const Tensor& out, const Tensor& logits, const Tensor& specs, int64_t rows,
+                             int64_t edits) {
+  const size_t need = sizeof(RowSampleHeader) + size_t(rows) * sizeof(RowSampleSpec) + size_t(edits) * sizeof(RowEdit);
+  if (!MUSE_CPU_CHECK(logits.dtype == DType::F32 && logits.rank == 2 && specs.bytes() >= need &&
+                          out.bytes() >= size_t(rows) * sizeof(RowSampleResult),
+                      "sample_rows", describe(out) + " <- " + describe(logits)))
+    return;
+  enqueue(__func__, [this, out, logits, specs, rows, edits] {
+    const char* base = static_cast<const char*>(specs.data);
+    const auto* spec = reinterpret_cast<const RowSampleSpec*>(base + sizeof(RowSampleHeader));
+    const auto* edit = reinterpret_cast<const RowEdit*>(spec + rows);
+    auto* res = static_cast<RowSampleResult*>(out.data);
+    const int64_t V = logits.cols();
+    for (int64_t r = 0; r < rows; ++r) {
+      const RowSampleSpec& sp = spec[r];
+      if (sp.logit_row < 0 || sp.logit_row >= logits.rows() || sp.edit_begin < 0 || sp.edit_count < 0 ||
+          sp.edit_begin + int64_t(sp.edit_count) > edits)
+        return fail("sample_rows: row " + std::to_string(r) + " is malformed");
+    }
+    pool_.run(rows, [&](int64_t r, int) {
+      const RowSampleSpec& sp = spec[r];
+      std::span<float> row(static_cast<float*>(logits.data) + sp.logit_row * V, size_t(V));
+      res[r] = sample_row_host(sp, std::span<const RowEdit>(edit + sp.edit_begin, size_t(sp.edit_count)), row);
     });
   });
 }

@@ -106,6 +106,8 @@ class CpuBackend final : public Backend {
                    int64_t expert_base) override;
   void gather_rows(const Tensor& out, const Tensor& in, const Tensor& rows) override;
   void softcap(const Tensor& x, float multiplier, float cap) override;
+  void sample_rows(const Tensor& out, const Tensor& logits, const Tensor& specs, int64_t rows,
+                   int64_t edits) override;
   void all_reduce_sum(const Tensor& t, Communicator& comm) override;
   void all_gather(const Tensor& out, const Tensor& in, Communicator& comm) override;
   void all_to_all(const Tensor& out, const Tensor& in, Communicator& comm) override;

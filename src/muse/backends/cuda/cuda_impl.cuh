@@ -5,6 +5,7 @@
 //   cuda_matmul.cu     project: own fixed-order kernel (T <= 64), cuBLASLt above
 //   cuda_attention.cu  attention over ring/paged KV, kv_store
 //   cuda_moe.cu        sigmoid router, latent experts
+//   cuda_sampling.cu   sample_rows: the token drawn where the logits are
 //
 // Numerics: every activation tensor is F32 or BF16 (its own dtype), loaded
 // as fp32, computed in fp32, and stored once in the output's dtype (bf16 by
@@ -183,6 +184,8 @@ class CudaBackend final : public Backend {
                    int64_t expert_base) override;
   void gather_rows(const Tensor& out, const Tensor& in, const Tensor& rows) override;
   void softcap(const Tensor& x, float multiplier, float cap) override;
+  void sample_rows(const Tensor& out, const Tensor& logits, const Tensor& specs, int64_t rows,
+                   int64_t edits) override;  // cuda_sampling.cu
   // cuda_collectives.cu: the communicator's calls on this backend's stream.
   void all_reduce_sum(const Tensor& t, Communicator& comm) override;
   void all_gather(const Tensor& out, const Tensor& in, Communicator& comm) override;
