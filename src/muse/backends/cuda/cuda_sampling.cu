@@ -46,6 +46,29 @@ __device__ __forceinline__ uint32_t ordered_bits(float v) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
+__device__ __forceinline__ float from_ordered_bits(uint32_t o) {
+  return __uint_as_float((o & 0x80000000u) ? (o & 0x7fffffffu) : ~o);
+}
+
+// The smallest scaled logit the host keeps as a candidate: exp(s - max) is
+// not 0 and not below min_p. The predicate is monotone in s, so a binary
+// search over the floats in order (32 exps, one thread) turns every later
+// candidate test into one comparison instead of an fp64 exp per id per pass.
+__device__ float candidate_floor(float mx, double min_p) {
+  auto keeps = [&](float s) {
+    const double p = exp(double(s) - double(mx));
+    return p != 0.0 && !(min_p > 0.0 && p < min_p);
+  };
+  uint32_t lo = ordered_bits(-INFINITY), hi = ordered_bits(mx);  // keeps(hi); not keeps(lo)
+  if (keeps(from_ordered_bits(lo))) return -INFINITY;
+  while (hi - lo > 1) {
+    const uint32_t mid = lo + (hi - lo) / 2;
+    if (keeps(from_ordered_bits(mid))) hi = mid;
+    else lo = mid;
+  }
+  return from_ordered_bits(hi);
+}
+
 // Keys: larger is better. `id_bits` holds every id < n.
 struct Keys {
   int id_bits = 1;
@@ -317,11 +340,13 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(RowSampleResult* 
     bool any = mx != -INFINITY;
     // Candidates: finite, p > 0, p >= min_p (relative to the most likely).
     auto prob = [&](int i) { return exp(double(scaled(i)) - mxd); };
+    if (threadIdx.x == 0) sh.value = any ? double(candidate_floor(mx, sp.min_p)) : 0.0;
+    __syncthreads();
+    const float floor_value = float(sh.value);
+    __syncthreads();
     auto candidate = [&](int i) {
       const float s = scaled(i);
-      if (s == -INFINITY) return false;
-      const double p = exp(double(s) - mxd);
-      return p != 0.0 && !(sp.min_p > 0.0 && p < sp.min_p);
+      return s != -INFINITY && s >= floor_value;
     };
     const bool by_rank = (sp.top_k > 0 && sp.top_k < n) || sp.top_p < 1.0;
     unsigned long long kth = 0, pth = 0;  // key thresholds (0: none)
