@@ -9,6 +9,7 @@
 #include <random>
 
 #include "engine_test_util.h"
+#include "muse/backends/factory/backend_factory.h"
 #include "muse/engine/scheduler.h"
 
 namespace muse::testing {
@@ -97,7 +98,26 @@ SamplingConfig sampled(uint64_t seed) {
   return c;
 }
 
-class SchedulerFamilies : public ::testing::TestWithParam<bool> {};
+// Both families, on the CPU and (where this build has it and a GPU is
+// present; otherwise those instances skip, saying so) on CUDA: the CUDA
+// engine's rows are chunk- and batch-invariant too, so the same equalities
+// hold there bitwise, with its tokens drawn on the device.
+struct SchedulerCase {
+  bool spark = false;
+  Device device = Device::Cpu;
+};
+class SchedulerFamilies : public ::testing::TestWithParam<SchedulerCase> {
+ protected:
+  void SetUp() override {
+    if (GetParam().device != Device::Cpu)
+      if (Status st = check_device(GetParam().device); !st.ok()) GTEST_SKIP() << st.message();
+  }
+  std::unique_ptr<Engine> engine(EngineOptions o) {
+    o.backend.device = GetParam().device;
+    if (o.backend.device != Device::Cpu) o.gpu_memory_utilization = 0.3;
+    return tiny_engine(GetParam().spark, 2, o);
+  }
+};
 
 // 24 requests at once, 6 sequence slots, 16 tokens per step (prompts are
 // chunked, decodes and prefills share steps, most requests queue): every
@@ -106,7 +126,7 @@ TEST_P(SchedulerFamilies, UnderLoadEqualsAlone) {
   EngineOptions o;
   o.max_sequences = 6;
   o.max_batch_tokens = 16;
-  auto e = tiny_engine(GetParam(), 2, o);
+  auto e = engine(o);
   std::vector<std::vector<int32_t>> expect;
   std::vector<GenerationRequest> reqs;
   for (int i = 0; i < 24; ++i) {
@@ -140,7 +160,7 @@ TEST_P(SchedulerFamilies, PreemptionRecomputesToTheSameTokens) {
   o.max_batch_tokens = 32;
   o.kv_block_size = 4;
   o.kv_pages = 60;  // one sequence needs up to 44 pages (26 + one step's transient)
-  auto e = tiny_engine(GetParam(), 2, o);
+  auto e = engine(o);
   std::vector<std::vector<int32_t>> expect;
   std::vector<GenerationRequest> reqs;
   for (int i = 0; i < 10; ++i) {
@@ -177,10 +197,10 @@ TEST_P(SchedulerFamilies, PrefixCachingWithPreemptionEqualsAlone) {
   o.max_sequences = 6;
   o.max_batch_tokens = 32;
   o.kv_block_size = 4;
-  auto plain = tiny_engine(GetParam(), 2, o);
+  auto plain = engine(o);
   o.prefix_caching = true;
   o.kv_pages = 60;  // one sequence of 70 positions needs 48 at most; 6 want to run
-  auto e = tiny_engine(GetParam(), 2, o);
+  auto e = engine(o);
   const auto system = some_tokens(23, 500);
   std::vector<std::vector<int32_t>> expect;
   std::vector<GenerationRequest> reqs;
@@ -229,10 +249,10 @@ TEST_P(SchedulerFamilies, PrefixCachingRandomizedWithPreemptionEqualsAlone) {
   o.max_sequences = 5;
   o.max_batch_tokens = 24;
   o.kv_block_size = 4;
-  auto plain = tiny_engine(GetParam(), 2, o);
+  auto plain = engine(o);
   o.prefix_caching = true;
   o.kv_pages = 50;  // one sequence of up to 78 positions needs 46
-  auto e = tiny_engine(GetParam(), 2, o);
+  auto e = engine(o);
   std::mt19937 rng(4242);
   std::vector<std::vector<int32_t>> stems;
   for (int i = 0; i < 3; ++i) stems.push_back(some_tokens(60, 700 + i));
@@ -273,13 +293,11 @@ TEST_P(SchedulerFamilies, PrefixCachingRandomizedWithPreemptionEqualsAlone) {
   EXPECT_EQ(e->kv_cache().used_pages(), 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Scheduler, SchedulerFamilies, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "spark" : "glimmer"; });
 
-TEST(Scheduler, ChoicesSampleWithSeedPlusIndex) {
+TEST_P(SchedulerFamilies, ChoicesSampleWithSeedPlusIndex) {
   EngineOptions o;
   o.max_sequences = 4;
-  auto e = tiny_engine(true, 2, o);
+  auto e = engine(o);
   auto prompt = some_tokens(11, 9);
   std::vector<std::vector<int32_t>> expect;
   for (int i = 0; i < 3; ++i) expect.push_back(alone(*e, prompt, sampled(40 + uint64_t(i)), 15));
@@ -374,10 +392,10 @@ TEST(Scheduler, StopIdsEosIgnoreEosAndMinTokens) {
   EXPECT_EQ(obs->summary.completion_tokens[0], 3);
 }
 
-TEST(Scheduler, CancelTakesEffectWithinAStepAndFreesEverything) {
+TEST_P(SchedulerFamilies, CancelTakesEffectWithinAStepAndFreesEverything) {
   EngineOptions o;
   o.max_sequences = 2;
-  auto e = tiny_engine(true, 2, o);
+  auto e = engine(o);
   Scheduler sched(*e, {});
   auto running = std::make_shared<Collector>(2), queued = std::make_shared<Collector>();
   GenerationRequest r = request("long", some_tokens(10), 200);
@@ -556,6 +574,14 @@ TEST(Scheduler, StoppingAbortsEverythingLeft) {
   }
   EXPECT_EQ(e->kv_cache().free_sequences(), 1);
 }
+
+INSTANTIATE_TEST_SUITE_P(Scheduler, SchedulerFamilies,
+                         ::testing::Values(SchedulerCase{false, Device::Cpu}, SchedulerCase{true, Device::Cpu},
+                                           SchedulerCase{false, Device::Cuda}, SchedulerCase{true, Device::Cuda}),
+                         [](const ::testing::TestParamInfo<SchedulerCase>& i) {
+                           return std::string(i.param.spark ? "spark" : "glimmer") +
+                                  (i.param.device == Device::Cpu ? "_cpu" : "_cuda");
+                         });
 
 }  // namespace
 }  // namespace muse::testing
