@@ -212,7 +212,7 @@ void Scheduler::admit(std::unique_ptr<Request> req) {
     s->prompt_len = int64_t(r->r.prompt.size());
     s->sampler.set_prompt(r->r.prompt);
     if (r->r.make_constraint) s->sampler.set_constraint(r->r.make_constraint());
-    if (spec_) s->draft = std::make_unique<DraftContext>(opt_.drafter->new_context());
+    if (spec_) s->draft = std::make_unique<DraftContext>(opt_.drafter->new_context(engine_.max_model_len()));
     s->want_prompt_logprobs = r->r.prompt_logprobs >= 0;
     s->observed = bool(r->r.logits_observer);
     waiting_.push_back(s.get());
@@ -541,8 +541,8 @@ bool Scheduler::emit(Sequence* s, SampledToken token) {
 }
 
 int64_t Scheduler::spec_context_window() const {
-  const int64_t w = opt_.drafter->config().sliding_window;
-  return w > 0 ? w : engine_.max_model_len();
+  const int64_t reach = opt_.drafter->config().context_reach();
+  return reach > 0 ? reach : engine_.max_model_len();
 }
 
 void Scheduler::plan_drafts() {

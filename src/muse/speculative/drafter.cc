@@ -121,6 +121,25 @@ Result<DrafterConfig> load_drafter_config(const std::string& dir, const ModelCon
   if (c.head_dim < 2 || c.head_dim % 2 || c.heads % c.kv_heads) return make_error(s + ": unusable head shape");
   c.sliding_window = j.get_int("sliding_window", 0);
   if (c.sliding_window < 0) return make_error(s + ": sliding_window must not be negative");
+  // transformers' MuseGlimmerAssistantModel: an inclusive window (see window_reach).
+  const bool glimmer_assistant = c.model_type == "muse_glimmer_assistant";
+  c.window_reach = glimmer_assistant ? c.sliding_window : std::max<int64_t>(c.sliding_window - 1, 0);
+  // layer_types: absent means every layer is windowed when there is a window
+  // (the assistant config's default), none when there is not.
+  if (const Json* types = j.find("layer_types")) {
+    if (!types->is_array() || int64_t(types->size()) != c.layers)
+      return make_error(s + ": layer_types must list num_hidden_layers entries");
+    for (const Json& t : types->as_array()) {
+      const std::string name = t.is_string() ? t.as_string() : t.dump();
+      if (name != "sliding_attention" && name != "full_attention")
+        return make_error(s + ": layer_types entry " + name + " is not sliding_attention or full_attention");
+      if (name == "sliding_attention" && c.sliding_window < 1)
+        return make_error(s + ": layer_types has sliding_attention layers but no sliding_window");
+      c.windowed_layers.push_back(name == "sliding_attention");
+    }
+  } else {
+    c.windowed_layers.assign(size_t(c.layers), c.sliding_window > 0);
+  }
   const Json* ids = j.find("target_layer_ids");
   if (!ids) ids = j.find("aux_hidden_state_layer_ids");
   if (!ids || !ids->is_array() || ids->size() == 0) return make_error(s + ": target_layer_ids must be a non-empty list");
@@ -142,7 +161,15 @@ Result<DrafterConfig> load_drafter_config(const std::string& dir, const ModelCon
   c.confidence_head = j.get_bool("enable_confidence_head", false);
   c.confidence_with_markov = j.get_bool("confidence_head_with_markov", c.markov_rank > 0);
   c.rms_norm_eps = j.get_double("rms_norm_eps", 1e-6);
-  c.rope_theta = j.get_double("rope_theta", 10000.0);
+  // transformers 5 writes rope_parameters.rope_theta (and the assistant's
+  // class default is 500000); older configs a top-level rope_theta.
+  c.rope_theta = j.get_double("rope_theta", glimmer_assistant ? 500000.0 : 10000.0);
+  if (const Json* rope = j.find("rope_parameters"); rope && rope->is_object()) {
+    const std::string type = rope->get_string("rope_type", "default");
+    if (type != "default") return make_error(s + ": rope_parameters.rope_type \"" + type + "\" is not supported");
+    c.rope_theta = rope->get_double("rope_theta", c.rope_theta);
+  }
+  if (!(c.rope_theta > 0)) return make_error(s + ": rope_theta must be positive");
   c.vocab = j.get_int("vocab_size", target.vocab_size);
   if (c.vocab != target.vocab_size)
     return make_error(s + ": vocab_size " + std::to_string(c.vocab) + " is not the target's " +
@@ -258,11 +285,12 @@ Result<std::unique_ptr<Drafter>> Drafter::create(
   return d;
 }
 
-DraftContext Drafter::new_context() const {
+DraftContext Drafter::new_context(int64_t max_positions) const {
   DraftContext ctx;
-  // A block row at a + i sees context j with (a + i) − j < window: at most
-  // window − 1 positions (row 0). Without a window: a long fixed ring.
-  ctx.slots = c_.sliding_window > 1 ? c_.sliding_window - 1 : 4096;
+  // Row 0 (at the anchor a) reaches furthest back: a − window_reach. A layer
+  // without a window reads everything, so then the ring is the sequence.
+  const int64_t reach = c_.context_reach();
+  ctx.slots = std::max<int64_t>(1, reach > 0 ? reach : max_positions);
   ctx.pos.assign(size_t(ctx.slots), -1);
   ctx.k.assign(size_t(c_.layers * ctx.slots * c_.kv_dim()), 0.0f);
   ctx.v.assign(size_t(c_.layers * ctx.slots * c_.kv_dim()), 0.0f);
@@ -299,19 +327,21 @@ void Drafter::append_context(DraftContext& ctx, const float* taps, int64_t n, in
   ctx.next_pos = first_pos + n;
 }
 
-void Drafter::draft(const DraftContext& ctx, int32_t anchor, int64_t a, const DraftSampling& smp, DraftBlock* out) const {
+void Drafter::backbone(const DraftContext& ctx, int32_t anchor, int64_t a, std::vector<float>* h_out) const {
   const Weights& w = *w_;
   const int64_t K = c_.block_size, H = c_.hidden, Q = c_.q_dim(), KV = c_.kv_dim(), D = c_.head_dim;
   const int64_t I = c_.intermediate, rep = c_.heads / c_.kv_heads;
   const float eps = float(c_.rms_norm_eps), scale = 1.0f / std::sqrt(float(D));
-  const int64_t window = c_.sliding_window > 0 ? c_.sliding_window : std::numeric_limits<int64_t>::max();
-  // The context slots the block can see, oldest first (a fixed order).
+  // The context slots in the ring, oldest first (a fixed order); each
+  // windowed layer then keeps those within window_reach of the row.
   std::vector<int64_t> ctx_slots;
   for (int64_t p = std::max<int64_t>(0, a - ctx.slots); p < a; ++p) {
     const int64_t slot = p % ctx.slots;
     if (ctx.pos[size_t(slot)] == p) ctx_slots.push_back(slot);
   }
-  std::vector<float> x(size_t(K * H)), h(size_t(K * H)), q(size_t(K * Q)), kb(size_t(K * KV)), vb(size_t(K * KV));
+  std::vector<float>& h = *h_out;
+  h.assign(size_t(K * H), 0.0f);
+  std::vector<float> x(size_t(K * H)), q(size_t(K * Q)), kb(size_t(K * KV)), vb(size_t(K * KV));
   std::vector<float> o(size_t(K * Q)), t(size_t(K * H)), gate(size_t(K * I)), up(size_t(K * I));
   std::vector<float> scores(ctx_slots.size() + size_t(K));
   // Block [anchor, MASK×(k−1)]: raw rows of the target's embedding (no embedding norm).
@@ -321,6 +351,7 @@ void Drafter::draft(const DraftContext& ctx, int32_t anchor, int64_t a, const Dr
   }
   for (const Weights::Layer& L : w.layers) {
     const int64_t li = &L - w.layers.data();
+    const int64_t reach = c_.windowed_layers[size_t(li)] ? c_.window_reach : std::numeric_limits<int64_t>::max();
     for (int64_t i = 0; i < K; ++i) rms(h.data() + i * H, x.data() + i * H, H, L.in_norm.data(), eps);
     linear(h.data(), K, H, L.q, Q, q.data());
     linear(h.data(), K, H, L.k, KV, kb.data());
@@ -349,7 +380,7 @@ void Drafter::draft(const DraftContext& ctx, int32_t anchor, int64_t a, const Dr
         std::vector<const float*> vals;
         vals.reserve(ctx_slots.size() + size_t(K));
         for (int64_t slot : ctx_slots) {
-          if ((a + i) - ctx.pos[size_t(slot)] >= window) continue;
+          if ((a + i) - ctx.pos[size_t(slot)] > reach) continue;
           scores[n] = dot(qh, ck + slot * KV + g * D, D) * scale;
           vals.push_back(cv + slot * KV + g * D);
           mx = std::max(mx, scores[n++]);
@@ -382,10 +413,25 @@ void Drafter::draft(const DraftContext& ctx, int32_t anchor, int64_t a, const Dr
     for (int64_t e = 0; e < K * H; ++e) x[size_t(e)] += t[size_t(e)];
   }
   for (int64_t i = 0; i < K; ++i) rms(h.data() + i * H, x.data() + i * H, H, w.norm.data(), eps);
+}
+
+void Drafter::base_logits(const DraftContext& ctx, int32_t anchor, int64_t a, std::vector<float>* out) const {
+  std::vector<float> h;
+  backbone(ctx, anchor, a, &h);
+  const int64_t n_drafts = c_.drafts_per_block(), first_row = c_.block_size - n_drafts;
+  out->assign(size_t(n_drafts * c_.sampling_vocab), 0.0f);
+  linear(h.data() + first_row * c_.hidden, n_drafts, c_.hidden, w_->lm_head, c_.sampling_vocab, out->data());
+}
+
+void Drafter::draft(const DraftContext& ctx, int32_t anchor, int64_t a, const DraftSampling& smp, DraftBlock* out) const {
+  const Weights& w = *w_;
+  const int64_t H = c_.hidden;
+  std::vector<float> h;
+  backbone(ctx, anchor, a, &h);
 
   // Heads, serially over the emitting rows: z_i = lm_head(h_i) + W2·W1[x_{i−1}],
   // confidence σ(w·[h_i; W1[x_{i−1}]] + b), then draw x_i.
-  const int64_t n_drafts = c_.drafts_per_block(), first_row = K - n_drafts, SV = c_.sampling_vocab;
+  const int64_t n_drafts = c_.drafts_per_block(), first_row = c_.block_size - n_drafts, SV = c_.sampling_vocab;
   const int64_t r = c_.markov_rank;
   out->anchor_pos = a;
   out->tokens.assign(size_t(n_drafts), 0);

@@ -34,7 +34,14 @@ struct DrafterConfig {
   std::string source;  // the config.json path, for messages
   std::string model_type;
   int64_t hidden = 0, layers = 0, heads = 0, kv_heads = 0, head_dim = 0, intermediate = 0;
-  int64_t sliding_window = 0;  // 0: the whole context (kept up to kMaxContext positions)
+  int64_t sliding_window = 0;  // 0: no layer is windowed
+  // A windowed layer's block row at position q sees the context positions p
+  // with q − p <= window_reach. The two references differ by one: the
+  // transformers Glimmer assistant (create_bidirectional_sliding_window_mask)
+  // keeps distance == sliding_window, the DeepSpec-style drafters (muse-tiny's
+  // is trained by scripts/tiny with the target's rule) stop below it.
+  int64_t window_reach = 0;
+  std::vector<bool> windowed_layers;  // per draft layer (layer_types): sliding_attention, else the whole context
   int64_t block_size = 0;
   std::vector<int> target_layer_ids;  // residual-stream outputs of these target layers
   bool final_hidden_state = false;    // the target's final (post-norm) state appended to the taps
@@ -49,6 +56,13 @@ struct DrafterConfig {
   int64_t drafts_per_block() const { return sample_from_anchor ? block_size : block_size - 1; }
   int64_t taps() const { return int64_t(target_layer_ids.size()) + (final_hidden_state ? 1 : 0); }
   int64_t tap_width() const { return taps() * target_hidden; }
+  // The most context positions before the anchor a block reads; 0: all of
+  // them (some layer attends to the whole context).
+  int64_t context_reach() const {
+    for (bool w : windowed_layers)
+      if (!w) return 0;
+    return window_reach;
+  }
   int64_t q_dim() const { return heads * head_dim; }
   int64_t kv_dim() const { return kv_heads * head_dim; }
 };
@@ -59,8 +73,8 @@ Result<DrafterConfig> load_drafter_config(const std::string& dir, const ModelCon
 
 // One sequence's drafter state: K/V of the fused context vectors of
 // committed positions, per layer, in a ring of the positions a block can
-// see (window − 1). Positions need not start at 0 (a prefix-cache hit has
-// no taps below where computing started).
+// see (context_reach(), or the whole sequence). Positions need not start at
+// 0 (a prefix-cache hit has no taps below where computing started).
 struct DraftContext {
   int64_t slots = 0;          // ring size
   int64_t next_pos = 0;       // one past the last position appended
@@ -103,7 +117,9 @@ class Drafter {
   ~Drafter();
 
   const DrafterConfig& config() const { return c_; }
-  DraftContext new_context() const;
+  // A context for a sequence of at most `max_positions` positions (the ring
+  // holds all of them when some layer reads the whole context).
+  DraftContext new_context(int64_t max_positions) const;
   // Appends committed positions first_pos .. first_pos+n−1 from their taps
   // ([n, tap_width], the layers in target_layer_ids order). Positions must
   // follow on from what the context holds, or restart it (a gap clears it).
@@ -112,10 +128,16 @@ class Drafter {
   // positions < anchor_pos).
   void draft(const DraftContext& ctx, int32_t anchor, int64_t anchor_pos, const DraftSampling& sampling,
              DraftBlock* out) const;
+  // The backbone's draft logits, U = lm_head(h) of the emitting rows
+  // ([drafts_per_block, sampling_vocab], before any Markov bias): what a
+  // DFlash drafter's argmax reads (the parity test compares them).
+  void base_logits(const DraftContext& ctx, int32_t anchor, int64_t anchor_pos, std::vector<float>* out) const;
 
  private:
   struct Weights;
   Drafter() = default;
+  // The block's final-norm hidden states h [block_size, hidden].
+  void backbone(const DraftContext& ctx, int32_t anchor, int64_t anchor_pos, std::vector<float>* h) const;
   DrafterConfig c_;
   std::unique_ptr<Weights> w_;
 };
