@@ -149,40 +149,60 @@ __global__ void __launch_bounds__(32 * kSplit)
   });
 }
 
-template <QFmt F, bool ALIGNED_GU, bool ALIGNED_DN, bool BLOCK>
-cudaError_t launch_experts(cudaStream_t s, const __nv_bfloat16* u, int64_t I, const QuantDev& gu, const QuantDev& dn,
-                           int K, const int32_t* order, const int32_t* tiles, const int32_t* ntiles, int max_tiles,
-                           __nv_bfloat16* A, float* Y) {
+template <QFmt F, bool ALIGNED, bool BLOCK>
+cudaError_t launch_gate_up(cudaStream_t s, const __nv_bfloat16* u, int64_t I, const QuantDev& gu, int K,
+                           const int32_t* order, const int32_t* tiles, const int32_t* ntiles, int max_tiles,
+                           __nv_bfloat16* A) {
   using Tiles = ExpertTiles<F>;
-  constexpr size_t gu_smem = quant_ring_bytes<F, Tiles::kGateUpRW, 1, Tiles::kGateUpStages>();
-  constexpr size_t dn_smem = quant_ring_bytes<F, Tiles::kDownRW, 1, Tiles::kDownStages>();
-  constexpr auto gu_kernel = quant_gate_up_kernel<F, ALIGNED_GU, BLOCK>;
-  constexpr auto dn_kernel = quant_down_kernel<F, ALIGNED_DN, BLOCK>;
-  cudaError_t e = allow_dynamic_smem<gu_kernel>(int(gu_smem));
-  if (e == cudaSuccess) e = allow_dynamic_smem<dn_kernel>(int(dn_smem));
-  if (e != cudaSuccess) return e;
-  gu_kernel<<<dim3(blocks_for(I, Tiles::kRows), unsigned(max_tiles)), 32 * kSplit, gu_smem, s>>>(u, K, gu, I, order,
-                                                                                                 tiles, ntiles, A);
-  dn_kernel<<<dim3(blocks_for(dn.N, Tiles::kRows), unsigned(max_tiles)), 32 * kSplit, dn_smem, s>>>(A, dn, tiles,
-                                                                                                    ntiles, Y);
+  constexpr size_t smem = quant_ring_bytes<F, Tiles::kGateUpRW, 1, Tiles::kGateUpStages>();
+  constexpr auto kernel = quant_gate_up_kernel<F, ALIGNED, BLOCK>;
+  if (cudaError_t e = allow_dynamic_smem<kernel>(int(smem)); e != cudaSuccess) return e;
+  kernel<<<dim3(blocks_for(I, Tiles::kRows), unsigned(max_tiles)), 32 * kSplit, smem, s>>>(u, K, gu, I, order, tiles,
+                                                                                           ntiles, A);
   return cudaGetLastError();
 }
 
-template <QFmt F, bool BLOCK>
+template <QFmt F, bool ALIGNED, bool BLOCK>
+cudaError_t launch_down(cudaStream_t s, const QuantDev& dn, const int32_t* tiles, const int32_t* ntiles,
+                        int max_tiles, const __nv_bfloat16* A, float* Y) {
+  using Tiles = ExpertTiles<F>;
+  constexpr size_t smem = quant_ring_bytes<F, Tiles::kDownRW, 1, Tiles::kDownStages>();
+  constexpr auto kernel = quant_down_kernel<F, ALIGNED, BLOCK>;
+  if (cudaError_t e = allow_dynamic_smem<kernel>(int(smem)); e != cudaSuccess) return e;
+  kernel<<<dim3(blocks_for(dn.N, Tiles::kRows), unsigned(max_tiles)), 32 * kSplit, smem, s>>>(A, dn, tiles, ntiles,
+                                                                                              Y);
+  return cudaGetLastError();
+}
+
+// The kernel variants by layout: the aligned (16-byte) path where the layout
+// allows it; FP8 with or without per-granule block scales. INT4 has one.
+template <QFmt F>
 cudaError_t launch_experts_fmt(cudaStream_t s, const __nv_bfloat16* u, int64_t I, const QuantDev& gu,
                                const QuantDev& dn, int K, const int32_t* order, const int32_t* tiles,
                                const int32_t* ntiles, int max_tiles, __nv_bfloat16* A, float* Y) {
-  if constexpr (F == QFmt::Int4) {  // one layout
-    return launch_experts<F, true, true, false>(s, u, I, gu, dn, K, order, tiles, ntiles, max_tiles, A, Y);
+  cudaError_t e;
+  if constexpr (F == QFmt::Int4) {
+    e = launch_gate_up<F, true, false>(s, u, I, gu, K, order, tiles, ntiles, max_tiles, A);
+    if (e == cudaSuccess) e = launch_down<F, true, false>(s, dn, tiles, ntiles, max_tiles, A, Y);
+  } else if constexpr (F == QFmt::Fp8) {
+    const bool gb = gu.block_cols < gu.K, db = dn.block_cols < dn.K;
+    e = gu.aligned ? (gb ? launch_gate_up<F, true, true>(s, u, I, gu, K, order, tiles, ntiles, max_tiles, A)
+                         : launch_gate_up<F, true, false>(s, u, I, gu, K, order, tiles, ntiles, max_tiles, A))
+                   : (gb ? launch_gate_up<F, false, true>(s, u, I, gu, K, order, tiles, ntiles, max_tiles, A)
+                         : launch_gate_up<F, false, false>(s, u, I, gu, K, order, tiles, ntiles, max_tiles, A));
+    if (e == cudaSuccess)
+      e = dn.aligned ? (db ? launch_down<F, true, true>(s, dn, tiles, ntiles, max_tiles, A, Y)
+                           : launch_down<F, true, false>(s, dn, tiles, ntiles, max_tiles, A, Y))
+                     : (db ? launch_down<F, false, true>(s, dn, tiles, ntiles, max_tiles, A, Y)
+                           : launch_down<F, false, false>(s, dn, tiles, ntiles, max_tiles, A, Y));
   } else {
-    if (gu.aligned && dn.aligned)
-      return launch_experts<F, true, true, BLOCK>(s, u, I, gu, dn, K, order, tiles, ntiles, max_tiles, A, Y);
-    if (gu.aligned)
-      return launch_experts<F, true, false, BLOCK>(s, u, I, gu, dn, K, order, tiles, ntiles, max_tiles, A, Y);
-    if (dn.aligned)
-      return launch_experts<F, false, true, BLOCK>(s, u, I, gu, dn, K, order, tiles, ntiles, max_tiles, A, Y);
-    return launch_experts<F, false, false, BLOCK>(s, u, I, gu, dn, K, order, tiles, ntiles, max_tiles, A, Y);
+    e = gu.aligned ? launch_gate_up<F, true, false>(s, u, I, gu, K, order, tiles, ntiles, max_tiles, A)
+                   : launch_gate_up<F, false, false>(s, u, I, gu, K, order, tiles, ntiles, max_tiles, A);
+    if (e == cudaSuccess)
+      e = dn.aligned ? launch_down<F, true, false>(s, dn, tiles, ntiles, max_tiles, A, Y)
+                     : launch_down<F, false, false>(s, dn, tiles, ntiles, max_tiles, A, Y);
   }
+  return e;
 }
 
 }  // namespace
@@ -195,18 +215,13 @@ cudaError_t launch_quant_experts(cudaStream_t s, const Tensor& u, const Tensor& 
   const int64_t I = down.dim(2);
   switch (gate_up.quant->format.kind) {
     case QuantKind::Nvfp4:
-      return launch_experts_fmt<QFmt::Nvfp4, false>(s, up, I, gu, dn, K, order, tiles, ntiles, max_tiles, A, Y);
+      return launch_experts_fmt<QFmt::Nvfp4>(s, up, I, gu, dn, K, order, tiles, ntiles, max_tiles, A, Y);
     case QuantKind::Mxfp4:
-      return launch_experts_fmt<QFmt::Mxfp4, false>(s, up, I, gu, dn, K, order, tiles, ntiles, max_tiles, A, Y);
-    case QuantKind::Fp8: {
-      // The block kernels read both sets' scales per granule; both sets must agree on it.
-      const bool block = gu.block_cols < gu.K;
-      if (block != (dn.block_cols < dn.K)) return cudaErrorNotSupported;
-      return block ? launch_experts_fmt<QFmt::Fp8, true>(s, up, I, gu, dn, K, order, tiles, ntiles, max_tiles, A, Y)
-                   : launch_experts_fmt<QFmt::Fp8, false>(s, up, I, gu, dn, K, order, tiles, ntiles, max_tiles, A, Y);
-    }
+      return launch_experts_fmt<QFmt::Mxfp4>(s, up, I, gu, dn, K, order, tiles, ntiles, max_tiles, A, Y);
+    case QuantKind::Fp8:
+      return launch_experts_fmt<QFmt::Fp8>(s, up, I, gu, dn, K, order, tiles, ntiles, max_tiles, A, Y);
     case QuantKind::Int4:
-      return launch_experts_fmt<QFmt::Int4, false>(s, up, I, gu, dn, K, order, tiles, ntiles, max_tiles, A, Y);
+      return launch_experts_fmt<QFmt::Int4>(s, up, I, gu, dn, K, order, tiles, ntiles, max_tiles, A, Y);
     default: return cudaErrorNotSupported;
   }
 }
