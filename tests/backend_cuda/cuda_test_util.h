@@ -166,4 +166,81 @@ inline std::vector<double> abs_of(const std::vector<double>& v) {
 
 inline const char* dtype_label(DType t) { return t == DType::BF16 ? "bf16" : "f32"; }
 
+// ---- latent experts: the double reference (moe_test.cc, quant_test.cc) ----
+struct ExpertCase {
+  int64_t T, E, K, Hm, I;
+  DType wdt;
+};
+
+// The double reference and its error bound (the fp32 roundings propagated
+// through silu, the down product, the norm and the weighted sum).
+// a_bf16: the tensor-core path (BF16 activations and experts, widths
+// multiples of 8) stores a = silu(γ) ⊙ υ in bf16 before the down product:
+// one more rounding of at most 2^-8 |a| (bf16's unit roundoff).
+inline void experts_ref(const ExpertCase& c, const std::vector<float>& u, const std::vector<float>& gu,
+                 const std::vector<float>& dn, const std::vector<float>& gain, const std::vector<int32_t>& ids,
+                 const std::vector<float>& w, double eps, std::vector<double>& want, std::vector<double>& tol,
+                 bool a_bf16) {
+  const int64_t Hm = c.Hm, I = c.I;
+  want.assign(static_cast<size_t>(c.T * Hm), 0.0);
+  tol.assign(static_cast<size_t>(c.T * Hm), 0.0);
+  const double n1 = double(Hm) / 32 + 8, n2 = double(I) / 32 + 8;
+  std::vector<double> a(static_cast<size_t>(I)), aerr(static_cast<size_t>(I)), y(static_cast<size_t>(Hm)), yerr(static_cast<size_t>(Hm)), mag(static_cast<size_t>(Hm));
+  for (int64_t t = 0; t < c.T; ++t) {
+    std::fill(mag.begin(), mag.end(), 0.0);
+    for (int64_t k = 0; k < c.K; ++k) {
+      const int64_t e = ids[size_t(t * c.K + k)];
+      for (int64_t i = 0; i < I; ++i) {
+        double g = 0, ga = 0, v = 0, va = 0;
+        for (int64_t h = 0; h < Hm; ++h) {
+          const double x = u[size_t(t * Hm + h)];
+          const double wg = gu[size_t((e * 2 * I + i) * Hm + h)], wu = gu[size_t((e * 2 * I + I + i) * Hm + h)];
+          g += x * wg, ga += std::fabs(x * wg), v += x * wu, va += std::fabs(x * wu);
+        }
+        const double s = g / (1.0 + std::exp(-g));
+        a[size_t(i)] = s * v;
+        aerr[size_t(i)] = kU * (n1 * (1.1 * ga * std::fabs(v) + std::fabs(s) * va) + 8 * std::fabs(a[size_t(i)]));
+        if (a_bf16) aerr[size_t(i)] += 1.01 * std::ldexp(std::fabs(a[size_t(i)]), -8);
+      }
+      double ss = 0, dss = 0;
+      for (int64_t n = 0; n < Hm; ++n) {
+        double s = 0, sa = 0, se = 0;
+        for (int64_t i = 0; i < I; ++i) {
+          const double wd = dn[size_t((e * Hm + n) * I + i)];
+          s += wd * a[size_t(i)], sa += std::fabs(wd * a[size_t(i)]), se += std::fabs(wd) * aerr[size_t(i)];
+        }
+        y[size_t(n)] = s;
+        yerr[size_t(n)] = n2 * kU * sa + se;
+        const double zc = s * gain[size_t(n)];
+        ss += zc * zc;
+        dss += std::fabs(zc * gain[size_t(n)]) * yerr[size_t(n)];
+      }
+      const double r = 1.0 / std::sqrt(ss / double(Hm) + eps);
+      const double rho = (double(Hm) / 32 + 24) * kU + dss / (ss + double(Hm) * eps);
+      const double wk = w[size_t(t * c.K + k)];
+      for (int64_t n = 0; n < Hm; ++n) {
+        const double yn = y[size_t(n)] * gain[size_t(n)] * r;
+        want[size_t(t * Hm + n)] += wk * yn;
+        const double ynerr = r * std::fabs(gain[size_t(n)]) * yerr[size_t(n)] + std::fabs(yn) * (rho + 3 * kU);
+        tol[size_t(t * Hm + n)] += std::fabs(wk) * ynerr;
+        mag[size_t(n)] += std::fabs(wk * yn);
+      }
+    }
+    for (int64_t n = 0; n < Hm; ++n) tol[size_t(t * Hm + n)] += double(c.K + 2) * kU * mag[size_t(n)];
+  }
+}
+
+// ids: K distinct experts per token (as the router gives), repeated across tokens.
+inline std::vector<int32_t> random_ids(int64_t T, int64_t E, int64_t K, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> ids;
+  for (int64_t t = 0; t < T; ++t) {
+    std::vector<int32_t> all(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) all[size_t(e)] = int32_t(e);
+    std::shuffle(all.begin(), all.end(), rng);
+    ids.insert(ids.end(), all.begin(), all.begin() + K);
+  }
+  return ids;
+}
+
 }  // namespace muse::cuda_testing

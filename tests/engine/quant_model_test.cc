@@ -21,20 +21,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Four layers (NVFP4 keeps layers 0 and 3's experts BF16, as the release
-// does; layer 1's are NVFP4), layer 2 dense; every in-feature a multiple of 32 (MXFP4) and every
-// out-feature of 8 (INT4).
-const char* kConfig = R"({"model_type": "muse_spark", "text_config": {
-  "vocab_size": 97, "hidden_size": 128, "num_hidden_layers": 4, "num_attention_heads": 4,
-  "num_key_value_heads": 2, "head_dim": 32, "rms_norm_eps": 1e-5, "post_norm_eps": 1e-8,
-  "rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}, "sliding_window": 8,
-  "max_position_embeddings": 4096, "qk_scale_factor": 3.87, "output_multiplier": 0.25,
-  "final_logit_softcapping": 20.0, "mlp_layer_types": ["sparse", "sparse", "dense", "sparse"],
-  "num_local_experts": 4, "num_experts_per_tok": 2, "moe_hidden_size": 64, "moe_intermediate_size": 64,
-  "intermediate_size": 96, "residual_gate_temperature": 0.3, "routed_scaling_factor": 1.0,
-  "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"],
-  "layer_rope_theta": [500000.0, 500000.0, 500000.0, 0.0],
-  "bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0, "tie_word_embeddings": false}})";
+const char* const kConfig = kQuantFixtureConfig;
 
 struct Loaded {
   std::unique_ptr<Engine> engine;

@@ -6,6 +6,9 @@
 //                         heads of 64, latent 4096, 256 experts of 3×4096×4096,
 //                         top 8, the 202,048-row embedding and head), --layers
 //                         of them (default 4, ≈111 GB)
+//   --quantization KIND   the slots --quantization quantizes at load (the
+//                         experts; per format attention) made as random
+//                         quantized weights on the GPU (QuantRandomSource)
 //
 // Weights are random, made on the GPU where they live (no download, nothing
 // generated on the host). Long contexts are not prefilled first: sessions
@@ -82,6 +85,115 @@ double kv_bytes(const ModelConfig& c, int64_t context, int64_t kv_elem_bytes) {
   return b;
 }
 
+// --quantization: the bench model's weights, every matrix made on the GPU
+// (RandomWeightSource), except that the slots `--quantization` quantizes at
+// load (experts, and per format attention; NVFP4 keeps layers 0 and L−1's
+// experts BF16, as the release does) are made quantized: random code bytes
+// and scales in the format's layout, in ranges that keep the weights near
+// the BF16 matrices' U(±sqrt(3/in)) (so activations, routing and norms stay
+// sane), produced on the GPU like the BF16 ones (nothing crosses PCIe).
+class QuantRandomSource final : public WeightSource {
+ public:
+  QuantRandomSource(const ModelConfig& c, const RandomWeightOptions& ro, QuantKind kind)
+      : inner_(c, ro), kind_(kind), layers_(c.num_layers), seed_(ro.seed) {}
+  Result<HostTensor> view(const WeightSpec& spec) const override { return inner_.view(spec); }
+  Status read_f32(const WeightSpec& spec, float* dst) const override { return inner_.read_f32(spec, dst); }
+  Result<Tensor> create_on(Backend& backend, const WeightSpec& spec, DType dtype) const override {
+    if (kind_ != QuantKind::None && spec.shape.size() >= 2 && quantized_at_load(kind_, spec, layers_))
+      return make_quantized(backend, spec);
+    return inner_.create_on(backend, spec, dtype);
+  }
+
+ private:
+  Result<Tensor> make_quantized(Backend& b, const WeightSpec& spec) const;
+  RandomWeightSource inner_;
+  QuantKind kind_;
+  int64_t layers_;
+  uint64_t seed_;
+  // Each made weight's parts; upload_weights copies them into the model's
+  // weights (which then own and release the buffers).
+  mutable std::vector<std::unique_ptr<QuantParts>> parts_;
+};
+
+Result<Tensor> QuantRandomSource::make_quantized(Backend& b, const WeightSpec& spec) const {
+  const size_t r = spec.shape.size();
+  const int64_t K = spec.shape[r - 1], N = spec.shape[r - 2], E = r == 3 ? spec.shape[0] : 1;
+  uint64_t seed = seed_ * 0x9e3779b97f4a7c15ull + uint64_t(spec.layer + 3) * 0x100000001b3ull;
+  for (char c : spec.slot) seed = (seed ^ uint8_t(c)) * 0x100000001b3ull;
+  // A buffer of `bytes` seen as `dtype` of `shape` (with the experts' E in front).
+  auto make = [&](DType dtype, std::vector<int64_t> shape, int64_t bytes) -> Result<Tensor> {
+    MUSE_ASSIGN_OR_RETURN(Tensor t, b.alloc(DType::U8, {bytes}));
+    if (r == 3) shape.insert(shape.begin(), E);
+    t.dtype = dtype;
+    t.rank = int(shape.size());
+    t.shape = {};
+    for (size_t i = 0; i < shape.size(); ++i) t.shape[i] = shape[i];
+    return t;
+  };
+  auto bytes_fill = [&](const Tensor& t, uint8_t lo, uint8_t hi, uint8_t sign = 0) {
+    return cuda_fill_bytes(t.data, int64_t(t.bytes()), ++seed, lo, hi, sign);
+  };
+  const float amp = std::sqrt(3.0f / float(K));  // the BF16 matrices' U(±amp): RMS amp/√3
+  auto parts = std::make_unique<QuantParts>();
+  QuantFormat& f = parts->format;
+  f.kind = kind_;
+  Tensor codes;
+  switch (kind_) {
+    case QuantKind::Nvfp4:
+    case QuantKind::Mxfp4: {
+      const bool mx = kind_ == QuantKind::Mxfp4;
+      if (K % 32) return make_error("random " + std::string(quant_kind_name(kind_)) + " weights need K % 32 == 0");
+      MUSE_ASSIGN_OR_RETURN(codes, make(DType::F4, {N, K}, E * N * K / 2));
+      MUSE_RETURN_IF_ERROR(bytes_fill(codes, 0, 255));  // e2m1 codes: RMS |value| 2.93
+      f.block_rows = 1, f.block_cols = mx ? 32 : 16;
+      f.scale_dtype = mx ? DType::F8_E8M0 : DType::F8_E4M3;
+      MUSE_ASSIGN_OR_RETURN(parts->scales, make(f.scale_dtype, {N, K / f.block_cols}, E * N * K / f.block_cols));
+      if (mx) {  // one power of two near RMS / 2.93
+        const int e = 127 + int(std::lround(std::log2(amp / std::sqrt(3.0f) / 2.93f)));
+        MUSE_RETURN_IF_ERROR(bytes_fill(parts->scales, uint8_t(e - 1), uint8_t(e + 1)));
+      } else {  // E4M3 0x30..0x38: 0.5 .. 1; the global brings the RMS to amp/√3
+        MUSE_RETURN_IF_ERROR(bytes_fill(parts->scales, 0x30, 0x38));
+        f.global_parts = spec.slot == "moe.experts.gate_up" ? 2 : 1;
+        MUSE_ASSIGN_OR_RETURN(parts->global, b.alloc(DType::F32, {E * f.global_parts}));
+        const float g = amp / std::sqrt(3.0f) / (2.93f * 0.75f);
+        MUSE_RETURN_IF_ERROR(cuda_fill_uniform(parts->global.data, DType::F32, parts->global.numel(), ++seed,
+                                               0.1f * g, g));
+      }
+      break;
+    }
+    case QuantKind::Fp8: {  // per output channel (PTPC, as --quantization fp8)
+      MUSE_ASSIGN_OR_RETURN(codes, make(DType::F8_E4M3, {N, K}, E * N * K));
+      MUSE_RETURN_IF_ERROR(bytes_fill(codes, 0x08, 0x76, 0x80));  // ±2^-6 .. ±224, never NaN: RMS ≈ 70
+      f.scale_dtype = DType::F32;
+      f.block_rows = 1, f.block_cols = int32_t(K);
+      MUSE_ASSIGN_OR_RETURN(parts->scales, make(DType::F32, {N, 1}, E * N * 4));
+      const float s = amp / std::sqrt(3.0f) / 70.0f;
+      MUSE_RETURN_IF_ERROR(cuda_fill_uniform(parts->scales.data, DType::F32, parts->scales.numel(), ++seed, 0.1f * s, s));
+      break;
+    }
+    case QuantKind::Int4: {  // GPTQ v1 layout, group 128, BF16 scales
+      if (K % 128 || N % 8) return make_error("random int4 weights need K % 128 == 0 and N % 8 == 0");
+      const int64_t groups = K / 128;
+      MUSE_ASSIGN_OR_RETURN(codes, make(DType::F4, {N, K}, E * N * K / 2));
+      MUSE_RETURN_IF_ERROR(bytes_fill(codes, 0, 255));
+      f.scale_dtype = DType::BF16;
+      f.block_rows = 1, f.block_cols = 128;
+      f.zero_offset = 1;
+      MUSE_ASSIGN_OR_RETURN(parts->scales, make(DType::BF16, {groups, N}, E * groups * N * 2));
+      const float s = amp / std::sqrt(3.0f) / 4.6f;  // q − z: RMS ≈ 4.6
+      MUSE_RETURN_IF_ERROR(cuda_fill_uniform(parts->scales.data, DType::BF16, parts->scales.numel(), ++seed, 0.1f * s, s));
+      MUSE_ASSIGN_OR_RETURN(parts->zeros, make(DType::I32, {groups, N / 8}, E * groups * N / 8 * 4));
+      MUSE_RETURN_IF_ERROR(bytes_fill(parts->zeros, 0x66, 0x66));  // z + 1 = 7 in every nibble
+      break;
+    }
+    case QuantKind::None: return Tensor{};
+  }
+  MUSE_RETURN_IF_ERROR(cuda_synchronize());  // the fills ran on the default stream
+  codes.quant = parts.get();
+  parts_.push_back(std::move(parts));
+  return codes;
+}
+
 }  // namespace
 
 int bench_cuda(const BenchOptions& o) {
@@ -91,14 +203,20 @@ int bench_cuda(const BenchOptions& o) {
   else return fail("bench", "--device cuda: --model must be glimmer-30b or spark-slice");
   auto config = parse_model_config(json, "bench config");
   if (!config.ok()) return fail("bench", config.message());
+  QuantKind quant = QuantKind::None;
+  if (o.weights != "bf16" && o.weights != "f32") {  // f32: the CPU bench's; the GPU holds BF16
+    auto k = parse_quant_kind(o.weights);
+    if (!k.ok()) return fail("bench", "--device cuda: --quantization is nvfp4, mxfp4, fp8 or int4 (" + k.message() + ")");
+    quant = *k;
+  }
   const int64_t params = count_parameters(describe_weights(*config));
 
   auto ceil0 = measure_gpu_ceilings(uint64_t(8) << 30, 8192, 5);
   if (!ceil0.ok()) return fail("bench", ceil0.message());
   if (!o.json)
-    std::fprintf(stderr, "muse bench: %s; HBM read %.0f GB/s, bf16 GEMM %.0f TFLOP/s; %.2fB parameters (%s)\n",
+    std::fprintf(stderr, "muse bench: %s; HBM read %.0f GB/s, bf16 GEMM %.0f TFLOP/s; %.2fB parameters (%s, %s)\n",
                  ceil0->device.c_str(), ceil0->hbm_read_gbps, ceil0->bf16_tflops, double(params) / 1e9,
-                 o.model.c_str());
+                 o.model.c_str(), quant == QuantKind::None ? "bf16" : quant_kind_name(quant));
 
   int64_t max_batch = 1, max_ctx = 1;
   for (int64_t b : o.batches) max_batch = std::max(max_batch, b);
@@ -113,8 +231,11 @@ int bench_cuda(const BenchOptions& o) {
   eo.max_model_len = std::max(max_ctx, o.prefill) + int64_t(o.runs + 1) * o.tokens + 2;
   eo.max_batch_tokens = std::max(o.prefill, max_batch);
   eo.gpu_memory_utilization = 0.95;
+  // The source makes the quantized slots itself; the engine's memory check
+  // counts them at their quantized size.
+  eo.quantization = quant;
   const double t_load = now_s();
-  auto engine = Engine::create(*config, std::make_unique<RandomWeightSource>(*config, ro), eo);
+  auto engine = Engine::create(*config, std::make_unique<QuantRandomSource>(*config, ro, quant), eo);
   if (!engine.ok()) return fail("bench", engine.message());
   const double load_s = now_s() - t_load;
   Engine& e = **engine;
@@ -125,6 +246,7 @@ int bench_cuda(const BenchOptions& o) {
   out.set("device", ceil0->device);
   out.set("model", o.model);
   out.set("layers", config->num_layers);
+  out.set("quantization", quant == QuantKind::None ? "none" : quant_kind_name(quant));
   out.set("parameters", params);
   out.set("weight_bytes", int64_t(traffic.dense_bytes + traffic.head_bytes) +
                               int64_t(double(traffic.expert_bytes) * double(config->num_experts) /

@@ -93,6 +93,9 @@ int bench_command(int argc, char** argv) {
   args.option("--vocab", &o.vocab, "N", "vocabulary (default 32000)");
   args.option("--weights", &o.weights, "FORMAT",
               "bf16 (default), f32, or a format quantized at load as --quantization does: nvfp4, mxfp4, fp8, int4");
+  args.option("--quantization", &o.weights, "KIND",
+              "nvfp4, mxfp4, fp8 or int4: the same as --weights KIND (--device cuda: the quantized slots are random "
+              "codes and scales made on the GPU)");
   args.option("--bandwidth-mib", &o.bandwidth_mib, "MIB", "streaming-read buffer for the DRAM measurement (default 2048)");
   args.flag("--json", &o.json, "print one JSON object");
   args.flag("--profile", &o.profile, "time every backend operation and print the breakdown (slows decode slightly)");

@@ -20,12 +20,33 @@ constexpr double kGiB = double(uint64_t(1) << 30);
 // staging, graphs.
 constexpr uint64_t kDeviceReserveBytes = uint64_t(512) << 20;
 
-// Bytes the weights take on `backend` (matrices in its matrix dtype, the
-// rest F32), to refuse a model that cannot fit before uploading any of it.
-uint64_t resident_weight_bytes(const ModelConfig& config, const Backend& backend, const ParallelRank& rank) {
+// Bytes of a matrix quantized to `kind` as model/quantize.h lays it out:
+// codes plus scales (and zero points, globals).
+uint64_t quantized_bytes(QuantKind kind, const WeightSpec& s) {
+  const uint64_t n = uint64_t(s.numel()), rows = uint64_t(n / uint64_t(s.shape.back()));
+  switch (kind) {
+    case QuantKind::Nvfp4: return n / 2 + n / 16 + 8 * rows / uint64_t(s.shape[s.shape.size() - 2]);
+    case QuantKind::Mxfp4: return n / 2 + n / 32;
+    case QuantKind::Fp8: return n + 4 * rows;
+    case QuantKind::Int4: return n / 2 + n / 64 + n / 256;
+    case QuantKind::None: break;
+  }
+  return 2 * n;
+}
+
+// Bytes the weights take on `backend` (matrices in its matrix dtype, or
+// quantized as --quantization makes them; the rest F32), to refuse a model
+// that cannot fit before uploading any of it. (A checkpoint stored quantized
+// is counted at its BF16 size here: an over-estimate.)
+uint64_t resident_weight_bytes(const ModelConfig& config, const Backend& backend, const ParallelRank& rank,
+                               QuantKind quantize) {
   uint64_t bytes = 0;
   for (const WeightSpec& s : shard_weights(config, rank)) {  // this rank's shard (the whole model on one rank)
     const bool matrix = s.shape.size() >= 2 && s.reference_dtype == DType::BF16;
+    if (matrix && quantize != QuantKind::None && quantized_at_load(quantize, s, config.num_layers)) {
+      bytes += quantized_bytes(quantize, s);
+      continue;
+    }
     const DType dt = matrix ? backend.matrix_dtype(DType::BF16) : DType::F32;
     bytes += uint64_t(s.numel()) * uint64_t(dtype_bits(dt) / 8);
   }
@@ -155,7 +176,7 @@ Status Engine::init(const ModelConfig& config, const EngineOptions& options, con
                         std::to_string(double(mem0.free) / kGiB) + " GiB of the GPU's " +
                         std::to_string(double(mem0.total) / kGiB) +
                         " GiB are free (another process holds the rest): lower it");
-    const uint64_t wb = resident_weight_bytes(config, *backend_, group_ ? group_->rank(0) : ParallelRank{});
+    const uint64_t wb = resident_weight_bytes(config, *backend_, group_ ? group_->rank(0) : ParallelRank{}, options.quantization);
     if (wb + kDeviceReserveBytes > requested)
       return make_error("the model's weights need " + std::to_string(double(wb) / kGiB) + " GiB on the GPU; " +
                         "--gpu-memory-utilization " + std::to_string(options.gpu_memory_utilization) + " of " +

@@ -195,6 +195,18 @@ Result<ModelWeights> upload_weights(Backend& backend, const ModelConfig& config,
       if (!made->empty()) {
         *dst = *made;
         w.owned.push_back(*made);
+        // A quantized matrix made where it lives (the GPU benchmark's random
+        // quantized experts): its parts become the weights' own, as
+        // import_quant's do.
+        if (made->quant) {
+          if (!backend.supports_quant(made->quant->format.kind))
+            return fail(spec, std::string("the backend does not run ") + quant_kind_name(made->quant->format.kind));
+          auto parts = std::make_unique<QuantParts>(*made->quant);
+          for (const Tensor* t : {&parts->scales, &parts->global, &parts->zeros})
+            if (!t->empty()) w.owned.push_back(*t);
+          dst->quant = parts.get();
+          w.quant.push_back(std::move(parts));
+        }
         continue;
       }
       auto qv = source.quantized(spec);

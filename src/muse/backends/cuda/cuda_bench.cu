@@ -40,6 +40,13 @@ __global__ void fill_uniform_kernel(void* dst, int bf16, int64_t n, uint64_t see
   }
 }
 
+__global__ void fill_bytes_kernel(uint8_t* dst, int64_t n, uint64_t seed, uint32_t lo, uint32_t span, uint32_t sign) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const uint64_t r = mix64(seed + 0x9e3779b97f4a7c15ull * uint64_t(i + 1));
+    dst[i] = uint8_t((lo + uint32_t(r % span)) | ((r >> 63) ? sign : 0u));
+  }
+}
+
 // Each thread reads 16-byte vectors with a grid stride; the xor of what it
 // read goes to one word per block so the loads cannot be elided.
 __global__ void stream_read_kernel(const uint4* __restrict__ src, int64_t n, unsigned* sink) {
@@ -64,6 +71,21 @@ Status cuda_fill_uniform(void* device_ptr, DType dtype, int64_t n, uint64_t seed
   const int64_t blocks = std::min<int64_t>((n + 255) / 256, 132 * 32);
   fill_uniform_kernel<<<unsigned(blocks), 256>>>(device_ptr, dtype == DType::BF16, n, seed, scale, offset);
   if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return make_error(cuda_error("random fill", e));
+  return Status::Ok();
+}
+
+Status cuda_fill_bytes(void* device_ptr, int64_t n, uint64_t seed, uint8_t lo, uint8_t hi, uint8_t sign_mask) {
+  if (hi < lo) return make_error("cuda_fill_bytes: empty range");
+  if (n <= 0) return Status::Ok();
+  const int64_t blocks = std::min<int64_t>((n + 255) / 256, 132 * 32);
+  fill_bytes_kernel<<<unsigned(blocks), 256>>>(static_cast<uint8_t*>(device_ptr), n, seed, lo, uint32_t(hi - lo) + 1,
+                                               sign_mask);
+  if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return make_error(cuda_error("random bytes", e));
+  return Status::Ok();
+}
+
+Status cuda_synchronize() {
+  if (cudaError_t e = cudaDeviceSynchronize(); e != cudaSuccess) return make_error(cuda_error("synchronize", e));
   return Status::Ok();
 }
 

@@ -29,6 +29,12 @@ Result<GpuCeilings> measure_gpu_ceilings(uint64_t read_bytes = uint64_t(8) << 30
 // dst[i] = offset + scale · u_i, u_i uniform in [-1, 1) from a counter-based
 // hash of (seed, i): the same values on any launch shape. F32 or BF16.
 Status cuda_fill_uniform(void* device_ptr, DType dtype, int64_t n, uint64_t seed, float scale, float offset);
+// Random bytes: dst[i] = (lo + h_i mod (hi − lo + 1)) | (a random bit ? sign_mask : 0),
+// h_i a counter-based hash of (seed, i): quantized codes and scales of the
+// GPU benchmark's random quantized weights. Like cuda_fill_uniform it runs on
+// the default stream; cuda_synchronize() waits for both.
+Status cuda_fill_bytes(void* device_ptr, int64_t n, uint64_t seed, uint8_t lo, uint8_t hi, uint8_t sign_mask = 0);
+Status cuda_synchronize();
 #else
 inline Result<GpuCeilings> measure_gpu_ceilings(uint64_t = 0, int64_t = 0, int = 0) {
   return make_error("this muse was built without CUDA");
@@ -36,6 +42,10 @@ inline Result<GpuCeilings> measure_gpu_ceilings(uint64_t = 0, int64_t = 0, int =
 inline Status cuda_fill_uniform(void*, DType, int64_t, uint64_t, float, float) {
   return make_error("this muse was built without CUDA");
 }
+inline Status cuda_fill_bytes(void*, int64_t, uint64_t, uint8_t, uint8_t, uint8_t = 0) {
+  return make_error("this muse was built without CUDA");
+}
+inline Status cuda_synchronize() { return make_error("this muse was built without CUDA"); }
 #endif
 
 }  // namespace muse

@@ -6,6 +6,7 @@
 //   cuda_attention.cu  attention over ring/paged KV, kv_store
 //   cuda_moe.cu        sigmoid router, latent experts
 //   cuda_sampling.cu   sample_rows: the token drawn where the logits are
+//   cuda_quant_*.cu    the same products with quantized weights (cuda_quant.cuh)
 //
 // Numerics: every activation tensor is F32 or BF16 (its own dtype), loaded
 // as fp32, computed in fp32, and stored once in the output's dtype (bf16 by
@@ -146,6 +147,9 @@ class CudaBackend final : public Backend {
   DType kv_dtype() const override { return DType::BF16; }
   // Weight matrices are held in BF16 (an F32 checkpoint is rounded once, at load).
   DType matrix_dtype(DType stored) const override { return stored == DType::F32 ? DType::BF16 : stored; }
+  // Quantized weights stay quantized and are decoded in the products'
+  // registers (cuda_quant.cuh): the kinds quant_kind_runs() names.
+  bool supports_quant(QuantKind kind) const override;
   Memory memory() const override;
 
   Result<Tensor> alloc(DType dtype, std::initializer_list<int64_t> shape) override;

@@ -35,6 +35,7 @@
 
 #include "muse/backends/cuda/cuda_dot.cuh"
 #include "muse/backends/cuda/cuda_mma.cuh"
+#include "muse/backends/cuda/cuda_quant.cuh"
 
 namespace muse::cuda {
 namespace {
@@ -539,11 +540,20 @@ constexpr int64_t kCublasLtAboveRows = 0;  // 0: never
 void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) {
   std::vector<Projection> outs(outputs.begin(), outputs.end());
   for (const auto& p : outs) {
-    if (!check(is_float_dtype(x.dtype) && is_float_dtype(p.out.dtype) && is_float_dtype(p.weight.dtype) &&
-                   p.weight.rank == 2 && p.weight.cols() == x.cols() && p.out.rows() == x.rows() &&
-                   p.out.cols() == p.weight.rows() && x.cols() > 0,
+    if (!check(is_float_dtype(x.dtype) && is_float_dtype(p.out.dtype) &&
+                   (p.weight.quant || is_float_dtype(p.weight.dtype)) && p.weight.rank == 2 &&
+                   p.weight.cols() == x.cols() && p.out.rows() == x.rows() && p.out.cols() == p.weight.rows() &&
+                   x.cols() > 0,
                "project", describe(x) + " · " + describe(p.weight) + "ᵀ -> " + describe(p.out)))
       return;
+    // Quantized weights: the decoding kernels take BF16 activations (the
+    // GPU's activation dtype) in 16-byte-aligned rows.
+    if (p.weight.quant) {
+      std::string why = quant_unsupported(p.weight);
+      if (why.empty() && !(x.dtype == DType::BF16 && x.cols() % 8 == 0 && aligned16(x.data)))
+        why = "quantized weights take BF16 activations in 16-byte-aligned rows";
+      if (!check(why.empty(), "project", describe(x) + " · " + describe(p.weight) + "ᵀ: " + why)) return;
+    }
   }
   if (x.rows() == 0) return;
   // Every T goes through our fixed-order kernel (mma_gemv tiles T in 64-row
@@ -556,7 +566,9 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
   const bool lt = kCublasLtAboveRows > 0 && x.rows() > kCublasLtAboveRows;
   enqueue("project", [this, x, outs, lt](cudaStream_t s) {
     for (const auto& p : outs) {
-      cudaError_t e = lt && x.dtype == p.weight.dtype ? launch_cublaslt(s, x, p) : launch_project(s, x, p);
+      cudaError_t e = p.weight.quant                      ? launch_quant_project(s, x, p.weight, p.out)
+                      : lt && x.dtype == p.weight.dtype ? launch_cublaslt(s, x, p)
+                                                        : launch_project(s, x, p);
       if (e != cudaSuccess) return e;
     }
     return cudaSuccess;

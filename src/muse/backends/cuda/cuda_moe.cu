@@ -18,6 +18,7 @@
 
 #include "muse/backends/cuda/cuda_dot.cuh"
 #include "muse/backends/cuda/cuda_mma.cuh"
+#include "muse/backends/cuda/cuda_quant.cuh"
 
 namespace muse::cuda {
 namespace {
@@ -351,11 +352,27 @@ void CudaBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& 
   if (!check(gate_up.rank == 3 && down.rank == 3 && down.dim(0) == E && gate_up.dim(2) == Hm && down.dim(1) == Hm &&
                  down.dim(2) * 2 == I2 && I2 > 0 && Hm > 0 && out.numel() == u.numel() && ids.rows() == u.rows() &&
                  ids.dtype == DType::I32 && weights.dtype == DType::F32 && weights.numel() == ids.numel() &&
-                 post_gain.numel() == Hm && post_gain.dtype == DType::F32 && gate_up.dtype == down.dtype &&
-                 is_float_dtype(gate_up.dtype) && is_float_dtype(u.dtype) && is_float_dtype(out.dtype) &&
-                 ids.cols() >= 1 && ids.cols() <= kMaxTopK && E <= 4096,
+                 post_gain.numel() == Hm && post_gain.dtype == DType::F32 &&
+                 ((!gate_up.quant && !down.quant && gate_up.dtype == down.dtype && is_float_dtype(gate_up.dtype)) ||
+                  (gate_up.quant && down.quant)) &&
+                 is_float_dtype(u.dtype) && is_float_dtype(out.dtype) && ids.cols() >= 1 && ids.cols() <= kMaxTopK &&
+                 E <= 4096,
              "moe_experts", describe(u) + " experts " + describe(gate_up) + " / " + describe(down)))
     return;
+  // Quantized experts (both sets): decoded in the tensor-core kernels'
+  // registers (cuda_quant_moe.cu), which take BF16 activations.
+  const bool quant = gate_up.quant != nullptr;
+  if (quant) {
+    std::string why = quant_unsupported(gate_up);
+    if (why.empty()) why = quant_unsupported(down);
+    if (why.empty() && gate_up.quant->format.kind != down.quant->format.kind)
+      why = "gate_up and down must be quantized the same way";
+    if (why.empty() && !(u.dtype == DType::BF16 && aligned16(u.data)))
+      why = "quantized experts take BF16 activations in 16-byte-aligned rows";
+    if (!check(why.empty(), "moe_experts", describe(u) + " experts " + describe(gate_up) + " / " + describe(down) +
+                                               ": " + why))
+      return;
+  }
   const int64_t T = u.rows(), K = ids.cols(), I = I2 / 2, R = T * K;
   if (T == 0) return;
   if (!check(R < (int64_t(1) << 24), "moe_experts", "too many (token, expert) pairs in one step")) return;
@@ -367,7 +384,7 @@ void CudaBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& 
                o_y = o_a + align256(size_t(R) * size_t(I) * 4), total = o_y + align256(size_t(R) * size_t(Hm) * 4);
   reserve_scratch(total);
   const int op = op_index();
-  const bool mma = mma_gemv_built() && u.dtype == DType::BF16 && gate_up.dtype == DType::BF16 && Hm % 8 == 0 &&
+  const bool mma = !quant && mma_gemv_built() && u.dtype == DType::BF16 && gate_up.dtype == DType::BF16 && Hm % 8 == 0 &&
                    I % 8 == 0 && aligned16(u.data) && aligned16(gate_up.data) && aligned16(down.data);
   enqueue("moe_experts", [=, this](cudaStream_t s) {
     char* base = static_cast<char*>(scratch());
@@ -381,7 +398,11 @@ void CudaBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& 
                                                              int(expert_base), order, slot_of, tiles, ntiles,
                                                              dev_error(), op);
     const bool xb = u.dtype == DType::BF16, wb = gate_up.dtype == DType::BF16;
-    if (mma) {
+    if (quant) {
+      cudaError_t e = launch_quant_experts(s, u, gate_up, down, int(K), order, tiles, ntiles, max_tiles,
+                                           reinterpret_cast<__nv_bfloat16*>(A), Y);
+      if (e != cudaSuccess) return e;
+    } else if (mma) {
       cudaError_t e = launch_experts_mma(s, u, gate_up, down, int(K), order, tiles, ntiles, max_tiles,
                                          reinterpret_cast<__nv_bfloat16*>(A), Y);
       if (e != cudaSuccess) return e;

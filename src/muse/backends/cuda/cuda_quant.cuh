@@ -1,0 +1,351 @@
+// Quantized weights on the tensor cores: the pieces shared by project
+// (cuda_quant_matmul.cu) and the latent experts (cuda_quant_moe.cu).
+//
+// Hopper has no FP4 MMA, so a weight is decoded to bf16 in registers, right
+// before its mma.m16n8k16 (bf16 inputs, fp32 accumulation): HBM and the
+// shared-memory ring carry only the stored codes and scales, and no
+// dequantized copy of a weight exists anywhere. The arithmetic follows the
+// BF16 ring kernels (cuda_mma.cuh): a warp owns 16-row weight tiles and one
+// of kSplit K-slices, granules of K in ascending order per slice, slices
+// added 0 + 1 + 2 + 3; a lane's loads *are* its fragments (the k of each
+// 16-wide mma step permuted the same way in A and B), so a row's result
+// depends on K only, never on T or on the other rows of the batch.
+//
+// Where each value is rounded (docs/cuda.md, "Quantized weights"):
+//  - NVFP4 / MXFP4: e2m1 · block scale is exact in bf16 (2 × 4 significant
+//    bits; E8M0 is a power of two), so the mma sees the exact weight up to
+//    a power of two; the NVFP4 global (and that power of two, 2^64) multiply
+//    the fp32 sum once, per output.
+//  - FP8 (E4M3): the code is exact in bf16; per-tensor / per-channel scales
+//    multiply the fp32 sum once; 128×128 block scales multiply each
+//    granule's fp32 partial sum (one granule = one block column).
+//  - INT4 (GPTQ): q − z is an exact small integer in bf16; each group's fp32
+//    partial sum is multiplied by its scale (s · Σ x·(q − z)), as the CPU
+//    kernels factor it.
+#pragma once
+
+#include <cstdint>
+
+#include "muse/backends/cuda/cuda_mma.cuh"
+
+namespace muse::cuda {
+
+// The formats the kernels are specialised for (tensor.h's QuantKind).
+enum class QFmt : int { Nvfp4, Mxfp4, Fp8, Int4 };
+
+// A quantized weight (every expert of a fused [E, N, K] set) as the kernels
+// read it. Strides are per expert, in bytes.
+struct QuantDev {
+  const uint8_t* codes = nullptr;
+  const uint8_t* scales = nullptr;
+  const float* global = nullptr;   // NVFP4: [E · global_parts]
+  const uint8_t* zeros = nullptr;  // INT4: packed zero points (null: symmetric, z = 8)
+  int64_t N = 0, K = 0;            // one matrix
+  int64_t codes_stride = 0, scales_stride = 0, zeros_stride = 0;
+  int64_t scale_ld = 0;            // row-major kinds: scale entries per scale row
+  int block_rows = 1, block_cols = 16;
+  int global_parts = 0;            // NVFP4: rows per global = N / global_parts
+  int zero_offset = 0;             // INT4
+  int bf16_scales = 0;             // INT4: BF16 group scales instead of F16
+  int aligned = 0;                 // the 16-byte fast path's layout holds (quant_dev)
+};
+
+// The power of two the FP4 kernels keep out of the bf16 weights (see
+// fp4 scale factors below) and give back once, to the fp32 sum.
+constexpr float kFp4Unbias = 18446744073709551616.0f;  // 2^64
+
+// ---------------------------------------------------------------------------
+// Element and scale decoding.
+// ---------------------------------------------------------------------------
+
+// Two E2M1 codes, nibbles I and I + 4 of q, as bf16x2 (low half: nibble I)
+// scaled by 2^-126: the nibble's magnitude bits land on the bf16 exponent's
+// two low bits and the mantissa's top bit, its sign on the sign (code 1,
+// 0.5, becomes the subnormal 2^-127). Exact; the scale factor restores the
+// magnitude.
+template <int I>
+__device__ __forceinline__ uint32_t e2m1_pair(uint32_t q) {
+  const uint32_t t = q << (12 - 4 * I);  // nibble I at bits 12..15, nibble I + 4 at 28..31
+  return (t & 0x80008000u) | ((t >> 6) & 0x01C001C0u);
+}
+
+// Two E4M3 codes, bytes B and B + 2 of q, as bf16x2 (low half: byte B)
+// scaled by 2^-120: exponent and mantissa bits shifted into the bf16's
+// (E4M3 subnormals become bf16 subnormals, exactly).
+template <int B>
+__device__ __forceinline__ uint32_t e4m3_pair(uint32_t q) {
+  const uint32_t t = __byte_perm(q, 0u, B == 0 ? 0x2404u : 0x3414u);  // bytes B, B + 2 at bits 8..15, 24..31
+  return (t & 0x80008000u) | ((t >> 4) & 0x07F007F0u);
+}
+
+// Two 4-bit integers, nibbles I and I + 4 of q, as bf16x2 of 128 + q (the
+// nibble in the mantissa of 2^7: exact).
+template <int I>
+__device__ __forceinline__ uint32_t u4_pair_plus128(uint32_t q) {
+  return ((q >> (4 * I)) & 0x000F000Fu) | 0x43004300u;
+}
+
+// bf16x2 products and differences, round to nearest even (subnormals kept).
+__device__ __forceinline__ uint32_t bf16x2_mul(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(0x80008000u));
+  return d;
+}
+__device__ __forceinline__ uint32_t bf16x2_sub(uint32_t a, uint32_t b) {  // a − b = a · 1 + (−b)
+  uint32_t d;
+  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(0x3F803F80u), "r"(b ^ 0x80008000u));
+  return d;
+}
+
+// E4M3 byte → float, exactly (subnormals built without fp32 subnormals; 0x7F/0xFF are NaN).
+__device__ __forceinline__ float e4m3_to_float(uint32_t b) {
+  const uint32_t mag = b & 0x7Fu;
+  float f = mag < 8 ? float(mag) * 0.001953125f  // m · 2^-9
+                    : __uint_as_float((mag << 20) + (120u << 23));
+  if (mag == 0x7F) f = __int_as_float(0x7FC00000);
+  return (b & 0x80u) ? -f : f;
+}
+
+// The bf16x2 factor (both halves equal) that turns an e2m1_pair into
+// e2m1 · block scale · 2^-64:
+//   NVFP4 (E4M3 scale s): bf16(s · 2^62), exact (s has 4 significant bits);
+//   MXFP4 (E8M0 scale 2^(e − 127)): 2^(e − 65), exact for e <= 192 (scales up
+//   to 2^65; larger ones, meaningless for weights, read as infinity; 0xFF NaN).
+template <bool MX>
+__device__ __forceinline__ uint32_t fp4_scale_factor(uint32_t b) {
+  uint32_t h;
+  if (MX) {
+    h = b == 0xFFu ? 0x7FC0u : b > 192u ? 0x7F80u : (b + 62u) << 7;
+  } else {
+    const float f = e4m3_to_float(b) * 4611686018427387904.0f;  // · 2^62, exact
+    h = uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(f)));
+  }
+  return h * 0x10001u;
+}
+
+// x pairs matching the decoders' pairing: from 8 consecutive bf16 x
+// (xv.x = x0,x1 ... xv.w = x6,x7), (x_i, x_{i+4}) for i = 0..3 (FP4, INT4).
+__device__ __forceinline__ void x_pairs_4apart(const uint4& xv, uint32_t (&p)[4]) {
+  p[0] = __byte_perm(xv.x, xv.z, 0x5410u);
+  p[1] = __byte_perm(xv.x, xv.z, 0x7632u);
+  p[2] = __byte_perm(xv.y, xv.w, 0x5410u);
+  p[3] = __byte_perm(xv.y, xv.w, 0x7632u);
+}
+// From 4 consecutive bf16 x (a = x0,x1; b = x2,x3): (x0, x2), (x1, x3) (FP8).
+__device__ __forceinline__ void x_pairs_2apart(uint32_t a, uint32_t b, uint32_t (&p)[2]) {
+  p[0] = __byte_perm(a, b, 0x5410u);
+  p[1] = __byte_perm(a, b, 0x7632u);
+}
+
+__device__ __forceinline__ void cp_async8(void* smem, const void* gmem, int src_bytes) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem, int src_bytes) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes));
+}
+
+__device__ __forceinline__ uint4 ldg_x(const __nv_bfloat16* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+
+constexpr bool fp4_format(QFmt f) { return f == QFmt::Nvfp4 || f == QFmt::Mxfp4; }
+
+// The factor of output row n of expert e applied once to its fp32 sum:
+// NVFP4 its global (times the 2^64 the bf16 weights leave out), MXFP4 2^64,
+// FP8 its per-tensor / per-channel scale.
+template <QFmt F>
+__device__ __forceinline__ float quant_row_factor(const QuantDev& w, int64_t e, int64_t n) {
+  if (F == QFmt::Nvfp4) {
+    const int64_t parts = w.global_parts > 0 ? w.global_parts : 1;
+    const float g = w.global ? w.global[e * parts + n / (w.N / parts)] : 1.0f;
+    return g * kFp4Unbias;
+  }
+  if (F == QFmt::Mxfp4) return kFp4Unbias;
+  if (F == QFmt::Fp8) {  // per tensor / per channel: one scale column; blocks are applied per granule
+    if (w.block_cols < w.K) return 1.0f;
+    return reinterpret_cast<const float*>(w.scales + e * w.scales_stride)[n / w.block_rows];
+  }
+  return 1.0f;  // INT4: group scales are applied per granule
+}
+
+// ---------------------------------------------------------------------------
+// FP4 (NVFP4, MXFP4): granules of 512 k. Lane tq of a quad owns k
+// [128·tq, 128·tq + 128) of each granule, as four 16-byte pieces (32 codes
+// each) per weight row; word w of piece j holds k = 128·tq + 32·j + 8·w + 0..7
+// and decodes to the pairs (k+i, k+i+4), i = 0..3: two mma steps, whose
+// B fragments are the same pairs of x. A ring slot holds a warp's codes of
+// one granule ([RW][4 j][2 h][32 lanes] uint4, 4 KB per 16-row tile) and, on
+// the aligned path, its scales ([RW][2 h][32] uint2: 8 E4M3 / 4 E8M0 bytes
+// per lane and row). Unaligned layouts (K not a multiple of 128, other block
+// sizes) copy codes in 8-byte halves and read scales from global memory.
+// ---------------------------------------------------------------------------
+constexpr int kFp4Granule = 512;
+
+template <int RW>
+constexpr int fp4_slot_uint4() {
+  return RW * 256 + RW * 32;
+}
+template <int RW, int NT, int STAGES>
+constexpr size_t fp4_ring_bytes() {
+  constexpr size_t ring = size_t(kSplit) * STAGES * fp4_slot_uint4<RW>() * sizeof(uint4);
+  constexpr size_t part = size_t(kSplit - 1) * RW * NT * 4 * 32 * sizeof(float);
+  return ring > part ? ring : part;
+}
+
+// The scale-factor table of an FP4 kernel's block (256 entries, shared).
+template <bool MX>
+__device__ __forceinline__ void fp4_fill_lut(uint32_t* lut) {
+  for (int i = threadIdx.x; i < 256; i += blockDim.x) lut[i] = fp4_scale_factor<MX>(uint32_t(i));
+  __syncthreads();
+}
+
+// acc[r][c] += W rows (tile r) · x rows (tile c) over K-slice s.
+// crow/srow[r][h]: code and scale rows of weight row g + 8h of tile r (not
+// offset); xr[c]: activation row 8c + g, offset by 128·tq; !wok / !xok rows
+// read as zeros (their pointers stay valid). bc: the scale block (k).
+template <bool MX, bool ALIGNED, int RW, int NT, int STAGES>
+__device__ __forceinline__ void fp4_accumulate(uint4* ring, const uint32_t* lut, const uint8_t* const (&crow)[RW][2],
+                                               const uint8_t* const (&srow)[RW][2], const bool (&wok)[RW][2],
+                                               const __nv_bfloat16* const (&xr)[NT], const bool (&xok)[NT],
+                                               int64_t K, int bc, int s, int lane, float (&acc)[RW][NT][4]) {
+  constexpr int SLOT = fp4_slot_uint4<RW>();
+#pragma unroll
+  for (int r = 0; r < RW; ++r)
+#pragma unroll
+    for (int c = 0; c < NT; ++c)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[r][c][i] = 0.0f;
+  const int64_t kl = 128 * (lane & 3);  // this lane's k within a granule
+  const int64_t ngran = (K + kFp4Granule - 1) / kFp4Granule;
+  const int mine = s < ngran ? int((ngran - s + kSplit - 1) / kSplit) : 0;
+  uint4* my = ring + size_t(s) * STAGES * SLOT;
+  auto issue = [&](int i) {
+    const int64_t k0 = (int64_t(s) + int64_t(i) * kSplit) * kFp4Granule + kl;
+    uint4* slot = my + (i % STAGES) * SLOT;
+#pragma unroll
+    for (int r = 0; r < RW; ++r)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const int64_t k = k0 + 32 * j;
+          uint4* dst = slot + ((r * 4 + j) * 2 + h) * 32 + lane;
+          if (ALIGNED) {  // K % 128 == 0: a piece is whole or past the end
+            const bool ok = wok[r][h] && k < K;
+            cp_async16(dst, ok ? crow[r][h] + k / 2 : crow[r][h], ok ? 16 : 0);
+          } else {  // K % 16 == 0: each 8-byte half is whole or past the end
+#pragma unroll
+            for (int q = 0; q < 2; ++q) {
+              const bool ok = wok[r][h] && k + 16 * q < K;
+              cp_async8(reinterpret_cast<uint2*>(dst) + q, ok ? crow[r][h] + (k + 16 * q) / 2 : crow[r][h], ok ? 8 : 0);
+            }
+          }
+        }
+        if (ALIGNED) {
+          uint2* sdst = reinterpret_cast<uint2*>(slot + RW * 256) + (r * 2 + h) * 32 + lane;
+          const bool ok = wok[r][h] && k0 < K;
+          if (MX) cp_async4(sdst, ok ? srow[r][h] + k0 / 32 : srow[r][h], ok ? 4 : 0);
+          else cp_async8(sdst, ok ? srow[r][h] + k0 / 16 : srow[r][h], ok ? 8 : 0);
+        }
+      }
+  };
+#pragma unroll
+  for (int i = 0; i < STAGES - 1; ++i) {
+    if (i < mine) issue(i);
+    cp_async_commit();
+  }
+  pdl_wait();  // x may come from the kernel before (the weights do not)
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  for (int i = 0; i < mine; ++i) {
+    cp_async_wait<STAGES - 2>();
+    if (i + STAGES - 1 < mine) issue(i + STAGES - 1);
+    cp_async_commit();
+    const int64_t k0 = (int64_t(s) + int64_t(i) * kSplit) * kFp4Granule;  // granule start (x pointers hold kl)
+    const uint4* slot = my + (i % STAGES) * SLOT;
+    uint2 sc[RW][2];
+    if (ALIGNED) {
+#pragma unroll
+      for (int r = 0; r < RW; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) sc[r][h] = reinterpret_cast<const uint2*>(slot + RW * 256)[(r * 2 + h) * 32 + lane];
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int64_t kj = k0 + 32 * j;  // + kl: this lane's piece
+      uint4 cv[RW][2];
+      uint32_t f[RW][2][2];  // scale factor per row and 16-k half of the piece
+#pragma unroll
+      for (int r = 0; r < RW; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          cv[r][h] = slot[((r * 4 + j) * 2 + h) * 32 + lane];
+#pragma unroll
+          for (int q = 0; q < 2; ++q) {
+            uint32_t b;
+            if (ALIGNED) {
+              const int byte = MX ? j : 2 * j + q;
+              b = ((byte < 4 ? sc[r][h].x : sc[r][h].y) >> (8 * (byte & 3))) & 0xFFu;
+            } else {
+              const int64_t k = kj + kl + 16 * q;
+              b = wok[r][h] && k < K ? uint32_t(__ldg(srow[r][h] + k / bc)) : 0u;
+            }
+            f[r][h][q] = lut[b];
+          }
+        }
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        uint32_t xp[NT][4];
+#pragma unroll
+        for (int c = 0; c < NT; ++c) {
+          const bool ok = xok[c] && kj + kl + 8 * w < K;
+          x_pairs_4apart(ok ? ldg_x(xr[c] + kj + 8 * w) : zero, xp[c]);
+        }
+#pragma unroll
+        for (int r = 0; r < RW; ++r) {
+          uint32_t p[2][4];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const uint32_t word = w == 0 ? cv[r][h].x : w == 1 ? cv[r][h].y : w == 2 ? cv[r][h].z : cv[r][h].w;
+            const uint32_t fs = f[r][h][w >> 1];
+            p[h][0] = bf16x2_mul(e2m1_pair<0>(word), fs);
+            p[h][1] = bf16x2_mul(e2m1_pair<1>(word), fs);
+            p[h][2] = bf16x2_mul(e2m1_pair<2>(word), fs);
+            p[h][3] = bf16x2_mul(e2m1_pair<3>(word), fs);
+          }
+#pragma unroll
+          for (int c = 0; c < NT; ++c) {
+            mma16816(acc[r][c], p[0][0], p[1][0], p[0][1], p[1][1], xp[c][0], xp[c][1]);
+            mma16816(acc[r][c], p[0][2], p[1][2], p[0][3], p[1][3], xp[c][2], xp[c][3]);
+          }
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+}
+
+}  // namespace muse::cuda
+
+namespace muse::cuda {
+
+// ---------------------------------------------------------------------------
+// Host side (cuda_quant_matmul.cu).
+// ---------------------------------------------------------------------------
+// Whether the quantized kernels were built (they need sm_80+ device code)
+// and run this kind.
+bool quant_kind_runs(QuantKind kind);
+// Empty when project / moe_experts can take this weight with a BF16 input;
+// otherwise why not (for the enqueue error).
+std::string quant_unsupported(const Tensor& w);
+// The kernels' view of a quantized weight (call only when quant_unsupported is empty).
+QuantDev quant_dev(const Tensor& w);
+// out[T, N] = x[T, K] · dequant(w)ᵀ, every T (64-row blocks), fixed order.
+cudaError_t launch_quant_project(cudaStream_t s, const Tensor& x, const Tensor& w, const Tensor& out);
+// The latent experts' two products with quantized gate_up [E, 2I, Hm] and
+// down [E, Hm, I] (cuda_quant_moe.cu), over moe_experts' grouping tiles:
+// A[g, i] = bf16(silu(γ) · υ), Y[g, n] = A_g · down[e, n] (fp32).
+cudaError_t launch_quant_experts(cudaStream_t s, const Tensor& u, const Tensor& gate_up, const Tensor& down, int K,
+                                 const int32_t* order, const int32_t* tiles, const int32_t* ntiles, int max_tiles,
+                                 __nv_bfloat16* A, float* Y);
+
+}  // namespace muse::cuda

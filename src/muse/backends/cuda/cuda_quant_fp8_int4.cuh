@@ -1,0 +1,325 @@
+// The FP8 and INT4 decoding rings (cuda_quant.cuh has the common parts and
+// the FP4 ring; the same arithmetic, granules of 128 k).
+//
+// FP8 (E4M3 codes, [N, K] bytes). Lane tq of a quad owns k [32·tq, 32·tq + 32)
+// of a granule as two 16-byte pieces per weight row; word w of piece j holds
+// k = 32·tq + 16·j + 4·w + 0..3 and decodes to the pairs (k, k+2), (k+1, k+3):
+// one mma step. Per-tensor / per-channel scales multiply the fp32 sum once
+// (quant_row_factor); with 128×128 (or any multiple of 128 wide) blocks a
+// granule is one block column, so its fp32 partial is multiplied by the
+// row's block scale and added to the total, granules in order.
+//
+// INT4 (GPTQ: I32 words [K/8, N], word (r, n) holding k = 8r + i at bits
+// 4i..4i+3). A 16-byte load is 4 consecutive rows of one 8-k word row, so a
+// warp owns 32 weight rows (two mma tiles: lane group g holds rows 4g .. 4g+3,
+// tile 0 rows g / g+8 = 4g, 4g+1, tile 1 = 4g+2, 4g+3); lane tq owns words
+// 4·tq .. 4·tq + 3 of a granule (k [32·tq, 32·tq + 32)). Each word decodes to
+// q − z (exact small integers) in the pairs (k+i, k+i+4) as FP4 does; a
+// granule lies in one group (group size a multiple of 128, or one group), so
+// its fp32 partial is multiplied by the row's group scale.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include "muse/backends/cuda/cuda_quant.cuh"
+
+namespace muse::cuda {
+
+// ---------------------------------------------------------------------------
+// FP8
+// ---------------------------------------------------------------------------
+constexpr int kQGranule = 128;
+
+template <int RW>
+constexpr int fp8_slot_uint4() {
+  return RW * 128;  // [RW][2 j][2 h][32 lanes]
+}
+template <int RW, int NT, int STAGES>
+constexpr size_t fp8_ring_bytes() {
+  constexpr size_t ring = size_t(kSplit) * STAGES * fp8_slot_uint4<RW>() * sizeof(uint4);
+  constexpr size_t part = size_t(kSplit - 1) * RW * NT * 4 * 32 * sizeof(float);
+  return ring > part ? ring : part;
+}
+
+// FP8 E4M3 → exact bf16: e4m3_pair's 2^-120 undone.
+constexpr uint32_t kE4m3Unbias = 0x7B807B80u;  // bf16x2 (2^120, 2^120)
+
+// crow[r][h]: code row of weight row g + 8h of tile r; sblk[r][h]: its row of
+// the block-scale grid (F32, BLOCK only; scale of granule k0 at k0 / bc).
+// xr[c]: activation row 8c + g offset by 32·tq.
+template <bool ALIGNED, bool BLOCK, int RW, int NT, int STAGES>
+__device__ __forceinline__ void fp8_accumulate(uint4* ring, const uint8_t* const (&crow)[RW][2],
+                                               const float* const (&sblk)[RW][2], const bool (&wok)[RW][2],
+                                               const __nv_bfloat16* const (&xr)[NT], const bool (&xok)[NT],
+                                               int64_t K, int bc, int s, int lane, float (&acc)[RW][NT][4]) {
+  constexpr int SLOT = fp8_slot_uint4<RW>();
+#pragma unroll
+  for (int r = 0; r < RW; ++r)
+#pragma unroll
+    for (int c = 0; c < NT; ++c)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[r][c][i] = 0.0f;
+  const int64_t kl = 32 * (lane & 3);
+  const int64_t ngran = (K + kQGranule - 1) / kQGranule;
+  const int mine = s < ngran ? int((ngran - s + kSplit - 1) / kSplit) : 0;
+  uint4* my = ring + size_t(s) * STAGES * SLOT;
+  auto issue = [&](int i) {
+    const int64_t k0 = (int64_t(s) + int64_t(i) * kSplit) * kQGranule + kl;
+    uint4* slot = my + (i % STAGES) * SLOT;
+#pragma unroll
+    for (int r = 0; r < RW; ++r)
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int64_t k = k0 + 16 * j;
+          uint4* dst = slot + ((r * 2 + j) * 2 + h) * 32 + lane;
+          if (ALIGNED) {  // K % 16 == 0: a piece is whole or past the end
+            const bool ok = wok[r][h] && k < K;
+            cp_async16(dst, ok ? crow[r][h] + k : crow[r][h], ok ? 16 : 0);
+          } else {  // K % 8 == 0
+#pragma unroll
+            for (int q = 0; q < 2; ++q) {
+              const bool ok = wok[r][h] && k + 8 * q < K;
+              cp_async8(reinterpret_cast<uint2*>(dst) + q, ok ? crow[r][h] + k + 8 * q : crow[r][h], ok ? 8 : 0);
+            }
+          }
+        }
+  };
+#pragma unroll
+  for (int i = 0; i < STAGES - 1; ++i) {
+    if (i < mine) issue(i);
+    cp_async_commit();
+  }
+  pdl_wait();
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  for (int i = 0; i < mine; ++i) {
+    cp_async_wait<STAGES - 2>();
+    if (i + STAGES - 1 < mine) issue(i + STAGES - 1);
+    cp_async_commit();
+    const int64_t k0 = (int64_t(s) + int64_t(i) * kSplit) * kQGranule;
+    const uint4* slot = my + (i % STAGES) * SLOT;
+    float sc[RW][2];
+    if (BLOCK) {  // loaded now, used after the granule's mma steps
+#pragma unroll
+      for (int r = 0; r < RW; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) sc[r][h] = wok[r][h] ? __ldg(sblk[r][h] + k0 / bc) : 0.0f;
+    }
+    float part[RW][NT][4];
+#pragma unroll
+    for (int r = 0; r < RW; ++r)
+#pragma unroll
+      for (int c = 0; c < NT; ++c)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) part[r][c][e] = 0.0f;
+    float (&sum)[RW][NT][4] = BLOCK ? part : acc;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      uint4 cv[RW][2];
+#pragma unroll
+      for (int r = 0; r < RW; ++r)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) cv[r][h] = slot[((r * 2 + j) * 2 + h) * 32 + lane];
+      uint4 xv[NT][2];
+#pragma unroll
+      for (int c = 0; c < NT; ++c)
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          const int64_t k = k0 + 16 * j + 8 * q;  // + kl
+          xv[c][q] = xok[c] && k + kl < K ? ldg_x(xr[c] + k) : zero;
+        }
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        uint32_t xp[NT][2];
+#pragma unroll
+        for (int c = 0; c < NT; ++c) {
+          const uint4& v = xv[c][w >> 1];
+          if (w & 1) x_pairs_2apart(v.z, v.w, xp[c]);
+          else x_pairs_2apart(v.x, v.y, xp[c]);
+        }
+#pragma unroll
+        for (int r = 0; r < RW; ++r) {
+          uint32_t p[2][2];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const uint32_t word = w == 0 ? cv[r][h].x : w == 1 ? cv[r][h].y : w == 2 ? cv[r][h].z : cv[r][h].w;
+            p[h][0] = bf16x2_mul(e4m3_pair<0>(word), kE4m3Unbias);
+            p[h][1] = bf16x2_mul(e4m3_pair<1>(word), kE4m3Unbias);
+          }
+#pragma unroll
+          for (int c = 0; c < NT; ++c) mma16816(sum[r][c], p[0][0], p[1][0], p[0][1], p[1][1], xp[c][0], xp[c][1]);
+        }
+      }
+    }
+    if (BLOCK) {
+#pragma unroll
+      for (int r = 0; r < RW; ++r)
+#pragma unroll
+        for (int c = 0; c < NT; ++c)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) acc[r][c][e] = fmaf(part[r][c][e], sc[r][e >> 1], acc[r][c][e]);
+    }
+  }
+  cp_async_wait<0>();
+}
+
+// ---------------------------------------------------------------------------
+// INT4 (GPTQ)
+// ---------------------------------------------------------------------------
+// RQ groups of 32 rows per warp (2·RQ mma tiles).
+template <int RQ>
+constexpr int int4_slot_uint4() {
+  return RQ * 128 + RQ * 16 + RQ * 8;  // codes [RQ][4 j][32], scales [RQ][32] uint2, zeros [RQ][32] u32
+}
+template <int RQ, int NT, int STAGES>
+constexpr size_t int4_ring_bytes() {
+  constexpr size_t ring = size_t(kSplit) * STAGES * int4_slot_uint4<RQ>() * sizeof(uint4);
+  constexpr size_t part = size_t(kSplit - 1) * 2 * RQ * NT * 4 * 32 * sizeof(float);
+  return ring > part ? ring : part;
+}
+
+// Per row group q: words (0, n_q) (n_q = first of this lane's 4 rows; the
+// pointer to word row 0, column n_q), scales (group 0, n_q) (F16/BF16),
+// zeros (group 0, word of n_q) and the nibble shift of n_q in it; ok: the
+// lane's rows exist. N: words per word row; zeros_ld: zero words per group.
+struct Int4Rows {
+  const uint8_t* words;
+  const uint8_t* scales;
+  const uint8_t* zeros;  // null: symmetric (z = 8)
+  int zshift;
+  bool ok;
+};
+
+__device__ __forceinline__ float half_bits_to_float(uint32_t h, bool bf16) {
+  return bf16 ? __uint_as_float(h << 16) : __half2float(__ushort_as_half(uint16_t(h)));
+}
+
+template <int RQ, int NT, int STAGES>
+__device__ __forceinline__ void int4_accumulate(uint4* ring, const Int4Rows (&rows)[RQ],
+                                                const __nv_bfloat16* const (&xr)[NT], const bool (&xok)[NT],
+                                                int64_t K, int64_t N, int64_t G, int zero_offset, bool bf16_scales,
+                                                int s, int lane, float (&acc)[2 * RQ][NT][4]) {
+  constexpr int SLOT = int4_slot_uint4<RQ>();
+#pragma unroll
+  for (int t = 0; t < 2 * RQ; ++t)
+#pragma unroll
+    for (int c = 0; c < NT; ++c)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[t][c][i] = 0.0f;
+  const int64_t kl = 32 * (lane & 3);
+  const int64_t words_k = K / 8;  // word rows
+  const int64_t ngran = (K + kQGranule - 1) / kQGranule;
+  const int mine = s < ngran ? int((ngran - s + kSplit - 1) / kSplit) : 0;
+  const int64_t zeros_ld = N / 8 * 4;  // bytes per group of zero words
+  uint4* my = ring + size_t(s) * STAGES * SLOT;
+  auto issue = [&](int i) {
+    const int64_t k0 = (int64_t(s) + int64_t(i) * kSplit) * kQGranule;
+    const int64_t grp = G >= K ? 0 : k0 / G;
+    uint4* slot = my + (i % STAGES) * SLOT;
+#pragma unroll
+    for (int q = 0; q < RQ; ++q) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int64_t wr = (k0 + kl) / 8 + j;
+        const bool ok = rows[q].ok && wr < words_k;
+        cp_async16(slot + (q * 4 + j) * 32 + lane, ok ? rows[q].words + wr * N * 4 : rows[q].words, ok ? 16 : 0);
+      }
+      cp_async8(reinterpret_cast<uint2*>(slot + RQ * 128) + q * 32 + lane,
+                rows[q].ok ? rows[q].scales + grp * N * 2 : rows[q].scales, rows[q].ok ? 8 : 0);
+      if (rows[q].zeros)
+        cp_async4(reinterpret_cast<uint32_t*>(slot + RQ * 144) + q * 32 + lane,
+                  rows[q].ok ? rows[q].zeros + grp * zeros_ld : rows[q].zeros, rows[q].ok ? 4 : 0);
+    }
+  };
+#pragma unroll
+  for (int i = 0; i < STAGES - 1; ++i) {
+    if (i < mine) issue(i);
+    cp_async_commit();
+  }
+  pdl_wait();
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  for (int i = 0; i < mine; ++i) {
+    cp_async_wait<STAGES - 2>();
+    if (i + STAGES - 1 < mine) issue(i + STAGES - 1);
+    cp_async_commit();
+    const int64_t k0 = (int64_t(s) + int64_t(i) * kSplit) * kQGranule;
+    const uint4* slot = my + (i % STAGES) * SLOT;
+    float sc[RQ][4];
+    uint32_t zb[RQ][4];  // bf16x2 (128 + z, 128 + z) per row
+#pragma unroll
+    for (int q = 0; q < RQ; ++q) {
+      const uint2 sv = reinterpret_cast<const uint2*>(slot + RQ * 128)[q * 32 + lane];
+      sc[q][0] = half_bits_to_float(sv.x & 0xFFFFu, bf16_scales);
+      sc[q][1] = half_bits_to_float(sv.x >> 16, bf16_scales);
+      sc[q][2] = half_bits_to_float(sv.y & 0xFFFFu, bf16_scales);
+      sc[q][3] = half_bits_to_float(sv.y >> 16, bf16_scales);
+      const uint32_t zw = rows[q].zeros ? reinterpret_cast<const uint32_t*>(slot + RQ * 144)[q * 32 + lane] >> rows[q].zshift
+                                        : 0x88888888u;
+#pragma unroll
+      for (int p = 0; p < 4; ++p) {
+        const uint32_t z = ((zw >> (4 * p)) & 15u) + uint32_t(rows[q].zeros ? zero_offset : 0);
+        zb[q][p] = (0x4300u | z) * 0x10001u;  // bf16(128 + z): z in the mantissa of 2^7 (z < 128)
+      }
+    }
+    float part[2 * RQ][NT][4];
+#pragma unroll
+    for (int t = 0; t < 2 * RQ; ++t)
+#pragma unroll
+      for (int c = 0; c < NT; ++c)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) part[t][c][e] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      uint32_t xp[NT][4];
+#pragma unroll
+      for (int c = 0; c < NT; ++c) {
+        const int64_t k = k0 + 8 * j;  // + kl
+        x_pairs_4apart(xok[c] && k + kl < K ? ldg_x(xr[c] + k) : zero, xp[c]);
+      }
+#pragma unroll
+      for (int q = 0; q < RQ; ++q) {
+        const uint4 cv = slot[(q * 4 + j) * 32 + lane];
+        uint32_t p[4][4];  // [row of the lane's 4][pair]
+#pragma unroll
+        for (int rr = 0; rr < 4; ++rr) {
+          const uint32_t word = rr == 0 ? cv.x : rr == 1 ? cv.y : rr == 2 ? cv.z : cv.w;
+          p[rr][0] = bf16x2_sub(u4_pair_plus128<0>(word), zb[q][rr]);
+          p[rr][1] = bf16x2_sub(u4_pair_plus128<1>(word), zb[q][rr]);
+          p[rr][2] = bf16x2_sub(u4_pair_plus128<2>(word), zb[q][rr]);
+          p[rr][3] = bf16x2_sub(u4_pair_plus128<3>(word), zb[q][rr]);
+        }
+#pragma unroll
+        for (int tt = 0; tt < 2; ++tt)
+#pragma unroll
+          for (int c = 0; c < NT; ++c) {
+            const uint32_t(&lo)[4] = p[2 * tt];
+            const uint32_t(&hi)[4] = p[2 * tt + 1];
+            mma16816(part[2 * q + tt][c], lo[0], hi[0], lo[1], hi[1], xp[c][0], xp[c][1]);
+            mma16816(part[2 * q + tt][c], lo[2], hi[2], lo[3], hi[3], xp[c][2], xp[c][3]);
+          }
+      }
+    }
+#pragma unroll
+    for (int q = 0; q < RQ; ++q)
+#pragma unroll
+      for (int tt = 0; tt < 2; ++tt)
+#pragma unroll
+        for (int c = 0; c < NT; ++c)
+#pragma unroll
+          for (int e = 0; e < 4; ++e)
+            acc[2 * q + tt][c][e] = fmaf(part[2 * q + tt][c][e], sc[q][2 * tt + (e >> 1)], acc[2 * q + tt][c][e]);
+  }
+  cp_async_wait<0>();
+}
+
+// Dynamic shared memory of a decoding block: RW 16-row tiles per warp (INT4:
+// RW / 2 groups of 32 rows), NT activation tiles.
+template <QFmt F, int RW, int NT, int STAGES>
+constexpr size_t quant_ring_bytes() {
+  if constexpr (fp4_format(F)) return fp4_ring_bytes<RW, NT, STAGES>();
+  else if constexpr (F == QFmt::Fp8) return fp8_ring_bytes<RW, NT, STAGES>();
+  else return int4_ring_bytes<RW / 2, NT, STAGES>();
+}
+
+}  // namespace muse::cuda

@@ -1,0 +1,229 @@
+// The latent experts' products with quantized weights: moe_experts
+// (cuda_moe.cu) groups the (token, expert) pairs into tiles of at most 8
+// pairs of one expert and calls launch_quant_experts, which runs the two
+// products of each tile through the decoding ring of cuda_quant.cuh:
+//   gate/up: a warp holds gate rows i.. and up rows I + i.. as its two weight
+//     tiles, so a = silu(γ) · υ is formed where both sums land, and stored in
+//     bf16 (the down product's mma input, as for BF16 experts);
+//   down: y = a · down[e]ᵀ in fp32.
+// A pair's values depend only on its own activation row (each column of the
+// mma is its own sum, in the fixed order of K), never on the tile's other
+// pairs: a token's result is the same alone or in any batch.
+#include "muse/backends/cuda/cuda_quant_fp8_int4.cuh"
+
+namespace muse::cuda {
+namespace {
+
+// Tiles per format: weight tiles per warp (gate/up: the gate rows' and the
+// up rows' tiles; INT4 works in groups of 32 rows, two tiles each), ring
+// stages (at most ~78 KB of shared memory per block).
+template <QFmt F>
+struct ExpertTiles {
+  static constexpr int kGateUpRW = F == QFmt::Int4 ? 4 : 2;
+  static constexpr int kDownRW = F == QFmt::Int4 ? 2 : 1;
+  static constexpr int kGateUpStages = fp4_format(F) ? 2 : 4;
+  static constexpr int kDownStages = fp4_format(F) ? 3 : 6;
+  static constexpr int kRows = F == QFmt::Int4 ? 32 : 16;  // output rows per block (gate/up: of each half)
+};
+
+// Accumulates a block's weight rows of expert e for one grouping tile's
+// activation rows: the gate/up kernel passes two row bases (gate i0, up
+// I + i0: RW / 2 tiles each), the down kernel one; `limit` bounds the row
+// within its half. xrow: the tile's activation row g (not offset).
+template <QFmt F, bool ALIGNED, bool BLOCK, int RW, int STAGES, int BASES>
+__device__ __forceinline__ void expert_rows(uint4* ring, uint32_t* lut, const QuantDev& w, int64_t e,
+                                            const int64_t (&base)[BASES], int64_t limit,
+                                            const __nv_bfloat16* xrow, bool xok1, int warp, int lane,
+                                            float (&acc)[RW][1][4]) {
+  const int g = lane >> 2, tq = lane & 3;
+  const int64_t K = w.K, N = w.N;
+  const __nv_bfloat16* xr[1] = {xrow + (fp4_format(F) ? 128 : 32) * tq};
+  const bool xok[1] = {xok1};
+  const uint8_t* codes = w.codes + e * w.codes_stride;
+  const uint8_t* scales = w.scales + e * w.scales_stride;
+  if constexpr (F == QFmt::Int4) {
+    Int4Rows rows[BASES];
+#pragma unroll
+    for (int q = 0; q < BASES; ++q) {
+      const int64_t i = base[0] + 4 * g, n = base[q] + 4 * g;  // i: the first row within its half
+      rows[q].ok = i < limit;
+      const int64_t nc = rows[q].ok ? n : 0;
+      rows[q].words = codes + nc * 4;
+      rows[q].scales = scales + nc * 2;
+      rows[q].zeros = w.zeros ? w.zeros + e * w.zeros_stride + (nc / 8) * 4 : nullptr;
+      rows[q].zshift = int(4 * (nc % 8));
+    }
+    int4_accumulate<BASES, 1, STAGES>(ring, rows, xr, xok, K, N, w.block_cols, w.zero_offset, w.bf16_scales != 0,
+                                      warp, lane, acc);
+  } else {
+    constexpr int PER = RW / BASES;  // tiles per base
+    const uint8_t* crow[RW][2];
+    const uint8_t* srow[RW][2];
+    const float* sblk[RW][2];
+    bool wok[RW][2];
+#pragma unroll
+    for (int r = 0; r < RW; ++r)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int q = r / PER;
+        const int64_t i = base[0] + 16 * (r % PER) + g + 8 * h;  // the row within its half
+        const int64_t n = base[q] + 16 * (r % PER) + g + 8 * h, nc = i < limit ? n : base[q];
+        wok[r][h] = i < limit;
+        crow[r][h] = codes + nc * (fp4_format(F) ? K / 2 : K);
+        srow[r][h] = scales + nc * w.scale_ld;
+        sblk[r][h] = reinterpret_cast<const float*>(scales) + (nc / w.block_rows) * w.scale_ld;
+      }
+    if constexpr (fp4_format(F)) {
+      constexpr bool MX = F == QFmt::Mxfp4;
+      fp4_accumulate<MX, ALIGNED, RW, 1, STAGES>(ring, lut, crow, srow, wok, xr, xok, K, w.block_cols, warp, lane,
+                                                 acc);
+    } else {
+      fp8_accumulate<ALIGNED, BLOCK, RW, 1, STAGES>(ring, crow, sblk, wok, xr, xok, K, w.block_cols, warp, lane, acc);
+    }
+  }
+}
+
+// Output row (within its half) of fragment element i of tile r.
+template <QFmt F>
+__device__ __forceinline__ int64_t expert_row(int64_t n0, int r, int i, int g) {
+  return F == QFmt::Int4 ? n0 + 4 * g + 2 * (r % 2) + (i >> 1) : n0 + g + 8 * (i >> 1);  // FP4/FP8: one tile per half
+}
+
+template <QFmt F, bool ALIGNED, bool BLOCK>
+__global__ void __launch_bounds__(32 * kSplit)
+    quant_gate_up_kernel(const __nv_bfloat16* __restrict__ u, int K, QuantDev w, int64_t I, const int32_t* order,
+                         const int32_t* tiles, const int32_t* ntiles, __nv_bfloat16* A) {
+  using Tiles = ExpertTiles<F>;
+  constexpr int RW = Tiles::kGateUpRW, HALF = RW / 2;
+  extern __shared__ uint4 ring[];
+  __shared__ uint32_t lut[256];
+  if (int(blockIdx.y) >= *ntiles) return;
+  const int e = tiles[3 * blockIdx.y], g0 = tiles[3 * blockIdx.y + 1], nr = tiles[3 * blockIdx.y + 2];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+  const int64_t Hm = w.K, i0 = int64_t(blockIdx.x) * Tiles::kRows;
+  if constexpr (fp4_format(F)) fp4_fill_lut<F == QFmt::Mxfp4>(lut);
+  float acc[RW][1][4];
+  const int64_t base[2] = {i0, I + i0};
+  expert_rows<F, ALIGNED, BLOCK, RW, Tiles::kGateUpStages, 2>(
+      ring, lut, w, e, base, I, u + int64_t(order[g0 + min(g, nr - 1)] / K) * Hm, g < nr, warp, lane, acc);
+  float sums[RW][4];
+  ring_reduce<RW, 1>(ring, warp, lane, acc, [&](int r, int, int i, float v) { sums[r][i] = v; });
+  if (warp == 0) {
+#pragma unroll
+    for (int r = 0; r < HALF; ++r)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t n = expert_row<F>(i0, r, i, g);
+        const int t = 2 * tq + (i & 1);
+        if (n < I && t < nr) {
+          const float gv = sums[r][i] * quant_row_factor<F>(w, e, n);
+          const float uv = sums[r + HALF][i] * quant_row_factor<F>(w, e, I + n);
+          A[int64_t(g0 + t) * I + n] = __float2bfloat16_rn(gv / (1.0f + expf(-gv)) * uv);
+        }
+      }
+  }
+}
+
+template <QFmt F, bool ALIGNED, bool BLOCK>
+__global__ void __launch_bounds__(32 * kSplit)
+    quant_down_kernel(const __nv_bfloat16* __restrict__ A, QuantDev w, const int32_t* tiles, const int32_t* ntiles,
+                      float* Y) {
+  using Tiles = ExpertTiles<F>;
+  constexpr int RW = Tiles::kDownRW;
+  extern __shared__ uint4 ring[];
+  __shared__ uint32_t lut[256];
+  if (int(blockIdx.y) >= *ntiles) return;
+  const int e = tiles[3 * blockIdx.y], g0 = tiles[3 * blockIdx.y + 1], nr = tiles[3 * blockIdx.y + 2];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
+  const int64_t Hm = w.N, I = w.K, n0 = int64_t(blockIdx.x) * Tiles::kRows;
+  if constexpr (fp4_format(F)) fp4_fill_lut<F == QFmt::Mxfp4>(lut);
+  float acc[RW][1][4];
+  const int64_t base[1] = {n0};
+  expert_rows<F, ALIGNED, BLOCK, RW, Tiles::kDownStages, 1>(ring, lut, w, e, base, Hm,
+                                                            A + int64_t(g0 + min(g, nr - 1)) * I, g < nr, warp, lane,
+                                                            acc);
+  ring_reduce<RW, 1>(ring, warp, lane, acc, [&](int r, int, int i, float v) {
+    const int64_t n = F == QFmt::Int4 ? n0 + 4 * g + 2 * r + (i >> 1) : n0 + g + 8 * (i >> 1);
+    const int t = 2 * tq + (i & 1);
+    if (n < Hm && t < nr) Y[int64_t(g0 + t) * Hm + n] = v * quant_row_factor<F>(w, e, n);
+  });
+}
+
+template <QFmt F, bool ALIGNED, bool BLOCK>
+cudaError_t launch_gate_up(cudaStream_t s, const __nv_bfloat16* u, int64_t I, const QuantDev& gu, int K,
+                           const int32_t* order, const int32_t* tiles, const int32_t* ntiles, int max_tiles,
+                           __nv_bfloat16* A) {
+  using Tiles = ExpertTiles<F>;
+  constexpr size_t smem = quant_ring_bytes<F, Tiles::kGateUpRW, 1, Tiles::kGateUpStages>();
+  constexpr auto kernel = quant_gate_up_kernel<F, ALIGNED, BLOCK>;
+  if (cudaError_t e = allow_dynamic_smem<kernel>(int(smem)); e != cudaSuccess) return e;
+  kernel<<<dim3(blocks_for(I, Tiles::kRows), unsigned(max_tiles)), 32 * kSplit, smem, s>>>(u, K, gu, I, order, tiles,
+                                                                                           ntiles, A);
+  return cudaGetLastError();
+}
+
+template <QFmt F, bool ALIGNED, bool BLOCK>
+cudaError_t launch_down(cudaStream_t s, const QuantDev& dn, const int32_t* tiles, const int32_t* ntiles,
+                        int max_tiles, const __nv_bfloat16* A, float* Y) {
+  using Tiles = ExpertTiles<F>;
+  constexpr size_t smem = quant_ring_bytes<F, Tiles::kDownRW, 1, Tiles::kDownStages>();
+  constexpr auto kernel = quant_down_kernel<F, ALIGNED, BLOCK>;
+  if (cudaError_t e = allow_dynamic_smem<kernel>(int(smem)); e != cudaSuccess) return e;
+  kernel<<<dim3(blocks_for(dn.N, Tiles::kRows), unsigned(max_tiles)), 32 * kSplit, smem, s>>>(A, dn, tiles, ntiles,
+                                                                                              Y);
+  return cudaGetLastError();
+}
+
+// The kernel variants by layout: the aligned (16-byte) path where the layout
+// allows it; FP8 with or without per-granule block scales. INT4 has one.
+template <QFmt F>
+cudaError_t launch_experts_fmt(cudaStream_t s, const __nv_bfloat16* u, int64_t I, const QuantDev& gu,
+                               const QuantDev& dn, int K, const int32_t* order, const int32_t* tiles,
+                               const int32_t* ntiles, int max_tiles, __nv_bfloat16* A, float* Y) {
+  cudaError_t e;
+  if constexpr (F == QFmt::Int4) {
+    e = launch_gate_up<F, true, false>(s, u, I, gu, K, order, tiles, ntiles, max_tiles, A);
+    if (e == cudaSuccess) e = launch_down<F, true, false>(s, dn, tiles, ntiles, max_tiles, A, Y);
+  } else if constexpr (F == QFmt::Fp8) {
+    const bool gb = gu.block_cols < gu.K, db = dn.block_cols < dn.K;
+    e = gu.aligned ? (gb ? launch_gate_up<F, true, true>(s, u, I, gu, K, order, tiles, ntiles, max_tiles, A)
+                         : launch_gate_up<F, true, false>(s, u, I, gu, K, order, tiles, ntiles, max_tiles, A))
+                   : (gb ? launch_gate_up<F, false, true>(s, u, I, gu, K, order, tiles, ntiles, max_tiles, A)
+                         : launch_gate_up<F, false, false>(s, u, I, gu, K, order, tiles, ntiles, max_tiles, A));
+    if (e == cudaSuccess)
+      e = dn.aligned ? (db ? launch_down<F, true, true>(s, dn, tiles, ntiles, max_tiles, A, Y)
+                           : launch_down<F, true, false>(s, dn, tiles, ntiles, max_tiles, A, Y))
+                     : (db ? launch_down<F, false, true>(s, dn, tiles, ntiles, max_tiles, A, Y)
+                           : launch_down<F, false, false>(s, dn, tiles, ntiles, max_tiles, A, Y));
+  } else {
+    e = gu.aligned ? launch_gate_up<F, true, false>(s, u, I, gu, K, order, tiles, ntiles, max_tiles, A)
+                   : launch_gate_up<F, false, false>(s, u, I, gu, K, order, tiles, ntiles, max_tiles, A);
+    if (e == cudaSuccess)
+      e = dn.aligned ? launch_down<F, true, false>(s, dn, tiles, ntiles, max_tiles, A, Y)
+                     : launch_down<F, false, false>(s, dn, tiles, ntiles, max_tiles, A, Y);
+  }
+  return e;
+}
+
+}  // namespace
+
+cudaError_t launch_quant_experts(cudaStream_t s, const Tensor& u, const Tensor& gate_up, const Tensor& down, int K,
+                                 const int32_t* order, const int32_t* tiles, const int32_t* ntiles, int max_tiles,
+                                 __nv_bfloat16* A, float* Y) {
+  const QuantDev gu = quant_dev(gate_up), dn = quant_dev(down);
+  auto* up = static_cast<const __nv_bfloat16*>(u.data);
+  const int64_t I = down.dim(2);
+  switch (gate_up.quant->format.kind) {
+    case QuantKind::Nvfp4:
+      return launch_experts_fmt<QFmt::Nvfp4>(s, up, I, gu, dn, K, order, tiles, ntiles, max_tiles, A, Y);
+    case QuantKind::Mxfp4:
+      return launch_experts_fmt<QFmt::Mxfp4>(s, up, I, gu, dn, K, order, tiles, ntiles, max_tiles, A, Y);
+    case QuantKind::Fp8:
+      return launch_experts_fmt<QFmt::Fp8>(s, up, I, gu, dn, K, order, tiles, ntiles, max_tiles, A, Y);
+    case QuantKind::Int4:
+      return launch_experts_fmt<QFmt::Int4>(s, up, I, gu, dn, K, order, tiles, ntiles, max_tiles, A, Y);
+    default: return cudaErrorNotSupported;
+  }
+}
+
+}  // namespace muse::cuda

@@ -1,0 +1,429 @@
+// Quantized weights on the GPU (NVFP4, MXFP4, FP8 per tensor / per channel /
+// 128×128 blocks, INT4 GPTQ): project and moe_experts decode codes and
+// scales in the kernels' registers. Each product is checked
+//  - against a double reference on the dequantized matrix (the element and
+//    scale definitions of core/dtype.h, which loading/quant.cc's reference
+//    decoders use), within the fp32 accumulation bound of the fixed-order
+//    kernels plus, for bf16 outputs, the store's rounding;
+//  - against the CPU backend's quantized kernels (themselves tested against
+//    the reference decoders, tests/backend_cpu/quant_kernels_test.cc), on the
+//    same bf16 activations, within twice that bound;
+//  - for batch invariance: a row of a T-row product is bitwise the row alone
+//    (and the same inside other batches), a token of the experts likewise.
+// Codes are random and never zero; scales keep the values O(0.1..1); shapes
+// are odd (N not a multiple of any tile, K tails, the kernels' unaligned
+// path where K is not a multiple of 128).
+#include "cuda_test_util.h"
+#include "muse/backends/cpu/cpu_backend.h"
+#include "muse/model/quantize.h"
+#include "muse/model/weights.h"
+
+namespace muse::cuda_testing {
+namespace {
+
+enum class Fp8Grid { Tensor, Channel, Block };
+
+struct QSpec {
+  QuantKind kind;
+  int parts = 1;                   // NVFP4 global scales per matrix
+  Fp8Grid grid = Fp8Grid::Channel;  // FP8 scale grid
+  int64_t group = 128;             // INT4 group size
+  const char* name;
+};
+
+const QSpec kSpecs[] = {
+    {QuantKind::Nvfp4, 1, Fp8Grid::Channel, 128, "nvfp4"},
+    {QuantKind::Nvfp4, 2, Fp8Grid::Channel, 128, "nvfp4 (2 globals)"},
+    {QuantKind::Mxfp4, 1, Fp8Grid::Channel, 128, "mxfp4"},
+    {QuantKind::Fp8, 1, Fp8Grid::Tensor, 128, "fp8 per tensor"},
+    {QuantKind::Fp8, 1, Fp8Grid::Channel, 128, "fp8 per channel"},
+    {QuantKind::Fp8, 1, Fp8Grid::Block, 128, "fp8 128x128 blocks"},
+    {QuantKind::Int4, 1, Fp8Grid::Channel, 128, "int4 gptq g128"},
+};
+
+// Random quantized weights [E, N, K] in the engine's layouts (tensor.h).
+HostQuantWeight random_quant(const QSpec& q, int64_t E, int64_t N, int64_t K, uint32_t seed) {
+  std::mt19937 rng(seed);
+  auto uni = [&](double a, double b) { return float(std::uniform_real_distribution<double>(a, b)(rng)); };
+  auto pick = [&](int a, int b) { return std::uniform_int_distribution<int>(a, b)(rng); };
+  HostQuantWeight w;
+  w.format.kind = q.kind;
+  auto shape = [&](std::vector<int64_t> s) {
+    if (E > 1) s.insert(s.begin(), E);
+    return s;
+  };
+  switch (q.kind) {
+    case QuantKind::Nvfp4:
+    case QuantKind::Mxfp4: {
+      const bool mx = q.kind == QuantKind::Mxfp4;
+      w.code_dtype = DType::F4;
+      w.codes.resize(size_t(E * N * K / 2));
+      auto nibble = [&] { const int c = pick(1, 14); return uint8_t(c < 8 ? c : c + 1); };  // never ±0
+      for (auto& b : w.codes) b = uint8_t(nibble() | (nibble() << 4));
+      const int64_t bc = mx ? 32 : 16, ld = (K + bc - 1) / bc;
+      w.format.scale_dtype = mx ? DType::F8_E8M0 : DType::F8_E4M3;
+      w.format.block_rows = 1, w.format.block_cols = int32_t(bc);
+      w.scales.resize(size_t(E * N * ld));
+      for (auto& s : w.scales) {
+        if (mx) s = uint8_t(127 + pick(-5, -1));
+        else s = pick(0, 31) == 0 ? uint8_t(pick(1, 7)) /* subnormal E4M3 */ : f32_to_f8_e4m3(uni(0.25, 2.0));
+      }
+      w.scale_shape = shape({N, ld});
+      if (!mx) {
+        w.format.global_parts = q.parts;
+        for (int64_t i = 0; i < E * q.parts; ++i) w.global.push_back(uni(0.02, 0.2));
+      }
+      break;
+    }
+    case QuantKind::Fp8: {
+      w.code_dtype = DType::F8_E4M3;
+      w.codes.resize(size_t(E * N * K));
+      for (auto& b : w.codes) {
+        int c;
+        do c = pick(0, 255);
+        while ((c & 0x7F) == 0 || (c & 0x7F) == 0x7F);  // never ±0 or NaN
+        b = uint8_t(c);
+      }
+      w.format.scale_dtype = DType::F32;
+      int64_t br = 1, bcols = K;
+      if (q.grid == Fp8Grid::Tensor) br = N;
+      if (q.grid == Fp8Grid::Block) br = 128, bcols = 128;
+      w.format.block_rows = int32_t(br), w.format.block_cols = int32_t(bcols);
+      const int64_t gr = (N + br - 1) / br, gc = (K + bcols - 1) / bcols;
+      std::vector<float> s(size_t(E * gr * gc));
+      for (auto& v : s) v = uni(0.5, 2.0) / 448.0f;
+      w.scales.resize(s.size() * 4);
+      std::memcpy(w.scales.data(), s.data(), w.scales.size());
+      w.scale_shape = shape({gr, gc});
+      break;
+    }
+    case QuantKind::Int4: {
+      w.code_dtype = DType::F4;
+      const int64_t G = q.group, groups = (K + G - 1) / G;
+      w.format.scale_dtype = DType::F16;
+      w.format.block_rows = 1, w.format.block_cols = int32_t(G);
+      w.format.zero_offset = 1;
+      w.codes.resize(size_t(E * (K / 8) * N * 4));
+      for (auto& b : w.codes) b = uint8_t(pick(0, 255));
+      std::vector<uint16_t> s(size_t(E * groups * N));
+      for (auto& v : s) v = f32_to_f16(uni(0.01, 0.04));
+      w.scales.resize(s.size() * 2);
+      std::memcpy(w.scales.data(), s.data(), w.scales.size());
+      w.scale_shape = shape({groups, N});
+      w.zeros.resize(size_t(E * groups * (N / 8) * 4));
+      for (auto& b : w.zeros) b = uint8_t(pick(0, 255));
+      w.zero_shape = shape({groups, N / 8});
+      break;
+    }
+    case QuantKind::None: break;
+  }
+  return w;
+}
+
+// The dequantized values, as the reference decoders define them.
+std::vector<float> dequantize(const HostQuantWeight& w, int64_t E, int64_t N, int64_t K) {
+  std::vector<float> out(size_t(E * N * K));
+  const QuantFormat& f = w.format;
+  auto u32 = [](const std::vector<uint8_t>& v, size_t i) {
+    uint32_t x;
+    std::memcpy(&x, v.data() + 4 * i, 4);
+    return x;
+  };
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t n = 0; n < N; ++n)
+      for (int64_t k = 0; k < K; ++k) {
+        float v = 0;
+        if (f.kind == QuantKind::Nvfp4 || f.kind == QuantKind::Mxfp4) {
+          const uint8_t byte = w.codes[size_t(((e * N + n) * K + k) / 2)];
+          const int64_t ld = (K + f.block_cols - 1) / f.block_cols;
+          const uint8_t sb = w.scales[size_t((e * N + n) * ld + k / f.block_cols)];
+          float s = f.kind == QuantKind::Mxfp4 ? f8_e8m0_to_f32(sb) : f8_e4m3_to_f32(sb);
+          if (f.global_parts > 0) s *= w.global[size_t(e * f.global_parts + n / (N / f.global_parts))];
+          v = e2m1_to_f32(k % 2 ? byte >> 4 : byte & 15) * s;
+        } else if (f.kind == QuantKind::Fp8) {
+          const int64_t gr = (N + f.block_rows - 1) / f.block_rows, gc = (K + f.block_cols - 1) / f.block_cols;
+          float s;
+          std::memcpy(&s, w.scales.data() + 4 * size_t((e * gr + n / f.block_rows) * gc + k / f.block_cols), 4);
+          v = f8_e4m3_to_f32(w.codes[size_t((e * N + n) * K + k)]) * s;
+        } else {
+          const int64_t G = f.block_cols, groups = (K + G - 1) / G, g = k / G;
+          const int q = int((u32(w.codes, size_t(e * (K / 8) * N + (k / 8) * N + n)) >> (4 * (k % 8))) & 15u);
+          const int z = int((u32(w.zeros, size_t(e * groups * (N / 8) + g * (N / 8) + n / 8)) >> (4 * (n % 8))) & 15u) +
+                        f.zero_offset;
+          uint16_t h;
+          std::memcpy(&h, w.scales.data() + 2 * size_t(e * groups * N + g * N + n), 2);
+          v = f16_to_f32(h) * float(q - z);
+        }
+        out[size_t((e * N + n) * K + k)] = v;
+      }
+  return out;
+}
+
+class QuantTest : public CudaTest {
+ public:
+  void SetUp() override {
+    CudaTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    CpuBackendOptions co;
+    co.threads = 8;
+    auto r = create_cpu_backend(co);
+    ASSERT_TRUE(r.ok()) << r.message();
+    cpu_ = std::move(r).value();
+  }
+  void TearDown() override {
+    if (cpu_) release_weights(*cpu_, cpu_owner_);
+    if (backend_) release_weights(b(), gpu_owner_);
+  }
+  // Whether the GPU runs this kind; a note in the log when it does not.
+  bool runs(const QSpec& q) {
+    if (b().supports_quant(q.kind)) return true;
+    std::printf("[ note ] %s: not run on this backend yet (supports_quant false)\n", q.name);
+    return false;
+  }
+  // The same quantized weights on both backends.
+  std::pair<Tensor, Tensor> import_both(const HostQuantWeight& w, const std::vector<int64_t>& shape) {
+    auto g = import_quantized(b(), shape, quant_view(w), false, gpu_owner_);
+    auto c = import_quantized(*cpu_, shape, quant_view(w), false, cpu_owner_);
+    EXPECT_TRUE(g.ok()) << (g.ok() ? "" : g.message());
+    EXPECT_TRUE(c.ok()) << (c.ok() ? "" : c.message());
+    return {g.ok() ? *g : Tensor{}, c.ok() ? *c : Tensor{}};
+  }
+  Tensor cpu_f32(std::initializer_list<int64_t> shape, const std::vector<float>& v) {
+    auto t = cpu_->import_weight(DType::F32, shape, v.data(), false);
+    EXPECT_TRUE(t.ok());
+    cpu_owner_.owned.push_back(*t);
+    return *t;
+  }
+  Tensor cpu_i32(std::initializer_list<int64_t> shape, const std::vector<int32_t>& v) {
+    auto t = cpu_->import_weight(DType::I32, shape, v.data(), false);
+    EXPECT_TRUE(t.ok());
+    cpu_owner_.owned.push_back(*t);
+    return *t;
+  }
+  std::vector<float> cpu_get(const Tensor& t) {
+    std::vector<float> out(size_t(t.numel()));
+    Status s = cpu_->download(t, out.data());
+    EXPECT_TRUE(s.ok()) << s.message();
+    return out;
+  }
+
+  std::unique_ptr<Backend> cpu_;
+  ModelWeights gpu_owner_, cpu_owner_;
+};
+
+// want[t, n] = Σ_k x[t, k] w[n, k]; scale = Σ_k |x w|.
+void project_ref(const std::vector<float>& x, const std::vector<float>& w, int64_t T, int64_t N, int64_t K,
+                 std::vector<double>& want, std::vector<double>& scale) {
+  want.assign(size_t(T * N), 0.0);
+  scale.assign(size_t(T * N), 0.0);
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t n = 0; n < N; ++n) {
+      double s = 0, a = 0;
+      const float* xr = x.data() + t * K;
+      const float* wr = w.data() + n * K;
+      for (int64_t k = 0; k < K; ++k) {
+        const double p = double(xr[k]) * wr[k];
+        s += p, a += std::fabs(p);
+      }
+      want[size_t(t * N + n)] = s, scale[size_t(t * N + n)] = a;
+    }
+}
+
+// The fp32 roundings of a decoding product: K/64 mma steps per K-slice (as
+// BF16's mma_gemv, whose bound is K/32 + 8), the slices' three additions,
+// one multiply per scale group and the row factor.
+double project_chain(int64_t K) { return double(K) / 32 + 16; }
+
+struct Shape {
+  int64_t N, K;
+  std::vector<int64_t> Ts;
+};
+
+// K a multiple of every format's block (128 for INT4 groups and FP8 blocks
+// where those apply); N never a multiple of a tile.
+std::vector<Shape> shapes_for(const QSpec& q) {
+  std::vector<Shape> s = {
+      {1000, 4096, {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 33, 64}},
+      {q.kind == QuantKind::Int4 ? 4104 : 4099, 640, {1, 8, 16, 33}},  // a partial last granule (INT4: N % 8 == 0)
+  };
+  if (q.kind == QuantKind::Nvfp4) s.push_back({77, 1040, {1, 9, 17, 64}});  // K % 128 != 0: the unaligned path
+  if (q.kind == QuantKind::Nvfp4) s.push_back({45, 48, {1, 3, 16}});
+  if (q.kind == QuantKind::Mxfp4) s.push_back({77, 1056, {1, 9, 17, 64}});
+  if (q.kind == QuantKind::Fp8) s.push_back({301, 1000, {1, 9, 17, 64}});  // FP8: K % 16 == 0 only where blocks say
+  if (q.kind == QuantKind::Int4) s.push_back({264, 1152, {1, 9, 17, 64}});
+  return s;
+}
+
+TEST_F(QuantTest, ProjectMatchesReferenceAndCpuBackend) {
+  uint32_t seed = 100;
+  for (const QSpec& q : kSpecs) {
+    if (!runs(q)) continue;
+    for (const Shape& sh : shapes_for(q)) {
+      if (q.kind == QuantKind::Fp8 && q.grid == Fp8Grid::Block && sh.K % 128) continue;
+      const int64_t N = sh.N, K = sh.K;
+      HostQuantWeight hw = random_quant(q, 1, N, K, ++seed);
+      const std::vector<float> wd = dequantize(hw, 1, N, K);
+      auto [tg, tc] = import_both(hw, {N, K});
+      ASSERT_FALSE(tg.empty() || tc.empty()) << q.name;
+      for (int64_t T : sh.Ts) {
+        auto x = as_stored(random_floats(size_t(T * K), ++seed), DType::BF16);
+        Tensor gx = up(DType::BF16, {T, K}, x);
+        Tensor go = poisoned(DType::F32, {T, N}), gob = poisoned(DType::BF16, {T, N});
+        b().matmul(go, gx, tg);
+        if (T == 1 || T == 17) b().matmul(gob, gx, tg);
+        run();
+        Tensor cx = cpu_f32({T, K}, x);
+        auto co = cpu_->alloc(DType::F32, {T, N});
+        ASSERT_TRUE(co.ok());
+        cpu_owner_.owned.push_back(*co);
+        cpu_->matmul(*co, cx, tc);
+        ASSERT_TRUE(cpu_->execute().ok());
+        std::vector<double> want, scale;
+        project_ref(x, wd, T, N, K, want, scale);
+        const std::string what = std::string(q.name) + " N " + std::to_string(N) + " K " + std::to_string(K) + " T " +
+                                 std::to_string(T);
+        const auto got = get(go);
+        const auto tol = fp32_tol(scale, project_chain(K));
+        expect_close(std::string("project ") + q.name, got, want, tol, false, what);
+        const auto cpu = cpu_get(*co);
+        std::vector<double> cpu_d(cpu.begin(), cpu.end()), tol2(tol);
+        for (auto& v : tol2) v *= 2;
+        expect_close(std::string("project vs cpu ") + q.name, got, cpu_d, tol2, false, what + " (vs the CPU backend)");
+        if (T == 1 || T == 17) expect_close(std::string("project ") + q.name, get(gob), want, tol, true, what + " bf16 out");
+        if (HasFailure()) return;  // one shape's diagnostics are enough
+      }
+    }
+  }
+}
+
+TEST_F(QuantTest, ProjectRowIsBatchInvariantAndDeterministic) {
+  uint32_t seed = 500;
+  for (const QSpec& q : kSpecs) {
+    if (!runs(q)) continue;
+    for (int64_t K : {int64_t(4096), int64_t(1152)}) {
+      const int64_t N = 1000, B = 64;
+      HostQuantWeight hw = random_quant(q, 1, N, K, ++seed);
+      auto tw = import_quantized(b(), {N, K}, quant_view(hw), false, gpu_owner_);
+      ASSERT_TRUE(tw.ok()) << tw.message();
+      auto x = random_floats(size_t(B * K), ++seed);
+      Tensor tx = up(DType::BF16, {B, K}, x);
+      Tensor ob = poisoned(DType::BF16, {B, N}), ob2 = poisoned(DType::BF16, {B, N});
+      b().matmul(ob, tx, *tw);
+      b().matmul(ob2, tx, *tw);
+      run();
+      const auto all = get_bytes(ob), all2 = get_bytes(ob2);
+      EXPECT_EQ(all, all2) << q.name << " K " << K << ": the same product twice differs";
+      const size_t row = size_t(N) * 2;
+      // Sub-batches of 1, 5, 16, 17 and 33 rows (every tile shape) holding rows of the batch.
+      for (auto [first, count] : {std::pair<int64_t, int64_t>{37, 1}, {0, 1}, {63, 1}, {10, 5}, {30, 16}, {3, 17}, {20, 33}}) {
+        std::vector<float> xs(x.begin() + first * K, x.begin() + (first + count) * K);
+        Tensor txs = up(DType::BF16, {count, K}, xs);
+        Tensor os = poisoned(DType::BF16, {count, N});
+        b().matmul(os, txs, *tw);
+        run();
+        const auto sub = get_bytes(os);
+        for (int64_t r = 0; r < count; ++r) {
+          const int cmp = std::memcmp(all.data() + size_t(first + r) * row, sub.data() + size_t(r) * row, row);
+          if (cmp != 0) {
+            int64_t n = 0;
+            while (n < N && std::memcmp(all.data() + size_t(first + r) * row + 2 * n, sub.data() + size_t(r) * row + 2 * n, 2) == 0) ++n;
+            ADD_FAILURE() << q.name << " K " << K << ": row " << first + r << " of a batch of 64 differs from row " << r
+                          << " of a batch of " << count << " (first at column " << n << ")";
+            break;
+          }
+        }
+      }
+    }
+  }
+}
+
+struct QExpertCase {
+  int64_t T, E, K, Hm, I;
+};
+
+TEST_F(QuantTest, ExpertsMatchReferenceAndCpuBackendAndAreBatchInvariant) {
+  const QExpertCase cases[] = {
+      {1, 8, 4, 512, 256}, {16, 8, 4, 512, 384}, {33, 16, 8, 256, 128}, {64, 8, 8, 1024, 512}, {5, 4, 2, 1152, 256},
+      {3, 4, 2, 96, 48},  // K % 128 != 0: the unaligned paths
+      {4, 4, 2, 512, 96},  // aligned gate/up, unaligned down (FP8: block scales in one product only)
+  };
+  uint32_t seed = 900;
+  for (const QSpec& q : kSpecs) {
+    if (!runs(q)) continue;
+    for (const auto& c : cases) {
+      const int64_t Hm = c.Hm, I = c.I, E = c.E, T = c.T;
+      HostQuantWeight hg = random_quant(q, E, 2 * I, Hm, ++seed), hd = random_quant(q, E, Hm, I, ++seed);
+      if (q.kind == QuantKind::Nvfp4) {  // gate and up halves get their own global (the release's layout)
+        hg = random_quant(QSpec{q.kind, 2, q.grid, q.group, q.name}, E, 2 * I, Hm, seed + 1000);
+      }
+      const auto gud = dequantize(hg, E, 2 * I, Hm), dnd = dequantize(hd, E, Hm, I);
+      auto [gg, cg] = import_both(hg, {E, 2 * I, Hm});
+      auto [gd, cd] = import_both(hd, {E, Hm, I});
+      ASSERT_FALSE(gg.empty() || cg.empty() || gd.empty() || cd.empty()) << q.name;
+      auto u = as_stored(random_floats(size_t(T * Hm), ++seed), DType::BF16);
+      auto gain = random_floats(size_t(Hm), ++seed, 0.3f, 1.0f);
+      auto ids = random_ids(T, E, c.K, ++seed);
+      auto wts = random_floats(size_t(T * c.K), ++seed, 0.2f, 0.5f);
+      Tensor tu = up(DType::BF16, {T, Hm}, u), tg = up(DType::F32, {Hm}, gain), tw = up(DType::F32, {T, c.K}, wts);
+      Tensor tids = up_i32({T, c.K}, ids);
+      Tensor out = poisoned(DType::F32, {T, Hm}), outb = poisoned(DType::BF16, {T, Hm});
+      b().moe_experts(out, tu, gg, gd, tg, tids, tw, 1e-6f);
+      b().moe_experts(outb, tu, gg, gd, tg, tids, tw, 1e-6f);
+      run();
+      ExpertCase ec{T, E, c.K, Hm, I, DType::BF16};
+      std::vector<double> want, tol;
+      experts_ref(ec, u, gud, dnd, gain, ids, wts, 1e-6, want, tol, true);
+      const std::string what = std::string(q.name) + " experts T " + std::to_string(T) + " E " + std::to_string(E) +
+                               " Hm " + std::to_string(Hm) + " I " + std::to_string(I);
+      const auto got = get(out);
+      expect_close(std::string("moe_experts ") + q.name, got, want, tol, false, what);
+      expect_close(std::string("moe_experts ") + q.name, get(outb), want, tol, true, what + " bf16 out");
+      // The CPU backend's quantized experts (fp32 a, so within the same bound twice).
+      Tensor cu = cpu_f32({T, Hm}, u), cgn = cpu_f32({Hm}, gain), cw = cpu_f32({T, c.K}, wts);
+      Tensor cid = cpu_i32({T, c.K}, ids);
+      auto co = cpu_->alloc(DType::F32, {T, Hm});
+      ASSERT_TRUE(co.ok());
+      cpu_owner_.owned.push_back(*co);
+      cpu_->moe_experts(*co, cu, cg, cd, cgn, cid, cw, 1e-6f);
+      ASSERT_TRUE(cpu_->execute().ok());
+      const auto cpu = cpu_get(*co);
+      std::vector<double> cpu_d(cpu.begin(), cpu.end()), tol2(tol);
+      for (auto& v : tol2) v *= 2;
+      expect_close(std::string("moe_experts vs cpu ") + q.name, got, cpu_d, tol2, false, what + " (vs the CPU backend)");
+      // Each token alone gives its row of the batch, bit for bit.
+      const auto all = get_bytes(out);
+      for (int64_t t : {int64_t(0), T / 2, T - 1}) {
+        std::vector<float> u1(u.begin() + t * Hm, u.begin() + (t + 1) * Hm), w1(wts.begin() + t * c.K, wts.begin() + (t + 1) * c.K);
+        std::vector<int32_t> i1(ids.begin() + t * c.K, ids.begin() + (t + 1) * c.K);
+        Tensor tu1 = up(DType::BF16, {1, Hm}, u1), tw1 = up(DType::F32, {1, c.K}, w1);
+        Tensor ti1 = up_i32({1, c.K}, i1);
+        Tensor o1 = poisoned(DType::F32, {1, Hm});
+        b().moe_experts(o1, tu1, gg, gd, tg, ti1, tw1, 1e-6f);
+        run();
+        const auto one = get_bytes(o1);
+        EXPECT_EQ(0, std::memcmp(one.data(), all.data() + size_t(t * Hm) * 4, size_t(Hm) * 4))
+            << what << ": token " << t << " alone differs from the batch";
+      }
+      if (HasFailure()) return;
+    }
+  }
+}
+
+// Layouts the kernels do not take are refused at enqueue, by name.
+TEST_F(QuantTest, UnsupportedInputsAreRefusedByName) {
+  const QSpec q = kSpecs[0];
+  if (!runs(q)) return;
+  HostQuantWeight hw = random_quant(q, 1, 32, 256, 7);
+  auto tw = import_quantized(b(), {32, 256}, quant_view(hw), false, gpu_owner_);
+  ASSERT_TRUE(tw.ok()) << tw.message();
+  auto x = random_floats(size_t(2 * 256), 8);
+  Tensor tx = up(DType::F32, {2, 256}, x);  // F32 activations: the decoding kernels take BF16
+  Tensor o = poisoned(DType::F32, {2, 32});
+  b().matmul(o, tx, *tw);
+  Status s = b().execute();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("BF16 activations"), std::string::npos) << s.message();
+}
+
+}  // namespace
+}  // namespace muse::cuda_testing
