@@ -118,13 +118,33 @@ __device__ unsigned long long block_ext_u64(unsigned long long v, bool want_max,
   return sh.key;
 }
 
+// f(i, x[i]) for this thread's ids i < n, in increasing order (the order
+// its sums take), with four loads in flight per step: a pass over a row is
+// bound by load latency, not bandwidth, at one block per row.
+template <class F>
+__device__ __forceinline__ void for_each_value(const float* x, int n, F f) {
+  for (int i0 = threadIdx.x; i0 < n; i0 += 4 * kThreads) {
+    float v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int i = i0 + u * kThreads;
+      v[u] = i < n ? x[i] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int i = i0 + u * kThreads;
+      if (i < n) f(i, v[u]);
+    }
+  }
+}
+
 // The radix descent. Among members in descending key order, finds the
 // element e whose running weight first reaches `target` (inclusive: sum >=
 // target, strict: sum > target). False when the total does not reach it.
-// key(i) must be < 2^(4·levels).
+// key(i, x[i]) must be < 2^(4·levels); member and weight take (i, x[i]) too.
 template <class Member, class Weight, class Key>
-__device__ bool select_key(int n, int levels, double target, bool strict, Member member, Weight weight, Key key,
-                           SampleShared& sh, unsigned long long* out) {
+__device__ bool select_key(const float* x, int n, int levels, double target, bool strict, Member member, Weight weight,
+                           Key key, SampleShared& sh, unsigned long long* out) {
   unsigned long long prefix = 0;
   double above = 0.0;  // weight of the members whose key is above the current prefix's range
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -133,15 +153,15 @@ __device__ bool select_key(int n, int levels, double target, bool strict, Member
     double bins[kBins];
 #pragma unroll
     for (int j = 0; j < kBins; ++j) bins[j] = 0.0;
-    for (int i = threadIdx.x; i < n; i += kThreads) {
-      const unsigned long long k = key(i);
-      if (shift + 4 < 64 && (k >> (shift + 4)) != (prefix >> (shift + 4))) continue;
-      if (!member(i)) continue;
+    for_each_value(x, n, [&](int i, float v) {
+      const unsigned long long k = key(i, v);
+      if (shift + 4 < 64 && (k >> (shift + 4)) != (prefix >> (shift + 4))) return;
+      if (!member(i, v)) return;
       const int d = int((k >> shift) & 15ull);
-      const double w = weight(i);
+      const double w = weight(i, v);
 #pragma unroll
       for (int j = 0; j < kBins; ++j) bins[j] += d == j ? w : 0.0;
-    }
+    });
 #pragma unroll
     for (int j = 0; j < kBins; ++j) {
       double v = bins[j];
@@ -196,21 +216,21 @@ __device__ bool select_key(int n, int levels, double target, bool strict, Member
 }
 
 // The top `k` entries by key among ids < n (keys unique): into sh.top_*,
-// best first, with value(i) beside each id.
+// best first, with value(i, x[i]) beside each id.
 template <class Value>
-__device__ void top_entries(int n, int k, const Keys& keys, Value value, SampleShared& sh) {
+__device__ void top_entries(const float* x, int n, int k, const Keys& keys, Value value, SampleShared& sh) {
   if (threadIdx.x == 0) sh.top_n = 0;
   __syncthreads();
   if (k <= 0) return;
   const int levels = (32 + keys.id_bits + 3) / 4;
   unsigned long long kth = 0;
   const bool found = select_key(
-      n, levels, double(k), false, [](int) { return true; }, [](int) { return 1.0; },
-      [&](int i) { return keys.rank(value(i), i); }, sh, &kth);
+      x, n, levels, double(k), false, [](int, float) { return true; }, [](int, float) { return 1.0; },
+      [&](int i, float xv) { return keys.rank(value(i, xv), i); }, sh, &kth);
   if (!found) kth = 0;  // fewer than k ids: all of them
   __syncthreads();
-  for (int i = threadIdx.x; i < n; i += kThreads) {
-    const float v = value(i);
+  for_each_value(x, n, [&](int i, float xv) {
+    const float v = value(i, xv);
     if (keys.rank(v, i) >= kth) {
       const int slot = atomicAdd(&sh.top_n, 1);  // a slot only; the order is fixed below
       if (slot < kRowSampleMaxTop) {
@@ -218,7 +238,7 @@ __device__ void top_entries(int n, int k, const Keys& keys, Value value, SampleS
         sh.top_value[slot] = v;
       }
     }
-  }
+  });
   __syncthreads();
   if (threadIdx.x == 0) {
     const int m = sh.top_n < kRowSampleMaxTop ? sh.top_n : kRowSampleMaxTop;
@@ -274,22 +294,18 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(RowSampleResult* 
   double raw_lse = 0.0;
   bool raw_finite = false;
   if (want && raw_mode) {
-    const unsigned long long best = block_ext_u64(
-        [&] {
-          unsigned long long m = 0;
-          for (int i = threadIdx.x; i < n; i += kThreads) m = max(m, keys.rank(x[i], i));
-          return m;
-        }(),
-        true, sh);
-    const float mx = x[keys.id_of(best)];
+    unsigned long long m = 0;
+    for_each_value(x, n, [&](int i, float v) { m = max(m, keys.rank(v, i)); });
+    const float mx = x[keys.id_of(block_ext_u64(m, true, sh))];
     raw_finite = mx != -INFINITY;
     double s = 0.0;
     if (raw_finite)
-      for (int i = threadIdx.x; i < n; i += kThreads)
-        if (x[i] != -INFINITY) s += exp(double(x[i]) - double(mx));
+      for_each_value(x, n, [&](int, float v) {
+        if (v != -INFINITY) s += exp(double(v) - double(mx));
+      });
     s = block_sum_d(s, sh);
     raw_lse = raw_finite ? double(mx) + log(s) : 0.0;
-    top_entries(n, top_k_lp, keys, [&](int i) { return x[i]; }, sh);
+    top_entries(x, n, top_k_lp, keys, [](int, float v) { return v; }, sh);
   }
   __syncthreads();
   // The processors (edits are one per id).
@@ -309,18 +325,19 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(RowSampleResult* 
   int chosen = 0;
   if (sp.flags & kRowGreedy) {
     unsigned long long m = 0;
-    for (int i = threadIdx.x; i < n; i += kThreads) m = max(m, keys.rank(x[i], i));
+    for_each_value(x, n, [&](int i, float v) { m = max(m, keys.rank(v, i)); });
     chosen = keys.id_of(block_ext_u64(m, true, sh));
     if (want && !raw_mode) {
       const float mx = x[chosen];
       const bool finite = mx != -INFINITY;
       double s = 0.0;
       if (finite)
-        for (int i = threadIdx.x; i < n; i += kThreads)
-          if (x[i] != -INFINITY) s += exp(double(x[i]) - double(mx));
+        for_each_value(x, n, [&](int, float v) {
+          if (v != -INFINITY) s += exp(double(v) - double(mx));
+        });
       s = block_sum_d(s, sh);
       const double lse = finite ? double(mx) + log(s) : 0.0;
-      top_entries(n, top_k_lp, keys, [&](int i) { return x[i]; }, sh);
+      top_entries(x, n, top_k_lp, keys, [](int, float v) { return v; }, sh);
       if (threadIdx.x == 0) {
         res->logprob = logprob_of(mx, lse, finite);
         for (int j = 0; j < sh.top_n; ++j) {
@@ -332,76 +349,80 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(RowSampleResult* 
     }
   } else {
     const float inv_t = sp.inv_temperature;
-    auto scaled = [&](int i) { return x[i] * inv_t; };
+    auto scaled = [&](float v) { return v * inv_t; };  // the host's in-place multiply
     unsigned long long m = 0;
-    for (int i = threadIdx.x; i < n; i += kThreads) m = max(m, keys.rank(scaled(i), i));
-    const float mx = scaled(keys.id_of(block_ext_u64(m, true, sh)));
+    for_each_value(x, n, [&](int i, float v) { m = max(m, keys.rank(scaled(v), i)); });
+    const float mx = scaled(x[keys.id_of(block_ext_u64(m, true, sh))]);
     const double mxd = double(mx);
-    bool any = mx != -INFINITY;
+    const bool any = mx != -INFINITY;
     // Candidates: finite, p > 0, p >= min_p (relative to the most likely).
-    auto prob = [&](int i) { return exp(double(scaled(i)) - mxd); };
+    auto prob = [&](int, float v) { return exp(double(scaled(v)) - mxd); };
     if (threadIdx.x == 0) sh.value = any ? double(candidate_floor(mx, sp.min_p)) : 0.0;
     __syncthreads();
     const float floor_value = float(sh.value);
     __syncthreads();
-    auto candidate = [&](int i) {
-      const float s = scaled(i);
+    auto candidate = [&](int, float v) {
+      const float s = scaled(v);
       return s != -INFINITY && s >= floor_value;
     };
     const bool by_rank = (sp.top_k > 0 && sp.top_k < n) || sp.top_p < 1.0;
     unsigned long long kth = 0, pth = 0;  // key thresholds (0: none)
-    auto kept2 = [&](int i) { return candidate(i) && keys.rank(scaled(i), i) >= kth; };
-    auto kept3 = [&](int i) { return kept2(i) && keys.rank(scaled(i), i) >= pth; };
+    auto rank_key = [&](int i, float v) { return keys.rank(scaled(v), i); };
+    auto kept2 = [&](int i, float v) { return candidate(i, v) && rank_key(i, v) >= kth; };
+    auto kept3 = [&](int i, float v) { return kept2(i, v) && rank_key(i, v) >= pth; };
     double sum3 = 1.0;
     if (any) {
       if (sp.top_k > 0) {
         double c = 0.0;
-        for (int i = threadIdx.x; i < n; i += kThreads) c += candidate(i) ? 1.0 : 0.0;
+        for_each_value(x, n, [&](int i, float v) { c += candidate(i, v) ? 1.0 : 0.0; });
         c = block_sum_d(c, sh);
         if (double(sp.top_k) < c)
-          select_key(n, rank_levels, double(sp.top_k), false, candidate, [](int) { return 1.0; },
-                     [&](int i) { return keys.rank(scaled(i), i); }, sh, &kth);
+          select_key(x, n, rank_levels, double(sp.top_k), false, candidate, [](int, float) { return 1.0; }, rank_key,
+                     sh, &kth);
       }
       double sum2 = 0.0;
-      for (int i = threadIdx.x; i < n; i += kThreads)
-        if (kept2(i)) sum2 += prob(i);
+      for_each_value(x, n, [&](int i, float v) {
+        if (kept2(i, v)) sum2 += prob(i, v);
+      });
       sum2 = block_sum_d(sum2, sh);
       if (sp.top_p < 1.0) {
         unsigned long long k = 0;
-        if (select_key(n, rank_levels, sp.top_p, false, kept2, [&](int i) { return prob(i) / sum2; },
-                       [&](int i) { return keys.rank(scaled(i), i); }, sh, &k))
+        if (select_key(x, n, rank_levels, sp.top_p, false, kept2, [&](int i, float v) { return prob(i, v) / sum2; },
+                       rank_key, sh, &k))
           pth = k;
       }
       sum3 = 0.0;
-      for (int i = threadIdx.x; i < n; i += kThreads)
-        if (kept3(i)) sum3 += prob(i);
+      for_each_value(x, n, [&](int i, float v) {
+        if (kept3(i, v)) sum3 += prob(i, v);
+      });
       sum3 = block_sum_d(sum3, sh);
       const double target = sp.uniform * sum3;
       unsigned long long k = 0;
       bool hit;
       if (by_rank)
-        hit = select_key(n, rank_levels, target, true, kept3, prob, [&](int i) { return keys.rank(scaled(i), i); }, sh, &k);
+        hit = select_key(x, n, rank_levels, target, true, kept3, prob, rank_key, sh, &k);
       else
-        hit = select_key(n, id_levels, target, true, kept3, prob, [&](int i) { return keys.by_id(i); }, sh, &k);
+        hit = select_key(x, n, id_levels, target, true, kept3, prob, [&](int i, float) { return keys.by_id(i); }, sh, &k);
       if (hit) {
         chosen = keys.id_of(k);
       } else {  // rounding left the variate past the total: the last candidate in draw order
         unsigned long long lo = ~0ull;
-        for (int i = threadIdx.x; i < n; i += kThreads)
-          if (kept3(i)) {
-            const unsigned long long ki = by_rank ? keys.rank(scaled(i), i) : keys.by_id(i);
+        for_each_value(x, n, [&](int i, float v) {
+          if (kept3(i, v)) {
+            const unsigned long long ki = by_rank ? rank_key(i, v) : keys.by_id(i);
             lo = ki < lo ? ki : lo;
           }
+        });
         chosen = keys.id_of(block_ext_u64(lo, false, sh));
       }
     }
     if (want && !raw_mode) {
       // The distribution the draw used: kept ids at their scaled logits, the rest -inf.
       const double lse = any ? mxd + log(sum3) : 0.0;
-      auto kept_value = [&](int i) { return any && kept3(i) ? scaled(i) : -INFINITY; };
-      top_entries(n, top_k_lp, keys, kept_value, sh);
+      auto kept_value = [&](int i, float v) { return any && kept3(i, v) ? scaled(v) : -INFINITY; };
+      top_entries(x, n, top_k_lp, keys, kept_value, sh);
       if (threadIdx.x == 0) {
-        res->logprob = logprob_of(kept_value(chosen), lse, any);
+        res->logprob = logprob_of(kept_value(chosen, x[chosen]), lse, any);
         for (int j = 0; j < sh.top_n; ++j) {
           res->top_id[j] = sh.top_id[j];
           res->top_logprob[j] = logprob_of(sh.top_value[j], lse, any);
