@@ -131,12 +131,14 @@ TEST(ProjectVariants, EveryGemvVariantGivesTheSameBits) {
     return out;
   };
   uint32_t seed = 7000;
-  for (int64_t T : {1, 5, 16, 29, 64, 130})
+  // Variant 7 is the prefill GEMM (the rule's choice above 64 rows): 128 × 128
+  // tiles, so also N and T across tile edges.
+  for (int64_t T : {1, 5, 16, 29, 64, 130, 300})
     for (int64_t K : {8, 136, 1000, 4168}) {
-      const int64_t N = 77;
+      const int64_t N = T == 300 ? 333 : 77;
       seed += 2;
-      const auto want = bytes_for(0, T, N, K, seed);
-      for (int v : {1, 2, 3, 4, 5, 6})
+      const auto want = bytes_for(1, T, N, K, seed);
+      for (int v : {0, 2, 3, 4, 5, 6, 7})
         EXPECT_EQ(want, bytes_for(v, T, N, K, seed)) << "variant " << v << " T " << T << " K " << K;
     }
 #endif

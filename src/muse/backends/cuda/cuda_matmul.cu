@@ -1,6 +1,7 @@
 // project: out[T, N] = x[T, K] · W[N, K]ᵀ, fp32 accumulation.
 //  - T <= 64, x and W both BF16, K % 8 == 0, 16-byte aligned rows: the
-//    weight-streaming tensor-core kernel below (mma_gemv).
+//    weight-streaming tensor-core kernel below (mma_gemv); T > 64 the same
+//    shapes: the tiled GEMM of cuda_mma_gemm.cu, bit for bit the same sums.
 //  - T <= 64 otherwise (F32 x or W, odd K): the warp-dot kernel
 //    (cuda_dot.cuh).
 //    Both have a reduction order that does not depend on T, so a row's
@@ -419,7 +420,8 @@ void launch_mma_nt(cudaStream_t s, const __nv_bfloat16* x, int64_t T, const __nv
 }
 
 // variant: 0 the default rule; 1 the register kernel with its tile rule;
-// 2, 3, 4, 6 the ring with that many stages; 5 wide_gemv (timing tests). Every variant
+// 2, 3, 4, 6 the ring with that many stages; 5 wide_gemv; 7 the tiled
+// prefill GEMM (cuda_mma_gemm.cu), the rule's choice above 64 rows (timing tests). Every variant
 // gives the same bits, so the rule may pick by shape freely. The rule, from
 // the H200 timings of every variant on Glimmer's shapes (bench/NOTES.md,
 // 2026-12-01): the 3-stage ring up to 8 rows (its 48 KB of shared memory
@@ -435,7 +437,8 @@ cudaError_t launch_mma_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, co
   auto* wp = static_cast<const __nv_bfloat16*>(w.data);
   const int odt = dt_code(out.dtype);
   const int64_t ldo = out.cols();
-  if (variant == 0) variant = T <= 8 ? 3 : T <= 16 && N >= 32768 ? 5 : 1;
+  if (variant == 0) variant = T > 64 ? 7 : T <= 8 ? 3 : T <= 16 && N >= 32768 ? 5 : 1;
+  if (variant == 7) return launch_mma_gemm(s, x, w, out);
   if (variant == 1) {
     if (T <= 8) launch_mma_nt<1>(s, xp, T, wp, N, K, out.data, odt, ldo);
     else if (T <= 16) launch_mma_nt<2>(s, xp, T, wp, N, K, out.data, odt, ldo);
@@ -556,8 +559,9 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
     }
   }
   if (x.rows() == 0) return;
-  // Every T goes through our fixed-order kernel (mma_gemv tiles T in 64-row
-  // blocks; the sum order depends only on K), so a row's bits do not depend
+  // Every T goes through our fixed-order kernels (mma_gemv up to 64 rows,
+  // the tiled GEMM of cuda_mma_gemm.cu above: the same sum order, which
+  // depends only on K), so a row's bits do not depend
   // on how a prompt is chunked or what shares its step: prefix caching and
   // chunked prefill then give the same tokens as one whole prefill, as on the
   // CPU. cuBLASLt (kCublasLtAboveRows) is faster for long prefills but its

@@ -195,4 +195,8 @@ __device__ __forceinline__ void ring_reduce(uint4* ring, int s, int lane, const 
   }
 }
 
+// The prefill product for T > 64 rows (cuda_mma_gemm.cu): the decode
+// kernels' bits, from 128 × 128 tiles staged in shared memory.
+cudaError_t launch_mma_gemm(cudaStream_t s, const Tensor& x, const Tensor& w, const Tensor& out);
+
 }  // namespace muse::cuda
