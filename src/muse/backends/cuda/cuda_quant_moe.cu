@@ -16,13 +16,13 @@ namespace {
 
 // Tiles per format: weight tiles per warp (gate/up: the gate rows' and the
 // up rows' tiles; INT4 works in groups of 32 rows, two tiles each), ring
-// stages (at most ~78 KB of shared memory per block).
+// stages: at most ~74 KB of shared memory per block (3 blocks per SM).
 template <QFmt F>
 struct ExpertTiles {
   static constexpr int kGateUpRW = F == QFmt::Int4 ? 4 : 2;
   static constexpr int kDownRW = F == QFmt::Int4 ? 2 : 1;
-  static constexpr int kGateUpStages = fp4_format(F) ? 2 : 4;
-  static constexpr int kDownStages = fp4_format(F) ? 3 : 6;
+  static constexpr int kGateUpStages = fp4_format(F) ? 2 : F == QFmt::Int4 ? 3 : 4;
+  static constexpr int kDownStages = fp4_format(F) ? 3 : F == QFmt::Int4 ? 5 : 6;
   static constexpr int kRows = F == QFmt::Int4 ? 32 : 16;  // output rows per block (gate/up: of each half)
 };
 
