@@ -8,9 +8,8 @@
 // correct, not fast (docs/cuda.md, "Not yet"); no dequantized copy of a
 // weight is ever made.
 //
-// Tiles (the same bits whatever the tile, as for BF16): T <= 8 one 16-row
-// tile per warp and a 3-stage ring; T 9..16 two tiles (x fragments reused
-// across 32 rows) and 2 stages; above, one tile and 3 stages.
+// Tiles (the same bits whatever the tile, as for BF16) per format and T:
+// launch_quant_rows below.
 #include <string>
 
 #include "muse/backends/cuda/cuda_quant_fp8_int4.cuh"
