@@ -29,6 +29,7 @@ struct QSpec {
   Fp8Grid grid = Fp8Grid::Channel;  // FP8 scale grid
   int64_t group = 128;             // INT4 group size
   const char* name;
+  bool int4_symmetric_bf16 = false;  // INT4 as compressed-tensors stores it: BF16 scales, no zero points (z = 8)
 };
 
 const QSpec kSpecs[] = {
@@ -39,6 +40,7 @@ const QSpec kSpecs[] = {
     {QuantKind::Fp8, 1, Fp8Grid::Channel, 128, "fp8 per channel"},
     {QuantKind::Fp8, 1, Fp8Grid::Block, 128, "fp8 128x128 blocks"},
     {QuantKind::Int4, 1, Fp8Grid::Channel, 128, "int4 gptq g128"},
+    {QuantKind::Int4, 1, Fp8Grid::Channel, 128, "int4 symmetric bf16 scales", true},
 };
 
 // Random quantized weights [E, N, K] in the engine's layouts (tensor.h).
@@ -100,19 +102,22 @@ HostQuantWeight random_quant(const QSpec& q, int64_t E, int64_t N, int64_t K, ui
     case QuantKind::Int4: {
       w.code_dtype = DType::F4;
       const int64_t G = q.group, groups = (K + G - 1) / G;
-      w.format.scale_dtype = DType::F16;
+      const bool sym = q.int4_symmetric_bf16;
+      w.format.scale_dtype = sym ? DType::BF16 : DType::F16;
       w.format.block_rows = 1, w.format.block_cols = int32_t(G);
-      w.format.zero_offset = 1;
+      w.format.zero_offset = sym ? 0 : 1;
       w.codes.resize(size_t(E * (K / 8) * N * 4));
       for (auto& b : w.codes) b = uint8_t(pick(0, 255));
       std::vector<uint16_t> s(size_t(E * groups * N));
-      for (auto& v : s) v = f32_to_f16(uni(0.01, 0.04));
+      for (auto& v : s) v = sym ? f32_to_bf16(uni(0.01, 0.04)) : f32_to_f16(uni(0.01, 0.04));
       w.scales.resize(s.size() * 2);
       std::memcpy(w.scales.data(), s.data(), w.scales.size());
       w.scale_shape = shape({groups, N});
-      w.zeros.resize(size_t(E * groups * (N / 8) * 4));
-      for (auto& b : w.zeros) b = uint8_t(pick(0, 255));
-      w.zero_shape = shape({groups, N / 8});
+      if (!sym) {
+        w.zeros.resize(size_t(E * groups * (N / 8) * 4));
+        for (auto& b : w.zeros) b = uint8_t(pick(0, 255));
+        w.zero_shape = shape({groups, N / 8});
+      }
       break;
     }
     case QuantKind::None: break;
@@ -148,11 +153,13 @@ std::vector<float> dequantize(const HostQuantWeight& w, int64_t E, int64_t N, in
         } else {
           const int64_t G = f.block_cols, groups = (K + G - 1) / G, g = k / G;
           const int q = int((u32(w.codes, size_t(e * (K / 8) * N + (k / 8) * N + n)) >> (4 * (k % 8))) & 15u);
-          const int z = int((u32(w.zeros, size_t(e * groups * (N / 8) + g * (N / 8) + n / 8)) >> (4 * (n % 8))) & 15u) +
-                        f.zero_offset;
+          const int z = w.zeros.empty()
+                            ? 8
+                            : int((u32(w.zeros, size_t(e * groups * (N / 8) + g * (N / 8) + n / 8)) >> (4 * (n % 8))) &
+                                  15u) + f.zero_offset;
           uint16_t h;
           std::memcpy(&h, w.scales.data() + 2 * size_t(e * groups * N + g * N + n), 2);
-          v = f16_to_f32(h) * float(q - z);
+          v = (f.scale_dtype == DType::BF16 ? bf16_to_f32(h) : f16_to_f32(h)) * float(q - z);
         }
         out[size_t((e * N + n) * K + k)] = v;
       }
@@ -260,7 +267,7 @@ TEST_F(QuantTest, ProjectMatchesReferenceAndCpuBackend) {
     if (!runs(q)) continue;
     for (const Shape& sh : shapes_for(q)) {
       if (q.kind == QuantKind::Fp8 && q.grid == Fp8Grid::Block && sh.K % 128) continue;
-      const int64_t N = sh.N, K = sh.K;
+      const int64_t N = sh.N + (q.parts == 2 && sh.N % 2 ? 1 : 0), K = sh.K;  // two globals: two equal halves
       HostQuantWeight hw = random_quant(q, 1, N, K, ++seed);
       const std::vector<float> wd = dequantize(hw, 1, N, K);
       auto [tg, tc] = import_both(hw, {N, K});
@@ -354,7 +361,7 @@ TEST_F(QuantTest, ExpertsMatchReferenceAndCpuBackendAndAreBatchInvariant) {
       const int64_t Hm = c.Hm, I = c.I, E = c.E, T = c.T;
       HostQuantWeight hg = random_quant(q, E, 2 * I, Hm, ++seed), hd = random_quant(q, E, Hm, I, ++seed);
       if (q.kind == QuantKind::Nvfp4) {  // gate and up halves get their own global (the release's layout)
-        hg = random_quant(QSpec{q.kind, 2, q.grid, q.group, q.name}, E, 2 * I, Hm, seed + 1000);
+        hg = random_quant(QSpec{q.kind, 2, q.grid, q.group, q.name, false}, E, 2 * I, Hm, seed + 1000);
       }
       const auto gud = dequantize(hg, E, 2 * I, Hm), dnd = dequantize(hd, E, Hm, I);
       auto [gg, cg] = import_both(hg, {E, 2 * I, Hm});

@@ -131,6 +131,23 @@ TEST_P(QuantModel, FixtureLoadsQuantizedMatchesTwinAndPlan) {
   EXPECT_LE(max_abs_diff(at_load.logits, q.logits), 1e-6);
 }
 
+// With a loading-progress callback (muse run / serve pass one) the slots
+// stay quantized: the counting wrapper forwards quantized() to the checkpoint.
+TEST_P(QuantModel, StaysQuantizedWithAProgressCallback) {
+  EngineOptions o;
+  o.backend.cpu.threads = 2;
+  o.max_model_len = 64;
+  o.kv_block_size = 4;
+  int calls = 0;
+  auto e = Engine::open(root_ + "/q", o, [&](const EngineLoadProgress&) { ++calls; });
+  ASSERT_TRUE(e.ok()) << e.message();
+  EXPECT_NE((*e)->model().weights().layers[1].experts_gate_up.quant, nullptr) << quant_kind_name(GetParam());
+  Loaded plain = run(root_ + "/q");
+  ASSERT_TRUE(plain.engine);
+  EXPECT_EQ((*e)->model().weights().resident_bytes(), plain.engine->model().weights().resident_bytes());
+  EXPECT_GT(calls, 0);
+}
+
 // Experts stored one by one (mlp.experts.{e}.{gate,up,down}_proj, each
 // piece quantized as a module, e.g. an AutoRound export of per-expert
 // Linears): stacked into the fused quantized layout at load, same bytes, and

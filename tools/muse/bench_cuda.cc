@@ -87,28 +87,49 @@ double kv_bytes(const ModelConfig& c, int64_t context, int64_t kv_elem_bytes) {
 
 // --quantization: the bench model's weights, every matrix made on the GPU
 // (RandomWeightSource), except that the slots `--quantization` quantizes at
-// load (experts, and per format attention; NVFP4 keeps layers 0 and L−1's
-// experts BF16, as the release does) are made quantized: random code bytes
+// load in the release's middle layers (the experts of every layer, and per
+// format attention) are made quantized: random code bytes
 // and scales in the format's layout, in ranges that keep the weights near
 // the BF16 matrices' U(±sqrt(3/in)) (so activations, routing and norms stay
 // sane), produced on the GPU like the BF16 ones (nothing crosses PCIe).
 class QuantRandomSource final : public WeightSource {
  public:
   QuantRandomSource(const ModelConfig& c, const RandomWeightOptions& ro, QuantKind kind)
-      : inner_(c, ro), kind_(kind), layers_(c.num_layers), seed_(ro.seed) {}
+      : inner_(c, ro), kind_(kind), seed_(ro.seed) {}
   Result<HostTensor> view(const WeightSpec& spec) const override { return inner_.view(spec); }
   Status read_f32(const WeightSpec& spec, float* dst) const override { return inner_.read_f32(spec, dst); }
   Result<Tensor> create_on(Backend& backend, const WeightSpec& spec, DType dtype) const override {
-    if (kind_ != QuantKind::None && spec.shape.size() >= 2 && quantized_at_load(kind_, spec, layers_))
-      return make_quantized(backend, spec);
+    if (quantized_here(spec)) return make_quantized(backend, spec);
     return inner_.create_on(backend, spec, dtype);
+  }
+  uint64_t stored_quantized_bytes(const WeightSpec& spec) const override {
+    if (!quantized_here(spec)) return 0;
+    const size_t r = spec.shape.size();
+    const uint64_t n = uint64_t(spec.numel()), K = uint64_t(spec.shape[r - 1]);
+    const uint64_t E = r == 3 ? uint64_t(spec.shape[0]) : 1, rows = n / K;
+    switch (kind_) {
+      case QuantKind::Nvfp4: return n / 2 + n / 16 + 4 * E * (spec.slot == "moe.experts.gate_up" ? 2 : 1);
+      case QuantKind::Mxfp4: return n / 2 + n / 32;
+      case QuantKind::Fp8: return n + 4 * rows;
+      case QuantKind::Int4: return n / 2 + n / 64 + n / 256;
+      case QuantKind::None: break;
+    }
+    return 0;
   }
 
  private:
+  // The slots --quantization quantizes, read as the release's middle layers
+  // (layer 1 of 62: NVFP4's BF16 exception for the first and last layers'
+  // experts does not apply to a slice standing for the model's bulk).
+  bool quantized_here(const WeightSpec& spec) const {
+    if (kind_ == QuantKind::None || spec.shape.size() < 2) return false;
+    WeightSpec middle = spec;
+    if (middle.layer >= 0) middle.layer = 1;
+    return quantized_at_load(kind_, middle, 62);
+  }
   Result<Tensor> make_quantized(Backend& b, const WeightSpec& spec) const;
   RandomWeightSource inner_;
   QuantKind kind_;
-  int64_t layers_;
   uint64_t seed_;
   // Each made weight's parts; upload_weights copies them into the model's
   // weights (which then own and release the buffers).
@@ -231,9 +252,6 @@ int bench_cuda(const BenchOptions& o) {
   eo.max_model_len = std::max(max_ctx, o.prefill) + int64_t(o.runs + 1) * o.tokens + 2;
   eo.max_batch_tokens = std::max(o.prefill, max_batch);
   eo.gpu_memory_utilization = 0.95;
-  // The source makes the quantized slots itself; the engine's memory check
-  // counts them at their quantized size.
-  eo.quantization = quant;
   const double t_load = now_s();
   auto engine = Engine::create(*config, std::make_unique<QuantRandomSource>(*config, ro, quant), eo);
   if (!engine.ok()) return fail("bench", engine.message());

@@ -118,4 +118,20 @@ Result<HostQuantView> CheckpointWeightSource::quantized(const WeightSpec& spec) 
   return v;
 }
 
+uint64_t CheckpointWeightSource::stored_quantized_bytes(const WeightSpec& spec) const {
+  const ResolvedWeight* w = ck_.find(spec.slot, spec.layer);
+  if (!w || !w->quantized()) return 0;
+  auto parts = [](const ResolvedWeight::Quantized& q) {
+    return uint64_t(q.scales.nbytes + q.zeros.nbytes) + 4 * uint64_t(q.global.size());
+  };
+  if (!w->per_expert) return uint64_t(w->tensor.nbytes) + parts(w->quant);
+  uint64_t b = 0;
+  for (size_t e = 0; e < w->experts.size(); ++e)
+    for (size_t i = 0; i < w->experts[e].size(); ++i) {
+      b += w->experts[e][i].nbytes;
+      if (e < w->expert_quant.size() && i < w->expert_quant[e].size()) b += parts(w->expert_quant[e][i]);
+    }
+  return b;
+}
+
 }  // namespace muse

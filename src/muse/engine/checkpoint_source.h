@@ -18,6 +18,7 @@ class CheckpointWeightSource final : public WeightSource {
   Status read_f32(const WeightSpec& spec, float* dst) const override;
   // Quantized slots as stored: codes, scales and zeros point into the mapping.
   Result<HostQuantView> quantized(const WeightSpec& spec) const override;
+  uint64_t stored_quantized_bytes(const WeightSpec& spec) const override;
 
  private:
   const Checkpoint& ck_;

@@ -34,15 +34,20 @@ uint64_t quantized_bytes(QuantKind kind, const WeightSpec& s) {
   return 2 * n;
 }
 
-// Bytes the weights take on `backend` (matrices in its matrix dtype, or
-// quantized as --quantization makes them; the rest F32), to refuse a model
-// that cannot fit before uploading any of it. (A checkpoint stored quantized
-// is counted at its BF16 size here: an over-estimate.)
+// Bytes the weights take on `backend` (matrices in its matrix dtype, or as
+// the source stores them quantized, or quantized as --quantization makes
+// them; the rest F32), to refuse a model that cannot fit before uploading
+// any of it. `source` (null under tensor parallelism, whose shards it does
+// not describe: then stored-quantized slots count at BF16, an over-estimate).
 uint64_t resident_weight_bytes(const ModelConfig& config, const Backend& backend, const ParallelRank& rank,
-                               QuantKind quantize) {
+                               QuantKind quantize, const WeightSource* source) {
   uint64_t bytes = 0;
   for (const WeightSpec& s : shard_weights(config, rank)) {  // this rank's shard (the whole model on one rank)
     const bool matrix = s.shape.size() >= 2 && s.reference_dtype == DType::BF16;
+    if (const uint64_t stored = matrix && source ? source->stored_quantized_bytes(s) : 0; stored > 0) {
+      bytes += stored;
+      continue;
+    }
     if (matrix && quantize != QuantKind::None && quantized_at_load(quantize, s, config.num_layers)) {
       bytes += quantized_bytes(quantize, s);
       continue;
@@ -71,6 +76,14 @@ class ProgressWeightSource final : public WeightSource {
     done(spec);
     return s;
   }
+  // Quantized slots too (without this the model would read them through
+  // view()/read_f32, i.e. dequantized, whenever a progress callback is given).
+  Result<HostQuantView> quantized(const WeightSpec& spec) const override {
+    auto r = inner_.quantized(spec);
+    if (r.ok() && r->format.kind != QuantKind::None) done(spec);
+    return r;
+  }
+  uint64_t stored_quantized_bytes(const WeightSpec& spec) const override { return inner_.stored_quantized_bytes(spec); }
 
  private:
   void done(const WeightSpec& spec) const {
@@ -176,7 +189,9 @@ Status Engine::init(const ModelConfig& config, const EngineOptions& options, con
                         std::to_string(double(mem0.free) / kGiB) + " GiB of the GPU's " +
                         std::to_string(double(mem0.total) / kGiB) +
                         " GiB are free (another process holds the rest): lower it");
-    const uint64_t wb = resident_weight_bytes(config, *backend_, group_ ? group_->rank(0) : ParallelRank{}, options.quantization);
+    const WeightSource* sizing = group_ ? nullptr : reader ? reader : source_.get();
+    const uint64_t wb =
+        resident_weight_bytes(config, *backend_, group_ ? group_->rank(0) : ParallelRank{}, options.quantization, sizing);
     if (wb + kDeviceReserveBytes > requested)
       return make_error("the model's weights need " + std::to_string(double(wb) / kGiB) + " GiB on the GPU; " +
                         "--gpu-memory-utilization " + std::to_string(options.gpu_memory_utilization) + " of " +

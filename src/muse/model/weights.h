@@ -69,6 +69,10 @@ class WeightSource {
   virtual Result<Tensor> create_on(Backend& backend, const WeightSpec& spec, DType dtype) const { return Tensor{}; }
   // The slot as stored quantized, or format.kind None when it is not.
   virtual Result<HostQuantView> quantized(const WeightSpec& spec) const { return HostQuantView{}; }
+  // Bytes a slot the source stores quantized takes resident (codes, scales,
+  // zeros, globals), 0 when it is not stored quantized: for refusing a model
+  // that cannot fit a device before anything is read. Reads no data.
+  virtual uint64_t stored_quantized_bytes(const WeightSpec& spec) const { return 0; }
 };
 
 struct WeightLoadOptions {

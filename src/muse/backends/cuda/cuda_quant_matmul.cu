@@ -8,9 +8,8 @@
 // correct, not fast (docs/cuda.md, "Not yet"); no dequantized copy of a
 // weight is ever made.
 //
-// Tiles (the same bits whatever the tile, as for BF16): T <= 8 one 16-row
-// tile per warp and a 3-stage ring; T 9..16 two tiles (x fragments reused
-// across 32 rows) and 2 stages; above, one tile and 3 stages.
+// Tiles (the same bits whatever the tile, as for BF16) per format and T:
+// launch_quant_rows below.
 #include <string>
 
 #include "muse/backends/cuda/cuda_quant_fp8_int4.cuh"
@@ -105,8 +104,11 @@ cudaError_t launch_quant_tile(cudaStream_t s, const __nv_bfloat16* x, int64_t T,
   return cudaLaunchKernelEx(&cfg, kernel, x, T, w, out, odt, ldo);
 }
 
-// The tile rule per format (no tuning runs behind it yet beyond keeping
-// every ring at or under 64 KB of shared memory: 3+ blocks per SM).
+// The tile rule per format. No GPU timings behind it yet: the rings are
+// sized so that a block stays near 48-64 KB of shared memory (3-4 blocks, 12-16
+// warps per SM) while each warp keeps 2-5 granules (9-18 KB) of codes in
+// flight; T <= 16 takes two 16-row tiles per warp where x fragments would
+// otherwise be re-read per 16 rows.
 template <QFmt F, bool ALIGNED, bool BLOCK>
 cudaError_t launch_quant_rows(cudaStream_t s, const __nv_bfloat16* x, int64_t T, const QuantDev& w, void* out,
                               int odt, int64_t ldo) {
@@ -121,8 +123,8 @@ cudaError_t launch_quant_rows(cudaStream_t s, const __nv_bfloat16* x, int64_t T,
     if (T <= 32) return launch_quant_tile<F, ALIGNED, BLOCK, 4, 1, 6>(s, x, T, w, out, odt, ldo);
     return launch_quant_tile<F, ALIGNED, BLOCK, 8, 1, 6>(s, x, T, w, out, odt, ldo);
   } else {
-    if (T <= 8) return launch_quant_tile<F, ALIGNED, BLOCK, 1, 2, 6>(s, x, T, w, out, odt, ldo);
-    if (T <= 16) return launch_quant_tile<F, ALIGNED, BLOCK, 2, 2, 6>(s, x, T, w, out, odt, ldo);
+    if (T <= 8) return launch_quant_tile<F, ALIGNED, BLOCK, 1, 2, 5>(s, x, T, w, out, odt, ldo);
+    if (T <= 16) return launch_quant_tile<F, ALIGNED, BLOCK, 2, 2, 5>(s, x, T, w, out, odt, ldo);
     if (T <= 32) return launch_quant_tile<F, ALIGNED, BLOCK, 4, 2, 4>(s, x, T, w, out, odt, ldo);
     return launch_quant_tile<F, ALIGNED, BLOCK, 8, 2, 4>(s, x, T, w, out, odt, ldo);
   }

@@ -16,13 +16,13 @@ namespace {
 
 // Tiles per format: weight tiles per warp (gate/up: the gate rows' and the
 // up rows' tiles; INT4 works in groups of 32 rows, two tiles each), ring
-// stages (at most ~78 KB of shared memory per block).
+// stages: at most ~74 KB of shared memory per block (3 blocks per SM).
 template <QFmt F>
 struct ExpertTiles {
   static constexpr int kGateUpRW = F == QFmt::Int4 ? 4 : 2;
   static constexpr int kDownRW = F == QFmt::Int4 ? 2 : 1;
-  static constexpr int kGateUpStages = fp4_format(F) ? 2 : 4;
-  static constexpr int kDownStages = fp4_format(F) ? 3 : 6;
+  static constexpr int kGateUpStages = fp4_format(F) ? 2 : F == QFmt::Int4 ? 3 : 4;
+  static constexpr int kDownStages = fp4_format(F) ? 3 : F == QFmt::Int4 ? 5 : 6;
   static constexpr int kRows = F == QFmt::Int4 ? 32 : 16;  // output rows per block (gate/up: of each half)
 };
 
@@ -97,6 +97,7 @@ __global__ void __launch_bounds__(32 * kSplit)
   constexpr int RW = Tiles::kGateUpRW, HALF = RW / 2;
   extern __shared__ uint4 ring[];
   __shared__ uint32_t lut[256];
+  pdl_launch_dependents();  // the down product may start streaming its codes; it waits for our A
   if (int(blockIdx.y) >= *ntiles) return;
   const int e = tiles[3 * blockIdx.y], g0 = tiles[3 * blockIdx.y + 1], nr = tiles[3 * blockIdx.y + 2];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
@@ -169,9 +170,22 @@ cudaError_t launch_down(cudaStream_t s, const QuantDev& dn, const int32_t* tiles
   constexpr size_t smem = quant_ring_bytes<F, Tiles::kDownRW, 1, Tiles::kDownStages>();
   constexpr auto kernel = quant_down_kernel<F, ALIGNED, BLOCK>;
   if (cudaError_t e = allow_dynamic_smem<kernel>(int(smem)); e != cudaSuccess) return e;
-  kernel<<<dim3(blocks_for(dn.N, Tiles::kRows), unsigned(max_tiles)), 32 * kSplit, smem, s>>>(A, dn, tiles, ntiles,
-                                                                                              Y);
-  return cudaGetLastError();
+  // Programmatic dependent launch: down's blocks may start while gate/up's
+  // last ones finish and stream their expert's codes (the grouping tiles they
+  // read first were complete before gate/up began); they read A only after
+  // griddepcontrol.wait (in the ring). gate/up itself is an ordinary launch:
+  // it needs the grouping's tiles to know which expert to stream.
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(blocks_for(dn.N, Tiles::kRows), unsigned(max_tiles));
+  cfg.blockDim = dim3(32 * kSplit);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attrs[1];
+  attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attrs;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, kernel, A, dn, tiles, ntiles, Y);
 }
 
 // The kernel variants by layout: the aligned (16-byte) path where the layout

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# One GPU-machine pass for quantized weights on CUDA (issue 13): the op tests
+# (QuantTest.*), the model-level ones (CudaQuantModel.*), memcheck of the
+# decoding kernels, and issue 13's decode figures (muse bench --device cuda,
+# the Spark slice with 12 layers of quantized experts (FP8: 8 layers, as 12
+# do not fit), batches 1, 16, 64) per format. Usage:
+#   tests/backend_cuda/quant-on-gpu.sh [build dir with test_backend_cuda, test_model_cuda, muse]
+# Logs go to $OUT (or ./gpu-logs); a summary is printed last. Each step is
+# bounded; the whole pass takes a few minutes.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+D=${1:-build-cuda}
+OUT=${OUT:-gpu-logs}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
+CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+S="$OUT/summary.txt"
+nvidia-smi -L | tee "$S"
+step() {  # log, timeout, command...
+  local name=$1 limit=$2 t0=$SECONDS
+  shift 2
+  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
+  echo "$name: rc=$? ($((SECONDS - t0)) s)" | tee -a "$S"
+}
+step quant_tests 240 "$D/test_backend_cuda" --gtest_filter='QuantTest.*'
+step quant_model 120 "$D/test_model_cuda" --gtest_filter='Formats/CudaQuantModel.*'
+step quant_memcheck 150 "$CS" --tool memcheck --error-exitcode 9 "$D/test_backend_cuda" \
+  --gtest_filter='QuantTest.ProjectRowIsBatchInvariantAndDeterministic:QuantTest.UnsupportedInputsAreRefusedByName'
+for q in nvfp4 mxfp4 fp8 int4; do
+  layers=12
+  [ "$q" = fp8 ] && layers=8  # 12 layers of 8-bit experts (155 GB) do not fit the H200
+  step "bench_$q" 150 "$D/muse" bench --device cuda --model spark-slice --layers "$layers" --quantization "$q" \
+    --batch 1,16,64 --context 1024 --prefill-tokens 0 --runs 3
+done
+{
+  echo "== tests"
+  grep -hE "^\[  (PASSED|FAILED) |FAILED TEST|tests ran" "$OUT/quant_tests.log" "$OUT/quant_model.log" | head -30
+  grep -h -A6 "Failure" "$OUT/quant_tests.log" "$OUT/quant_model.log" | head -60
+  grep -hE "^\[ (nvfp4|mxfp4|fp8|int4) \]" "$OUT/quant_model.log"
+  sed -n '/^op  /,$p' "$OUT/quant_tests.log" | head -30
+  echo "== memcheck"
+  grep -E "ERROR SUMMARY" "$OUT/quant_memcheck.log"
+  for q in nvfp4 mxfp4 fp8 int4; do
+    echo "== bench $q"
+    grep -vE "^\s*$" "$OUT/bench_$q.log" | tail -8
+  done
+} | tee -a "$S"
