@@ -274,7 +274,7 @@ int bench_cuda(const BenchOptions& o) {
   if (!o.json)
     std::printf("%-6s %-8s %10s %10s %12s %10s %8s\n", "batch", "context", "step ms", "tok/s", "bytes/step", "GB/s",
                 "of HBM");
-  std::string profile;
+  std::string profile, prefill_profile;
   for (int64_t ctx : o.contexts) {
     for (int64_t batch : o.batches) {
       std::vector<std::unique_ptr<Session>> sessions;
@@ -336,14 +336,17 @@ int bench_cuda(const BenchOptions& o) {
     std::vector<int32_t> prompt;
     for (int64_t i = 0; i < o.prefill; ++i) prompt.push_back(int32_t(3 + (i * 7919) % 200000));
     std::vector<double> ts;
-    for (int r = 0; r < std::max(2, o.runs / 2 + 1); ++r) {
+    const int prefill_runs = std::max(2, o.runs / 2 + 1);
+    for (int r = 0; r < prefill_runs; ++r) {
       auto fresh = e.new_session();
       if (!fresh.ok()) return fail("bench", fresh.message());
+      if (o.profile && r + 1 == prefill_runs) e.backend().profile_reset();
       const double t0 = now_s();
       auto l = (*fresh)->feed(prompt);
       if (!l.ok()) return fail("bench", l.message());
       if (r > 0) ts.push_back(now_s() - t0);  // the first is a warm-up
     }
+    if (o.profile) prefill_profile = e.backend().profile_report();
     const double t = median_of(ts);
     // FLOPs: 2 per weight per token over the dense weights (and k experts),
     // plus causal attention (QKᵀ and PV over the visible keys).
@@ -377,6 +380,7 @@ int bench_cuda(const BenchOptions& o) {
   }
   out.set("ceilings", c);
   if (!profile.empty()) out.set("profile", profile);
+  if (!prefill_profile.empty()) out.set("prefill_profile", prefill_profile);
   if (o.json) {
     std::printf("%s\n", out.dump().c_str());
   } else {
@@ -384,6 +388,8 @@ int bench_cuda(const BenchOptions& o) {
       std::printf("ceilings after: HBM read %.0f GB/s, bf16 GEMM %.0f TFLOP/s\n", ceil1->hbm_read_gbps, ceil1->bf16_tflops);
     if (!profile.empty()) std::printf("\nprofile (batch %lld, context %lld)\n%s", (long long)o.batches.front(),
                                       (long long)o.contexts.front(), profile.c_str());
+    if (!prefill_profile.empty())
+      std::printf("\nprofile (prefill of %lld tokens, one run)\n%s", (long long)o.prefill, prefill_profile.c_str());
   }
   return 0;
 }
