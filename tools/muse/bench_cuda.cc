@@ -252,6 +252,7 @@ int bench_cuda(const BenchOptions& o) {
   eo.max_model_len = std::max(max_ctx, o.prefill) + int64_t(o.runs + 1) * o.tokens + 2;
   eo.max_batch_tokens = std::max(o.prefill, max_batch);
   eo.gpu_memory_utilization = 0.95;
+  eo.record_experts = o.verify_acceptance > 0;  // the distinct experts of each verify width
   const double t_load = now_s();
   auto engine = Engine::create(*config, std::make_unique<QuantRandomSource>(*config, ro, quant), eo);
   if (!engine.ok()) return fail("bench", engine.message());
@@ -368,6 +369,12 @@ int bench_cuda(const BenchOptions& o) {
     if (!o.json)
       std::printf("prefill %lld tokens: %.3f s, %.0f tok/s, %.1f TFLOP/s = %.1f%% of the bf16 GEMM rate\n",
                   (long long)o.prefill, t, double(o.prefill) / t, tf, 100.0 * tf / ceil0->bf16_tflops);
+  }
+
+  if (o.verify_acceptance > 0) {
+    auto vw = bench_verify_widths(e, o, o.verify_acceptance);
+    if (!vw.ok()) return fail("bench", vw.message());
+    out.set("verify_widths", *vw);
   }
 
   auto ceil1 = measure_gpu_ceilings(uint64_t(8) << 30, 8192, 5);

@@ -7,6 +7,12 @@
 #include <vector>
 
 #include "command.h"
+#include "muse/core/json.h"
+#include "muse/core/status.h"
+
+namespace muse {
+class Engine;
+}
 
 namespace muse::tool {
 
@@ -34,10 +40,14 @@ struct BenchOptions {
   std::string spec_drafter;  // default: DIR/drafter
   std::string spec_prompts = "bench/data/muse_tiny_gate_prompts.json";
   bool batches_given = false;
+  // --device cuda --verify-widths A: the verify-width benchmark at per-position acceptance A (0: off).
+  double verify_acceptance = 0;
 };
 
 // The GPU benchmark (muse bench --device cuda).
 int bench_cuda(const BenchOptions& o);
+// The verify-width part of the GPU benchmark (bench_verify_width.cc).
+Result<Json> bench_verify_widths(Engine& e, const BenchOptions& o, double acceptance);
 // The speculative-decoding benchmark (muse bench --speculative DIR).
 int bench_spec(const BenchOptions& o);
 

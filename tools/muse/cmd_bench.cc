@@ -98,6 +98,9 @@ int bench_command(int argc, char** argv) {
               "codes and scales made on the GPU)");
   args.option("--bandwidth-mib", &o.bandwidth_mib, "MIB", "streaming-read buffer for the DRAM measurement (default 2048)");
   args.flag("--json", &o.json, "print one JSON object");
+  args.option("--verify-widths", &o.verify_acceptance, "A",
+              "--device cuda: time speculative verify steps of 1..8 rows and check the scheduler's width choice at "
+              "per-position acceptance A (e.g. 0.7)");
   args.flag("--profile", &o.profile, "time every backend operation and print the breakdown (slows decode slightly)");
   std::string batches, contexts;
   args.option("--model", &o.model, "NAME", "--device cuda: glimmer-30b (default) or spark-slice");
