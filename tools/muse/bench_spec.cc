@@ -80,6 +80,7 @@ int bench_spec(const BenchOptions& o) {
   sc.model = o.spec_drafter.empty() ? o.spec_target + "/drafter" : o.spec_drafter;
   EngineOptions eo;
   eo.backend.cpu.threads = o.threads;
+  if (o.device == "cuda") eo.backend.device = Device::Cuda;  // the target on the GPU; the drafter stays on the host
   eo.max_sequences = max_batch;
   eo.max_model_len = longest + o.tokens + 8;
   eo.max_batch_tokens = 512;
