@@ -26,6 +26,7 @@ step quant_tests 240 "$D/test_backend_cuda" --gtest_filter='QuantTest.*'
 step quant_model 120 "$D/test_model_cuda" --gtest_filter='Formats/CudaQuantModel.*'
 step quant_memcheck 150 "$CS" --tool memcheck --error-exitcode 9 "$D/test_backend_cuda" \
   --gtest_filter='QuantTest.ProjectRowIsBatchInvariantAndDeterministic:QuantTest.UnsupportedInputsAreRefusedByName'
+step quant_timing 150 "$D/test_backend_cuda" --gtest_also_run_disabled_tests --gtest_filter='*QuantTiming*'
 for q in nvfp4 mxfp4 fp8 int4; do
   layers=12
   [ "$q" = fp8 ] && layers=8  # 12 layers of 8-bit experts (155 GB) do not fit the H200
@@ -38,6 +39,8 @@ done
   grep -h -A6 "Failure" "$OUT/quant_tests.log" "$OUT/quant_model.log" | head -60
   grep -hE "^\[ (nvfp4|mxfp4|fp8|int4) \]" "$OUT/quant_model.log"
   sed -n '/^op  /,$p' "$OUT/quant_tests.log" | head -30
+  echo "== kernel timings (Spark shapes)"
+  grep -E " us .* of HBM|^HBM" "$OUT/quant_timing.log"
   echo "== memcheck"
   grep -E "ERROR SUMMARY" "$OUT/quant_memcheck.log"
   for q in nvfp4 mxfp4 fp8 int4; do

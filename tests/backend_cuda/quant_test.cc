@@ -13,8 +13,11 @@
 // Codes are random and never zero; scales keep the values O(0.1..1); shapes
 // are odd (N not a multiple of any tile, K tails, the kernels' unaligned
 // path where K is not a multiple of 128).
+#include <chrono>
+
 #include "cuda_test_util.h"
 #include "muse/backends/cpu/cpu_backend.h"
+#include "muse/backends/cuda/cuda_bench.h"
 #include "muse/model/quantize.h"
 #include "muse/model/weights.h"
 
@@ -45,9 +48,14 @@ const QSpec kSpecs[] = {
 
 // Random quantized weights [E, N, K] in the engine's layouts (tensor.h).
 HostQuantWeight random_quant(const QSpec& q, int64_t E, int64_t N, int64_t K, uint32_t seed) {
-  std::mt19937 rng(seed);
-  auto uni = [&](double a, double b) { return float(std::uniform_real_distribution<double>(a, b)(rng)); };
-  auto pick = [&](int a, int b) { return std::uniform_int_distribution<int>(a, b)(rng); };
+  // xorshift64*: cheap enough for the timing test's Spark-sized weights.
+  uint64_t st = 0x9E3779B97F4A7C15ull * (uint64_t(seed) + 1);
+  auto next = [&] {
+    st ^= st >> 12, st ^= st << 25, st ^= st >> 27;
+    return st * 2685821657736338717ull;
+  };
+  auto uni = [&](double a, double b) { return float(a + (b - a) * double(next() >> 11) * 0x1p-53); };
+  auto pick = [&](int a, int b) { return a + int(next() % uint64_t(b - a + 1)); };
   HostQuantWeight w;
   w.format.kind = q.kind;
   auto shape = [&](std::vector<int64_t> s) {
@@ -430,6 +438,91 @@ TEST_F(QuantTest, UnsupportedInputsAreRefusedByName) {
   Status s = b().execute();
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("BF16 activations"), std::string::npos) << s.message();
+}
+
+// Timings of the quantized products at Muse Spark's shapes, beside BF16
+// (DISABLED_: run with --gtest_also_run_disabled_tests
+// --gtest_filter='*QuantTiming*'). Wall time of 20 ops in one execute(),
+// the bytes each must read (codes and scales; for the experts the distinct
+// experts the step routes to), and that as a share of the HBM read rate
+// measured first. For tuning the kernels, not issue 13's figure (muse bench).
+TEST_F(QuantTest, DISABLED_QuantTimingSparkShapes) {
+  auto ceil = measure_gpu_ceilings(uint64_t(4) << 30, 4096, 3);
+  ASSERT_TRUE(ceil.ok()) << ceil.message();
+  const double hbm = ceil->hbm_read_gbps * 1e9;
+  std::printf("HBM read %.0f GB/s\n", hbm * 1e-9);
+  auto time_op = [&](auto&& op) {
+    op();
+    run();
+    const int reps = 20;
+    auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < reps; ++i) op();
+    run();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+  };
+  auto line = [&](const std::string& what, double s, double bytes) {
+    std::printf("%-52s %9.1f us %8.1f GB/s %6.1f%% of HBM\n", what.c_str(), s * 1e6, bytes / s * 1e-9,
+                100.0 * bytes / s / hbm);
+  };
+  auto bf16_random = [&](std::initializer_list<int64_t> shape, int64_t n, uint32_t seed) {
+    std::vector<uint16_t> h(static_cast<size_t>(n));
+    uint32_t x = seed * 2654435761u + 1;
+    for (auto& v : h) x = x * 1664525u + 1013904223u, v = f32_to_bf16(float(int32_t(x >> 8) % 2001 - 1000) * 2e-5f);
+    auto t = b().import_weight(DType::BF16, shape, h.data(), false);
+    EXPECT_TRUE(t.ok());
+    return *t;
+  };
+  const int64_t H = 8192, Hm = 4096, I = 4096, E = 16, topk = 8;
+  const QSpec specs[] = {kSpecs[0], kSpecs[2], kSpecs[4], kSpecs[6]};  // nvfp4, mxfp4, fp8 per channel, int4
+  // project: q/o/gate-shaped [8192, 8192] and k/v-shaped [1024, 8192].
+  for (int64_t N : {H, int64_t(1024)}) {
+    Tensor wb = bf16_random({N, H}, N * H, 1);
+    for (int64_t T : {1, 16, 64}) {
+      auto x = random_floats(size_t(T * H), 2);
+      Tensor tx = up(DType::BF16, {T, H}, x);
+      Tensor out = poisoned(DType::BF16, {T, N});
+      line("bf16 project " + std::to_string(N) + "x8192 T " + std::to_string(T),
+           time_op([&] { b().matmul(out, tx, wb); }), double(N * H * 2));
+      for (const QSpec& q : specs) {
+        HostQuantWeight hw = random_quant(q, 1, N, H, 3);
+        auto tw = import_quantized(b(), {N, H}, quant_view(hw), false, gpu_owner_);
+        ASSERT_TRUE(tw.ok()) << tw.message();
+        line(std::string(q.name) + " project " + std::to_string(N) + "x8192 T " + std::to_string(T),
+             time_op([&] { b().matmul(out, tx, *tw); }), double(weight_bytes(*tw)));
+      }
+    }
+    b().release(wb);
+  }
+  // The latent experts: E experts of gate_up [2I, Hm] and down [Hm, I], top 8.
+  auto gain = random_floats(size_t(Hm), 4, 0.3f, 1.0f);
+  Tensor tg = up(DType::F32, {Hm}, gain);
+  std::vector<Tensor> sets;  // [gate_up, down] per format, BF16 first
+  sets.push_back(bf16_random({E, 2 * I, Hm}, E * 2 * I * Hm, 5));
+  sets.push_back(bf16_random({E, Hm, I}, E * Hm * I, 6));
+  for (const QSpec& q : specs) {
+    const QSpec gq{q.kind, q.kind == QuantKind::Nvfp4 ? 2 : 1, q.grid, q.group, q.name, q.int4_symmetric_bf16};
+    HostQuantWeight hg = random_quant(gq, E, 2 * I, Hm, 7), hd = random_quant(q, E, Hm, I, 8);
+    auto g = import_quantized(b(), {E, 2 * I, Hm}, quant_view(hg), false, gpu_owner_);
+    auto d = import_quantized(b(), {E, Hm, I}, quant_view(hd), false, gpu_owner_);
+    ASSERT_TRUE(g.ok() && d.ok());
+    sets.push_back(*g), sets.push_back(*d);
+  }
+  for (int64_t T : {1, 16, 64}) {
+    auto u = random_floats(size_t(T * Hm), 9);
+    auto ids = random_ids(T, E, topk, 10);
+    auto wts = random_floats(size_t(T * topk), 11, 0.2f, 0.5f);
+    std::vector<bool> used(size_t(E), false);
+    for (int32_t id : ids) used[size_t(id)] = true;
+    const int64_t distinct = std::count(used.begin(), used.end(), true);
+    Tensor tu = up(DType::BF16, {T, Hm}, u), tw = up(DType::F32, {T, topk}, wts), tids = up_i32({T, topk}, ids);
+    Tensor out = poisoned(DType::BF16, {T, Hm});
+    for (size_t f = 0; f < sets.size(); f += 2) {
+      const std::string name = f == 0 ? "bf16" : specs[f / 2 - 1].name;
+      const double bytes = double(weight_bytes(sets[f]) + weight_bytes(sets[f + 1])) * double(distinct) / double(E);
+      line(name + " experts " + std::to_string(distinct) + " of 3x4096x4096, T " + std::to_string(T),
+           time_op([&] { b().moe_experts(out, tu, sets[f], sets[f + 1], tg, tids, tw, 1e-6f); }), bytes);
+    }
+  }
 }
 
 }  // namespace

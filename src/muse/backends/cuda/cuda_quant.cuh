@@ -176,8 +176,9 @@ __device__ __forceinline__ float quant_row_factor(const QuantDev& w, int64_t e, 
 // B fragments are the same pairs of x. A ring slot holds a warp's codes of
 // one granule ([RW][4 j][2 h][32 lanes] uint4, 4 KB per 16-row tile) and, on
 // the aligned path, its scales ([RW][2 h][32] uint2: 8 E4M3 / 4 E8M0 bytes
-// per lane and row). Unaligned layouts (K not a multiple of 128, other block
-// sizes) copy codes in 8-byte halves and read scales from global memory.
+// per lane and row, copied 16 bytes at a time by quad-mates). Unaligned
+// layouts (K not a multiple of 512, other block sizes) copy codes in 8-byte
+// halves and read scales from global memory.
 // ---------------------------------------------------------------------------
 constexpr int kFp4Granule = 512;
 
@@ -230,7 +231,7 @@ __device__ __forceinline__ void fp4_accumulate(uint4* ring, const uint32_t* lut,
         for (int j = 0; j < 4; ++j) {
           const int64_t k = k0 + 32 * j;
           uint4* dst = slot + ((r * 4 + j) * 2 + h) * 32 + lane;
-          if (ALIGNED) {  // K % 128 == 0: a piece is whole or past the end
+          if (ALIGNED) {  // K % 512 == 0: every piece is whole
             const bool ok = wok[r][h] && k < K;
             cp_async16(dst, ok ? crow[r][h] + k / 2 : crow[r][h], ok ? 16 : 0);
           } else {  // K % 16 == 0: each 8-byte half is whole or past the end
@@ -242,10 +243,17 @@ __device__ __forceinline__ void fp4_accumulate(uint4* ring, const uint32_t* lut,
           }
         }
         if (ALIGNED) {
+          // The row's scales of this granule in 16-byte L2-only copies (no L1
+          // lines, which the activations need): NVFP4's 32 bytes by the quad's
+          // even lanes (each its own 8 and its odd neighbour's), MXFP4's 16 by
+          // lane tq = 0. Lanes read their bytes after a __syncwarp.
           uint2* sdst = reinterpret_cast<uint2*>(slot + RW * 256) + (r * 2 + h) * 32 + lane;
           const bool ok = wok[r][h] && k0 < K;
-          if (MX) cp_async4(sdst, ok ? srow[r][h] + k0 / 32 : srow[r][h], ok ? 4 : 0);
-          else cp_async8(sdst, ok ? srow[r][h] + k0 / 16 : srow[r][h], ok ? 8 : 0);
+          if (MX) {
+            if ((lane & 3) == 0) cp_async16(sdst, ok ? srow[r][h] + k0 / 32 : srow[r][h], ok ? 16 : 0);
+          } else if ((lane & 1) == 0) {
+            cp_async16(sdst, ok ? srow[r][h] + k0 / 16 : srow[r][h], ok ? 16 : 0);
+          }
         }
       }
   };
@@ -258,16 +266,30 @@ __device__ __forceinline__ void fp4_accumulate(uint4* ring, const uint32_t* lut,
   const uint4 zero = make_uint4(0, 0, 0, 0);
   for (int i = 0; i < mine; ++i) {
     cp_async_wait<STAGES - 2>();
+    // The aligned path's scales were copied by quad-mates: their copies of
+    // granule i are complete once every lane has waited; and every lane is
+    // past granule i − 1 before the slot it read is refilled below.
+    if (ALIGNED) __syncwarp();
     if (i + STAGES - 1 < mine) issue(i + STAGES - 1);
     cp_async_commit();
     const int64_t k0 = (int64_t(s) + int64_t(i) * kSplit) * kFp4Granule;  // granule start (x pointers hold kl)
     const uint4* slot = my + (i % STAGES) * SLOT;
     uint2 sc[RW][2];
     if (ALIGNED) {
+      // NVFP4: this lane's 8 bytes in its own uint2; MXFP4: its 4 bytes, the
+      // tq-th word of the quad's 16.
 #pragma unroll
       for (int r = 0; r < RW; ++r)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) sc[r][h] = reinterpret_cast<const uint2*>(slot + RW * 256)[(r * 2 + h) * 32 + lane];
+        for (int h = 0; h < 2; ++h) {
+          const uint2* row = reinterpret_cast<const uint2*>(slot + RW * 256) + (r * 2 + h) * 32;
+          if (MX) {
+            const uint32_t* quad = reinterpret_cast<const uint32_t*>(row + (lane & ~3));
+            sc[r][h] = make_uint2(quad[lane & 3], 0u);
+          } else {
+            sc[r][h] = row[lane];
+          }
+        }
     }
 #pragma unroll
     for (int j = 0; j < 4; ++j) {

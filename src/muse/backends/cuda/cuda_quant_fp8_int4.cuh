@@ -189,6 +189,7 @@ struct Int4Rows {
   const uint8_t* zeros;  // null: symmetric (z = 8)
   int zshift;
   bool ok;
+  bool pair_ok;  // the rows of quad g | 1 exist too (the 16-byte scale copy of an even quad covers them)
 };
 
 __device__ __forceinline__ float half_bits_to_float(uint32_t h, bool bf16) {
@@ -225,9 +226,18 @@ __device__ __forceinline__ void int4_accumulate(uint4* ring, const Int4Rows (&ro
         const bool ok = rows[q].ok && wr < words_k;
         cp_async16(slot + (q * 4 + j) * 32 + lane, ok ? rows[q].words + wr * N * 4 : rows[q].words, ok ? 16 : 0);
       }
-      cp_async8(reinterpret_cast<uint2*>(slot + RQ * 128) + q * 32 + lane,
-                rows[q].ok ? rows[q].scales + grp * N * 2 : rows[q].scales, rows[q].ok ? 8 : 0);
-      if (rows[q].zeros)
+      // The quad's 4 lanes share their rows' scales and zero points: lane
+      // tq = 0 of every other quad copies the 8 rows' 16 bytes of scales
+      // (L2 only; 8 bytes where the next quad's rows do not exist), lane
+      // tq = 0 of each quad its zero word; the others read them after the
+      // __syncwarp in the consume loop.
+      if ((lane & 7) == 0) {
+        uint2* sdst = reinterpret_cast<uint2*>(slot + RQ * 128) + q * 32 + lane;
+        const uint8_t* src = rows[q].ok ? rows[q].scales + grp * N * 2 : rows[q].scales;
+        if (rows[q].pair_ok) cp_async16(sdst, src, 16);
+        else cp_async8(sdst, src, rows[q].ok ? 8 : 0);  // the last rows: quad g + 1 has none
+      }
+      if (rows[q].zeros && (lane & 3) == 0)
         cp_async4(reinterpret_cast<uint32_t*>(slot + RQ * 144) + q * 32 + lane,
                   rows[q].ok ? rows[q].zeros + grp * zeros_ld : rows[q].zeros, rows[q].ok ? 4 : 0);
     }
@@ -241,21 +251,25 @@ __device__ __forceinline__ void int4_accumulate(uint4* ring, const Int4Rows (&ro
   const uint4 zero = make_uint4(0, 0, 0, 0);
   for (int i = 0; i < mine; ++i) {
     cp_async_wait<STAGES - 2>();
+    __syncwarp();  // quad-mates' scale and zero copies of granule i are in; granule i − 1's slot is free
     if (i + STAGES - 1 < mine) issue(i + STAGES - 1);
     cp_async_commit();
     const int64_t k0 = (int64_t(s) + int64_t(i) * kSplit) * kQGranule;
     const uint4* slot = my + (i % STAGES) * SLOT;
     float sc[RQ][4];
     uint32_t zb[RQ][4];  // bf16x2 (128 + z, 128 + z) per row
+    const int g = lane >> 2;
 #pragma unroll
     for (int q = 0; q < RQ; ++q) {
-      const uint2 sv = reinterpret_cast<const uint2*>(slot + RQ * 128)[q * 32 + lane];
+      // Quad g's 4 scales: the 16 bytes lane 8·(g / 2) copied, its half g % 2.
+      const uint2 sv = reinterpret_cast<const uint2*>(slot + RQ * 128)[q * 32 + (g & ~1) * 4 + (g & 1)];
       sc[q][0] = half_bits_to_float(sv.x & 0xFFFFu, bf16_scales);
       sc[q][1] = half_bits_to_float(sv.x >> 16, bf16_scales);
       sc[q][2] = half_bits_to_float(sv.y & 0xFFFFu, bf16_scales);
       sc[q][3] = half_bits_to_float(sv.y >> 16, bf16_scales);
-      const uint32_t zw = rows[q].zeros ? reinterpret_cast<const uint32_t*>(slot + RQ * 144)[q * 32 + lane] >> rows[q].zshift
-                                        : 0x88888888u;
+      const uint32_t zw =
+          rows[q].zeros ? reinterpret_cast<const uint32_t*>(slot + RQ * 144)[q * 32 + (lane & ~3)] >> rows[q].zshift
+                        : 0x88888888u;
 #pragma unroll
       for (int p = 0; p < 4; ++p) {
         const uint32_t z = ((zw >> (4 * p)) & 15u) + uint32_t(rows[q].zeros ? zero_offset : 0);

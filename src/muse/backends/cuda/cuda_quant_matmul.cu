@@ -45,6 +45,7 @@ __global__ void __launch_bounds__(32 * kSplit)
     Int4Rows rows[1];
     const int64_t n = n0 + 4 * g, nc = n < N ? n : 0;
     rows[0].ok = n < N;
+    rows[0].pair_ok = n0 + 4 * (g | 1) < N;
     rows[0].words = w.codes + nc * 4;
     rows[0].scales = w.scales + nc * 2;
     rows[0].zeros = w.zeros ? w.zeros + (nc / 8) * 4 : nullptr;
@@ -162,7 +163,7 @@ std::string quant_unsupported(const Tensor& w) {
       break;
     case QuantKind::Int4:
       if (K % 8 || w.dim(w.rank - 2) % 8 || (f.block_cols < K && f.block_cols % 128) || qp_missing_scales(w) ||
-          !aligned_to(w.data, 16) || !aligned_to(w.quant->scales.data, 8) ||
+          !aligned_to(w.data, 16) || !aligned_to(w.quant->scales.data, 16) ||
           (f.scale_dtype != DType::F16 && f.scale_dtype != DType::BF16))
         return "INT4 needs K and N multiples of 8, F16/BF16 scales and a group size that is a multiple of 128 (or all "
                "of K)";
@@ -194,7 +195,9 @@ QuantDev quant_dev(const Tensor& w) {
   d.bf16_scales = f.scale_dtype == DType::BF16;
   if (f.kind == QuantKind::Nvfp4 || f.kind == QuantKind::Mxfp4) {
     const int canonical = f.kind == QuantKind::Mxfp4 ? 32 : 16;
-    d.aligned = d.K % 128 == 0 && f.block_cols == canonical && aligned_to(d.codes, 16) && aligned_to(d.scales, 8);
+    // The 16-byte path: whole granules (the scales' 16-byte copies need row
+    // strides K / 16 or K / 32 that are multiples of 16).
+    d.aligned = d.K % 512 == 0 && f.block_cols == canonical && aligned_to(d.codes, 16) && aligned_to(d.scales, 16);
   } else if (f.kind == QuantKind::Fp8) {
     d.aligned = d.K % 16 == 0 && aligned_to(d.codes, 16);
   }

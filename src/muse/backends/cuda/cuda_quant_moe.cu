@@ -47,6 +47,7 @@ __device__ __forceinline__ void expert_rows(uint4* ring, uint32_t* lut, const Qu
     for (int q = 0; q < BASES; ++q) {
       const int64_t i = base[0] + 4 * g, n = base[q] + 4 * g;  // i: the first row within its half
       rows[q].ok = i < limit;
+      rows[q].pair_ok = base[0] + 4 * (g | 1) < limit;
       const int64_t nc = rows[q].ok ? n : 0;
       rows[q].words = codes + nc * 4;
       rows[q].scales = scales + nc * 2;
