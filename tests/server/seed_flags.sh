@@ -16,6 +16,9 @@ accepted=(
   "--enable-auto-tool-choice" "--max-num-seqs 32" "--reasoning-parser muse_glimmer"
   "--tensor-parallel-size 8" "--enable-expert-parallel"
 )
+# Refused with a message naming the flag. `--speculative-config` itself is
+# supported; this one is refused because it names no drafter (`model`), which
+# the embedded model has none of under that name.
 refused=(
   "--attention-backend ROCM_AITER_FA" "--compilation-config {\"cudagraph_mode\":\"FULL_AND_PIECEWISE\"}"
   "--distributed-executor-backend mp" "--moe-backend triton"
