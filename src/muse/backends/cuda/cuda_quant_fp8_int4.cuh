@@ -94,9 +94,7 @@ __device__ __forceinline__ void fp8_accumulate(uint4* ring, const uint8_t* const
   pdl_wait();
   const uint4 zero = make_uint4(0, 0, 0, 0);
   for (int i = 0; i < mine; ++i) {
-    cp_async_wait<STAGES - 2>();
-    if (i + STAGES - 1 < mine) issue(i + STAGES - 1);
-    cp_async_commit();
+    ring_turn<STAGES>(i, mine, issue);
     const int64_t k0 = (int64_t(s) + int64_t(i) * kSplit) * kQGranule;
     const uint4* slot = my + (i % STAGES) * SLOT;
     float sc[RW][2];
@@ -250,10 +248,7 @@ __device__ __forceinline__ void int4_accumulate(uint4* ring, const Int4Rows (&ro
   pdl_wait();
   const uint4 zero = make_uint4(0, 0, 0, 0);
   for (int i = 0; i < mine; ++i) {
-    cp_async_wait<STAGES - 2>();
-    __syncwarp();  // quad-mates' scale and zero copies of granule i are in; granule i − 1's slot is free
-    if (i + STAGES - 1 < mine) issue(i + STAGES - 1);
-    cp_async_commit();
+    ring_turn<STAGES>(i, mine, issue);  // quad-mates' scale and zero copies of granule i are in
     const int64_t k0 = (int64_t(s) + int64_t(i) * kSplit) * kQGranule;
     const uint4* slot = my + (i % STAGES) * SLOT;
     float sc[RQ][4];
