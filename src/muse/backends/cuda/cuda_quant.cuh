@@ -47,7 +47,7 @@ struct QuantDev {
   int global_parts = 0;            // NVFP4: rows per global = N / global_parts
   int zero_offset = 0;             // INT4
   int bf16_scales = 0;             // INT4: BF16 group scales instead of F16
-  int aligned = 0;                 // the 16-byte fast path's layout holds (quant_dev)
+  int aligned = 0;                 // whole granules (and FP4 / FP8: 16-byte copies) hold (quant_dev)
 };
 
 // The power of two the FP4 kernels keep out of the bf16 weights (see
