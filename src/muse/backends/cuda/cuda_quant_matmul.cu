@@ -50,8 +50,8 @@ __global__ void __launch_bounds__(32 * kSplit)
     rows[0].scales = w.scales + nc * 2;
     rows[0].zeros = w.zeros ? w.zeros + (nc / 8) * 4 : nullptr;
     rows[0].zshift = int(4 * (nc % 8));
-    int4_accumulate<ALIGNED, 1, NT, STAGES>(ring, rows, xr, xok, K, N, w.block_cols, w.zero_offset, w.bf16_scales != 0, warp,
-                                   lane, acc);
+    int4_accumulate<ALIGNED, 1, NT, STAGES>(ring, rows, xr, xok, K, N, w.block_cols, w.zero_offset,
+                                            w.bf16_scales != 0, warp, lane, acc);
   } else {
     const uint8_t* crow[RW][2];
     const uint8_t* srow[RW][2];

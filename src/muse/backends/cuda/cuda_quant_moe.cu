@@ -54,8 +54,8 @@ __device__ __forceinline__ void expert_rows(uint4* ring, uint32_t* lut, const Qu
       rows[q].zeros = w.zeros ? w.zeros + e * w.zeros_stride + (nc / 8) * 4 : nullptr;
       rows[q].zshift = int(4 * (nc % 8));
     }
-    int4_accumulate<ALIGNED, BASES, 1, STAGES>(ring, rows, xr, xok, K, N, w.block_cols, w.zero_offset, w.bf16_scales != 0,
-                                      warp, lane, acc);
+    int4_accumulate<ALIGNED, BASES, 1, STAGES>(ring, rows, xr, xok, K, N, w.block_cols, w.zero_offset,
+                                               w.bf16_scales != 0, warp, lane, acc);
   } else {
     constexpr int PER = RW / BASES;  // tiles per base
     const uint8_t* crow[RW][2];
