@@ -47,7 +47,7 @@ struct QuantDev {
   int global_parts = 0;            // NVFP4: rows per global = N / global_parts
   int zero_offset = 0;             // INT4
   int bf16_scales = 0;             // INT4: BF16 group scales instead of F16
-  int aligned = 0;                 // the 16-byte fast path's layout holds (quant_dev)
+  int aligned = 0;                 // whole granules (and FP4 / FP8: 16-byte copies) hold (quant_dev)
 };
 
 // The power of two the FP4 kernels keep out of the bf16 weights (see
@@ -200,6 +200,25 @@ __device__ __forceinline__ void fp4_fill_lut(uint32_t* lut) {
   __syncthreads();
 }
 
+// One turn of a decoding ring, before granule i's mma steps: the slot
+// granule i - 1 used is refilled with granule i + STAGES - 1 *before* the
+// wait for granule i, so a warp has STAGES granules in flight while it
+// waits (the BF16 ring waits first and keeps STAGES - 1: with two granules
+// per warp at K = 4096 and two stages, the second granule's copy started
+// only once the first had landed, two HBM latencies per block). Bits are
+// unchanged: only when the copies start moves. The first __syncwarp: every
+// lane is past granule i - 1 (quad-mates read each other's scale copies),
+// and no read of that slot moves below the refill; the second: quad-mates'
+// copies of granule i are visible.
+template <int STAGES, class Issue>
+__device__ __forceinline__ void ring_turn(int i, int mine, Issue&& issue) {
+  __syncwarp();
+  if (i + STAGES - 1 < mine) issue(i + STAGES - 1);
+  cp_async_commit();
+  cp_async_wait<STAGES - 1>();  // groups 0..i are complete: granule i has landed
+  __syncwarp();
+}
+
 // acc[r][c] += W rows (tile r) · x rows (tile c) over K-slice s.
 // crow/srow[r][h]: code and scale rows of weight row g + 8h of tile r (not
 // offset); xr[c]: activation row 8c + g, offset by 128·tq; !wok / !xok rows
@@ -231,8 +250,8 @@ __device__ __forceinline__ void fp4_accumulate(uint4* ring, const uint32_t* lut,
         for (int j = 0; j < 4; ++j) {
           const int64_t k = k0 + 32 * j;
           uint4* dst = slot + ((r * 4 + j) * 2 + h) * 32 + lane;
-          if (ALIGNED) {  // K % 512 == 0: every piece is whole
-            const bool ok = wok[r][h] && k < K;
+          if (ALIGNED) {  // K % 512 == 0: every piece of a granule i < mine is whole and inside K
+            const bool ok = wok[r][h];
             cp_async16(dst, ok ? crow[r][h] + k / 2 : crow[r][h], ok ? 16 : 0);
           } else {  // K % 16 == 0: each 8-byte half is whole or past the end
 #pragma unroll
@@ -248,7 +267,7 @@ __device__ __forceinline__ void fp4_accumulate(uint4* ring, const uint32_t* lut,
           // even lanes (each its own 8 and its odd neighbour's), MXFP4's 16 by
           // lane tq = 0. Lanes read their bytes after a __syncwarp.
           uint2* sdst = reinterpret_cast<uint2*>(slot + RW * 256) + (r * 2 + h) * 32 + lane;
-          const bool ok = wok[r][h] && k0 < K;
+          const bool ok = wok[r][h];
           if (MX) {
             if ((lane & 3) == 0) cp_async16(sdst, ok ? srow[r][h] + k0 / 32 : srow[r][h], ok ? 16 : 0);
           } else if ((lane & 1) == 0) {
@@ -265,14 +284,8 @@ __device__ __forceinline__ void fp4_accumulate(uint4* ring, const uint32_t* lut,
   pdl_wait();  // x may come from the kernel before (the weights do not)
   const uint4 zero = make_uint4(0, 0, 0, 0);
   for (int i = 0; i < mine; ++i) {
-    cp_async_wait<STAGES - 2>();
-    // The aligned path's scales were copied by quad-mates: their copies of
-    // granule i are complete once every lane has waited; and every lane is
-    // past granule i − 1 before the slot it read is refilled below.
-    if (ALIGNED) __syncwarp();
-    if (i + STAGES - 1 < mine) issue(i + STAGES - 1);
-    cp_async_commit();
     const int64_t k0 = (int64_t(s) + int64_t(i) * kSplit) * kFp4Granule;  // granule start (x pointers hold kl)
+    ring_turn<STAGES>(i, mine, issue);  // the aligned path's scales are quad-mates' copies
     const uint4* slot = my + (i % STAGES) * SLOT;
     uint2 sc[RW][2];
     if (ALIGNED) {
@@ -319,8 +332,19 @@ __device__ __forceinline__ void fp4_accumulate(uint4* ring, const uint32_t* lut,
         uint32_t xp[NT][4];
 #pragma unroll
         for (int c = 0; c < NT; ++c) {
-          const bool ok = xok[c] && kj + kl + 8 * w < K;
-          x_pairs_4apart(ok ? ldg_x(xr[c] + kj + 8 * w) : zero, xp[c]);
+          if (ALIGNED) {
+            // The granule is whole and a missing row's pointer is clamped to
+            // row nt − 1, so the load is always inside x and needs no guard:
+            // a guarded load compiled to a branch, issued only right before
+            // its own mma step; unguarded, a granule's loads are all in
+            // flight at once. A missing row's mma column holds the
+            // duplicate's sums, which no store reads (mma columns are
+            // independent sums).
+            x_pairs_4apart(ldg_x(xr[c] + kj + 8 * w), xp[c]);
+          } else {
+            const bool ok = xok[c] && kj + kl + 8 * w < K;
+            x_pairs_4apart(ok ? ldg_x(xr[c] + kj + 8 * w) : zero, xp[c]);
+          }
         }
 #pragma unroll
         for (int r = 0; r < RW; ++r) {

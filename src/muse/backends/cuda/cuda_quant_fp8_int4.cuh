@@ -74,7 +74,7 @@ __device__ __forceinline__ void fp8_accumulate(uint4* ring, const uint8_t* const
         for (int h = 0; h < 2; ++h) {
           const int64_t k = k0 + 16 * j;
           uint4* dst = slot + ((r * 2 + j) * 2 + h) * 32 + lane;
-          if (ALIGNED) {  // K % 16 == 0: a piece is whole or past the end
+          if (ALIGNED) {  // K % 128 == 0: a piece is whole
             const bool ok = wok[r][h] && k < K;
             cp_async16(dst, ok ? crow[r][h] + k : crow[r][h], ok ? 16 : 0);
           } else {  // K % 8 == 0
@@ -94,9 +94,7 @@ __device__ __forceinline__ void fp8_accumulate(uint4* ring, const uint8_t* const
   pdl_wait();
   const uint4 zero = make_uint4(0, 0, 0, 0);
   for (int i = 0; i < mine; ++i) {
-    cp_async_wait<STAGES - 2>();
-    if (i + STAGES - 1 < mine) issue(i + STAGES - 1);
-    cp_async_commit();
+    ring_turn<STAGES>(i, mine, issue);
     const int64_t k0 = (int64_t(s) + int64_t(i) * kSplit) * kQGranule;
     const uint4* slot = my + (i % STAGES) * SLOT;
     float sc[RW][2];
@@ -127,7 +125,9 @@ __device__ __forceinline__ void fp8_accumulate(uint4* ring, const uint8_t* const
 #pragma unroll
         for (int q = 0; q < 2; ++q) {
           const int64_t k = k0 + 16 * j + 8 * q;  // + kl
-          xv[c][q] = xok[c] && k + kl < K ? ldg_x(xr[c] + k) : zero;
+          // Aligned (K % 128 == 0): whole granules and clamped rows, so the
+          // load is inside x and unguarded (see fp4_accumulate).
+          xv[c][q] = ALIGNED ? ldg_x(xr[c] + k) : xok[c] && k + kl < K ? ldg_x(xr[c] + k) : zero;
         }
 #pragma unroll
       for (int w = 0; w < 4; ++w) {
@@ -196,7 +196,8 @@ __device__ __forceinline__ float half_bits_to_float(uint32_t h, bool bf16) {
   return bf16 ? __uint_as_float(h << 16) : __half2float(__ushort_as_half(uint16_t(h)));
 }
 
-template <int RQ, int NT, int STAGES>
+// WHOLE: K % 128 == 0 (every granule whole): x loads unguarded, as FP4's aligned path.
+template <bool WHOLE, int RQ, int NT, int STAGES>
 __device__ __forceinline__ void int4_accumulate(uint4* ring, const Int4Rows (&rows)[RQ],
                                                 const __nv_bfloat16* const (&xr)[NT], const bool (&xok)[NT],
                                                 int64_t K, int64_t N, int64_t G, int zero_offset, bool bf16_scales,
@@ -250,10 +251,7 @@ __device__ __forceinline__ void int4_accumulate(uint4* ring, const Int4Rows (&ro
   pdl_wait();
   const uint4 zero = make_uint4(0, 0, 0, 0);
   for (int i = 0; i < mine; ++i) {
-    cp_async_wait<STAGES - 2>();
-    __syncwarp();  // quad-mates' scale and zero copies of granule i are in; granule i − 1's slot is free
-    if (i + STAGES - 1 < mine) issue(i + STAGES - 1);
-    cp_async_commit();
+    ring_turn<STAGES>(i, mine, issue);  // quad-mates' scale and zero copies of granule i are in
     const int64_t k0 = (int64_t(s) + int64_t(i) * kSplit) * kQGranule;
     const uint4* slot = my + (i % STAGES) * SLOT;
     float sc[RQ][4];
@@ -289,7 +287,7 @@ __device__ __forceinline__ void int4_accumulate(uint4* ring, const Int4Rows (&ro
 #pragma unroll
       for (int c = 0; c < NT; ++c) {
         const int64_t k = k0 + 8 * j;  // + kl
-        x_pairs_4apart(xok[c] && k + kl < K ? ldg_x(xr[c] + k) : zero, xp[c]);
+        x_pairs_4apart(WHOLE ? ldg_x(xr[c] + k) : xok[c] && k + kl < K ? ldg_x(xr[c] + k) : zero, xp[c]);
       }
 #pragma unroll
       for (int q = 0; q < RQ; ++q) {

@@ -50,8 +50,8 @@ __global__ void __launch_bounds__(32 * kSplit)
     rows[0].scales = w.scales + nc * 2;
     rows[0].zeros = w.zeros ? w.zeros + (nc / 8) * 4 : nullptr;
     rows[0].zshift = int(4 * (nc % 8));
-    int4_accumulate<1, NT, STAGES>(ring, rows, xr, xok, K, N, w.block_cols, w.zero_offset, w.bf16_scales != 0, warp,
-                                   lane, acc);
+    int4_accumulate<ALIGNED, 1, NT, STAGES>(ring, rows, xr, xok, K, N, w.block_cols, w.zero_offset,
+                                            w.bf16_scales != 0, warp, lane, acc);
   } else {
     const uint8_t* crow[RW][2];
     const uint8_t* srow[RW][2];
@@ -199,7 +199,9 @@ QuantDev quant_dev(const Tensor& w) {
     // strides K / 16 or K / 32 that are multiples of 16).
     d.aligned = d.K % 512 == 0 && f.block_cols == canonical && aligned_to(d.codes, 16) && aligned_to(d.scales, 16);
   } else if (f.kind == QuantKind::Fp8) {
-    d.aligned = d.K % 16 == 0 && aligned_to(d.codes, 16);
+    d.aligned = d.K % 128 == 0 && aligned_to(d.codes, 16);  // whole granules: 16-byte copies, unguarded x
+  } else if (f.kind == QuantKind::Int4) {
+    d.aligned = d.K % 128 == 0;  // whole granules: unguarded x
   }
   return d;
 }
@@ -224,7 +226,9 @@ cudaError_t launch_quant_project(cudaStream_t s, const Tensor& x, const Tensor& 
       return block ? launch_quant_rows<QFmt::Fp8, false, true>(s, xp, T, d, out.data, odt, ldo)
                    : launch_quant_rows<QFmt::Fp8, false, false>(s, xp, T, d, out.data, odt, ldo);
     }
-    case QuantKind::Int4: return launch_quant_rows<QFmt::Int4, true, false>(s, xp, T, d, out.data, odt, ldo);
+    case QuantKind::Int4:
+      return d.aligned ? launch_quant_rows<QFmt::Int4, true, false>(s, xp, T, d, out.data, odt, ldo)
+                       : launch_quant_rows<QFmt::Int4, false, false>(s, xp, T, d, out.data, odt, ldo);
     default: return cudaErrorNotSupported;
   }
 }

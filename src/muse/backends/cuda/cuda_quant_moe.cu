@@ -54,8 +54,8 @@ __device__ __forceinline__ void expert_rows(uint4* ring, uint32_t* lut, const Qu
       rows[q].zeros = w.zeros ? w.zeros + e * w.zeros_stride + (nc / 8) * 4 : nullptr;
       rows[q].zshift = int(4 * (nc % 8));
     }
-    int4_accumulate<BASES, 1, STAGES>(ring, rows, xr, xok, K, N, w.block_cols, w.zero_offset, w.bf16_scales != 0,
-                                      warp, lane, acc);
+    int4_accumulate<ALIGNED, BASES, 1, STAGES>(ring, rows, xr, xok, K, N, w.block_cols, w.zero_offset,
+                                               w.bf16_scales != 0, warp, lane, acc);
   } else {
     constexpr int PER = RW / BASES;  // tiles per base
     const uint8_t* crow[RW][2];
@@ -189,16 +189,20 @@ cudaError_t launch_down(cudaStream_t s, const QuantDev& dn, const int32_t* tiles
   return cudaLaunchKernelEx(&cfg, kernel, A, dn, tiles, ntiles, Y);
 }
 
-// The kernel variants by layout: the aligned (16-byte) path where the layout
-// allows it; FP8 with or without per-granule block scales. INT4 has one.
+// The kernel variants by layout: the aligned path where the layout allows
+// it (FP4: 16-byte copies, K % 512; FP8 and INT4: K % 128, whole granules,
+// unguarded activation loads); FP8 with or without per-granule block scales.
 template <QFmt F>
 cudaError_t launch_experts_fmt(cudaStream_t s, const __nv_bfloat16* u, int64_t I, const QuantDev& gu,
                                const QuantDev& dn, int K, const int32_t* order, const int32_t* tiles,
                                const int32_t* ntiles, int max_tiles, __nv_bfloat16* A, float* Y) {
   cudaError_t e;
-  if constexpr (F == QFmt::Int4) {
-    e = launch_gate_up<F, true, false>(s, u, I, gu, K, order, tiles, ntiles, max_tiles, A);
-    if (e == cudaSuccess) e = launch_down<F, true, false>(s, dn, tiles, ntiles, max_tiles, A, Y);
+  if constexpr (F == QFmt::Int4) {  // aligned: K % 128 == 0
+    e = gu.aligned ? launch_gate_up<F, true, false>(s, u, I, gu, K, order, tiles, ntiles, max_tiles, A)
+                   : launch_gate_up<F, false, false>(s, u, I, gu, K, order, tiles, ntiles, max_tiles, A);
+    if (e == cudaSuccess)
+      e = dn.aligned ? launch_down<F, true, false>(s, dn, tiles, ntiles, max_tiles, A, Y)
+                     : launch_down<F, false, false>(s, dn, tiles, ntiles, max_tiles, A, Y);
   } else if constexpr (F == QFmt::Fp8) {
     const bool gb = gu.block_cols < gu.K, db = dn.block_cols < dn.K;
     e = gu.aligned ? (gb ? launch_gate_up<F, true, true>(s, u, I, gu, K, order, tiles, ntiles, max_tiles, A)
