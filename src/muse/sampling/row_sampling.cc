@@ -140,7 +140,8 @@ RowSampleResult sample_row_host(const RowSampleSpec& spec, std::span<const RowEd
         fill_row_logprobs(raw, n, out.id, spec.top_logprobs, out);
       } else {
         std::vector<uint8_t> kept(size_t(n), 0);
-        for (int32_t c : cand) kept[size_t(c)] = 1;
+        for (int32_t c : cand)
+          if (size_t(c) < kept.size()) kept[size_t(c)] = 1;  // (an empty vocabulary falls back to id 0)
         fill_row_logprobs(logits, n, out.id, spec.top_logprobs, out, &kept);
       }
     }

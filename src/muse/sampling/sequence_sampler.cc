@@ -202,7 +202,8 @@ SampledToken SequenceSampler::sample_impl(std::span<float> logits, const Chooser
       fill_row_logprobs(raw, n, out.id, top_logprobs, out);
     } else {
       std::vector<uint8_t> kept(size_t(n), 0);
-      for (int32_t c : cand_) kept[size_t(c)] = 1;
+      for (int32_t c : cand_)
+        if (size_t(c) < kept.size()) kept[size_t(c)] = 1;
       fill_row_logprobs(logits, n, out.id, top_logprobs, out, &kept);
     }
   }

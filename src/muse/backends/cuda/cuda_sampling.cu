@@ -281,6 +281,15 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(RowSampleResult* 
   }
   float* x = logits + int64_t(sp.logit_row) * V;
   const int n = int(sp.limit < V ? sp.limit : V);
+  RowSampleResult* res = results + blockIdx.x;
+  if (n < 1) {  // nothing to draw from: id 0, as sample_row_host gives
+    if (threadIdx.x == 0) {
+      res->id = 0;
+      res->logprob = kMinLogprob;
+      res->top_count = 0;
+    }
+    return;
+  }
   const RowEdit* edits = all_edits + sp.edit_begin;
   float* raw_saved = edit_raw + sp.edit_begin;
   const bool want = sp.top_logprobs >= 0, raw_mode = (sp.flags & kRowRawLogprobs) != 0;
@@ -288,7 +297,6 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(RowSampleResult* 
   Keys keys;
   while (keys.id_bits < 31 && (1 << keys.id_bits) < n) ++keys.id_bits;
   const int rank_levels = (32 + keys.id_bits + 3) / 4, id_levels = (keys.id_bits + 3) / 4;
-  RowSampleResult* res = results + blockIdx.x;
 
   // Raw logprobs: the raw distribution before any edit.
   double raw_lse = 0.0;
