@@ -214,24 +214,14 @@ __global__ void __launch_bounds__(32 * kSplit)
 template <int NT, int STAGES>
 cudaError_t launch_ring(cudaStream_t s, const __nv_bfloat16* x, int64_t T, const __nv_bfloat16* w, int64_t N,
                         int64_t K, void* out, int odt, int64_t ldo) {
-  constexpr size_t smem = ring_bytes<1, NT, STAGES>();
-  if (cudaError_t e = allow_dynamic_smem<ring_gemv_kernel<NT, STAGES>>(int(smem)); e != cudaSuccess) return e;
   // Programmatic dependent launch: the blocks may start while the kernel
   // before is finishing, stream their first weights (which no kernel
   // writes), and wait (griddepcontrol.wait in ring_accumulate) before they
   // read x. Kernels that feed a product (norms, gates, SwiGLU, attention's
   // merge) let it launch early (pdl_launch_dependents).
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned((N + 15) / 16), unsigned((T + 63) / 64));
-  cfg.blockDim = dim3(32 * kSplit);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  cudaLaunchAttribute attrs[1];
-  attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attrs[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attrs;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, ring_gemv_kernel<NT, STAGES>, x, T, w, N, K, out, odt, ldo);
+  return launch_pdl<ring_gemv_kernel<NT, STAGES>>(s, dim3(unsigned((N + 15) / 16), unsigned((T + 63) / 64)),
+                                                  dim3(32 * kSplit), ring_bytes<1, NT, STAGES>(), x, T, w, N, K, out,
+                                                  odt, ldo);
 }
 
 template <int NT>
@@ -377,19 +367,9 @@ __global__ void __launch_bounds__(32 * kWideWarps)
 template <int NT>
 cudaError_t launch_wide(cudaStream_t s, const __nv_bfloat16* x, int64_t T, const __nv_bfloat16* w, int64_t N,
                         int64_t K, void* out, int odt, int64_t ldo) {
-  constexpr size_t smem = wide_smem<NT>();
-  if (cudaError_t e = allow_dynamic_smem<wide_gemv_kernel<NT>>(int(smem)); e != cudaSuccess) return e;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned((N + 16 * kWideWarps - 1) / (16 * kWideWarps)), unsigned((T + 63) / 64));
-  cfg.blockDim = dim3(32 * kWideWarps);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  cudaLaunchAttribute attrs[1];
-  attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attrs[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attrs;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, wide_gemv_kernel<NT>, x, T, w, N, K, out, odt, ldo);
+  return launch_pdl<wide_gemv_kernel<NT>>(
+      s, dim3(unsigned((N + 16 * kWideWarps - 1) / (16 * kWideWarps)), unsigned((T + 63) / 64)),
+      dim3(32 * kWideWarps), wide_smem<NT>(), x, T, w, N, K, out, odt, ldo);
 }
 
 // Tile shapes: RW 16-row tiles per warp and RWARPS row groups per block,

@@ -88,6 +88,27 @@ cudaError_t allow_dynamic_smem(int bytes) {
   return e;
 }
 
+// Launches `Kernel` with programmatic dependent launch (sm_90): its blocks
+// may start while the kernel before it finishes, stream what no kernel
+// writes (weights, codes, scales) and wait (pdl_wait, griddepcontrol.wait)
+// before reading that kernel's output. `smem` bytes of dynamic shared memory
+// are allowed on the device first.
+template <auto Kernel, class... Args>
+cudaError_t launch_pdl(cudaStream_t s, dim3 grid, dim3 block, size_t smem, Args... args) {
+  if (cudaError_t e = allow_dynamic_smem<Kernel>(int(smem)); e != cudaSuccess) return e;
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attrs[1];
+  attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attrs[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attrs;
+  cfg.numAttrs = 1;
+  return cudaLaunchKernelEx(&cfg, Kernel, args...);
+}
+
 // Dynamic shared memory of a block of kSplit warps (one row group): the
 // rings, reused afterwards for the K-slices' partials.
 template <int RW, int NT, int STAGES>

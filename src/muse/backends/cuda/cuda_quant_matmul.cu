@@ -87,22 +87,11 @@ __global__ void __launch_bounds__(32 * kSplit)
 template <QFmt F, bool ALIGNED, bool BLOCK, int NT, int RW, int STAGES>
 cudaError_t launch_quant_tile(cudaStream_t s, const __nv_bfloat16* x, int64_t T, const QuantDev& w, void* out,
                               int odt, int64_t ldo) {
-  constexpr size_t smem = quant_ring_bytes<F, RW, NT, STAGES>();
-  constexpr auto kernel = quant_gemv_kernel<F, ALIGNED, BLOCK, NT, RW, STAGES>;
-  if (cudaError_t e = allow_dynamic_smem<kernel>(int(smem)); e != cudaSuccess) return e;
   // Programmatic dependent launch, as the BF16 ring: codes and scales are
   // streamed before griddepcontrol.wait, x after.
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned((w.N + 16 * RW - 1) / (16 * RW)), unsigned((T + 63) / 64));
-  cfg.blockDim = dim3(32 * kSplit);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  cudaLaunchAttribute attrs[1];
-  attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attrs[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attrs;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, kernel, x, T, w, out, odt, ldo);
+  return launch_pdl<quant_gemv_kernel<F, ALIGNED, BLOCK, NT, RW, STAGES>>(
+      s, dim3(unsigned((w.N + 16 * RW - 1) / (16 * RW)), unsigned((T + 63) / 64)), dim3(32 * kSplit),
+      quant_ring_bytes<F, RW, NT, STAGES>(), x, T, w, out, odt, ldo);
 }
 
 // The tile rule per format. No GPU timings behind it yet: the rings are

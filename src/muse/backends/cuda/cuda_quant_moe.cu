@@ -168,25 +168,14 @@ template <QFmt F, bool ALIGNED, bool BLOCK>
 cudaError_t launch_down(cudaStream_t s, const QuantDev& dn, const int32_t* tiles, const int32_t* ntiles,
                         int max_tiles, const __nv_bfloat16* A, float* Y) {
   using Tiles = ExpertTiles<F>;
-  constexpr size_t smem = quant_ring_bytes<F, Tiles::kDownRW, 1, Tiles::kDownStages>();
-  constexpr auto kernel = quant_down_kernel<F, ALIGNED, BLOCK>;
-  if (cudaError_t e = allow_dynamic_smem<kernel>(int(smem)); e != cudaSuccess) return e;
   // Programmatic dependent launch: down's blocks may start while gate/up's
   // last ones finish and stream their expert's codes (the grouping tiles they
   // read first were complete before gate/up began); they read A only after
   // griddepcontrol.wait (in the ring). gate/up itself is an ordinary launch:
   // it needs the grouping's tiles to know which expert to stream.
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(blocks_for(dn.N, Tiles::kRows), unsigned(max_tiles));
-  cfg.blockDim = dim3(32 * kSplit);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  cudaLaunchAttribute attrs[1];
-  attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attrs[0].val.programmaticStreamSerializationAllowed = 1;
-  cfg.attrs = attrs;
-  cfg.numAttrs = 1;
-  return cudaLaunchKernelEx(&cfg, kernel, A, dn, tiles, ntiles, Y);
+  return launch_pdl<quant_down_kernel<F, ALIGNED, BLOCK>>(
+      s, dim3(blocks_for(dn.N, Tiles::kRows), unsigned(max_tiles)), dim3(32 * kSplit),
+      quant_ring_bytes<F, Tiles::kDownRW, 1, Tiles::kDownStages>(), A, dn, tiles, ntiles, Y);
 }
 
 // The kernel variants by layout: the aligned path where the layout allows
