@@ -38,14 +38,6 @@
 namespace muse::tool {
 namespace {
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-double median_of(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
 std::string glimmer_30b_json(int64_t layers) {
   return R"({"model_type": "muse_glimmer", "text_config": {
     "vocab_size": 202048, "hidden_size": 6656, "num_hidden_layers": )" + std::to_string(layers) + R"(,

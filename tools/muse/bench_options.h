@@ -2,6 +2,8 @@
 // GPU one (bench_cuda.cc).
 #pragma once
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -15,6 +17,16 @@ class Engine;
 }
 
 namespace muse::tool {
+
+// Timing helpers of the benchmarks: a monotonic clock in seconds, and the
+// median of a set of runs (the figure every benchmark reports).
+inline double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+inline double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0.0 : v[v.size() / 2];
+}
 
 struct BenchOptions {
   std::string device = "cpu";

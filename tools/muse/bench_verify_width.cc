@@ -10,8 +10,6 @@
 // fraction of drafts position j survives, a^j; seed 000's 3.17 accepted
 // tokens at k = 7 is a ≈ 0.7), the expected tokens per second of each
 // width against the one pick_widths chooses from the same measured table.
-#include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 
@@ -21,12 +19,6 @@
 #include "bench_options.h"
 
 namespace muse::tool {
-
-namespace {
-double now_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-}  // namespace
 
 Result<Json> bench_verify_widths(Engine& e, const BenchOptions& o, double acceptance) {
   constexpr int kMaxWidth = 8;
@@ -45,16 +37,15 @@ Result<Json> bench_verify_widths(Engine& e, const BenchOptions& o, double accept
     std::vector<double> ts;
     double experts = 0;
     for (int r = 0; r <= o.runs; ++r) {
-      const double t0 = now_seconds();
+      const double t0 = now_s();
       for (int64_t k = 0; k < o.tokens; ++k) {
         MUSE_RETURN_IF_ERROR(e.step(std::span<const StepItem>(&item, 1)));
         experts = e.distinct_experts();
         MUSE_RETURN_IF_ERROR(session.truncate(base));
       }
-      if (r > 0) ts.push_back((now_seconds() - t0) / double(o.tokens));  // run 0 warms up
+      if (r > 0) ts.push_back((now_s() - t0) / double(o.tokens));  // run 0 warms up
     }
-    std::sort(ts.begin(), ts.end());
-    cost.seconds.push_back(ts[ts.size() / 2]);
+    cost.seconds.push_back(median_of(ts));
     distinct.push_back(experts);
   }
   cost.finish();

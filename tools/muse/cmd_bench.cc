@@ -26,15 +26,6 @@ namespace muse::tool {
 namespace {
 
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0.0 : v[v.size() / 2];
-}
-
 std::string spark_config_json(const BenchOptions& o) {
   auto n = [](int64_t v) { return std::to_string(v); };
   return R"({"model_type": "muse_spark", "text_config": {
@@ -196,7 +187,7 @@ int bench_command(int argc, char** argv) {
     tps.push_back(decode_run(&p));
     prefill.push_back(p);
   }
-  const double tok_s = median(tps), dram = median(bw), gbs = tok_s * double(traffic.total()) / 1e9;
+  const double tok_s = median_of(tps), dram = median_of(bw), gbs = tok_s * double(traffic.total()) / 1e9;
 
   Json j = Json::object();
   j.set("backend", (*engine)->backend().name());
@@ -213,7 +204,7 @@ int bench_command(int argc, char** argv) {
   j.set("weight_read_gb_per_second", gbs);
   j.set("dram_read_gb_per_second", dram);
   j.set("fraction_of_dram_bandwidth", gbs / dram);
-  j.set("prefill_tokens_per_second", median(prefill));
+  j.set("prefill_tokens_per_second", median_of(prefill));
   Json runs = Json::array();
   for (int r = 0; r < o.runs; ++r) {
     Json x = Json::object();
@@ -239,7 +230,7 @@ int bench_command(int argc, char** argv) {
     std::printf("weight reads       %.1f GB/s\n", gbs);
     std::printf("DRAM read (stream) %.1f GB/s on %d threads\n", dram, threads);
     std::printf("fraction           %.1f%% of measured DRAM read bandwidth\n", 100.0 * gbs / dram);
-    std::printf("prefill            %.1f tok/s (%lld-token prompt)\n", median(prefill), (long long)o.prompt);
+    std::printf("prefill            %.1f tok/s (%lld-token prompt)\n", median_of(prefill), (long long)o.prompt);
     if (o.profile) std::printf("\nprofile of the last run's decode (%lld tokens)\n%s", (long long)o.tokens, (*engine)->backend().profile_report().c_str());
   }
   return 0;
