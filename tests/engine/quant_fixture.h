@@ -212,4 +212,20 @@ inline void write_quant_fixture(const std::string& bf16_dir, const std::string& 
   write_tensors(twin_dir + "/model.safetensors", tt);
 }
 
+// The fixture set the quantized-model tests share, under `root`: bf16/ (a
+// random model of kQuantFixtureConfig, seed 7), q/ (it quantized as `kind`'s
+// published packer lays it out) and twin/ (the dequantized twin).
+inline void write_quant_fixture_set(const std::string& root, QuantKind kind) {
+  namespace fs = std::filesystem;
+  fs::remove_all(root);
+  fs::create_directories(root + "/bf16");
+  auto cfg = Json::parse(kQuantFixtureConfig);
+  ASSERT_TRUE(cfg.ok());
+  RandomModelOptions ro;
+  ro.seed = 7;
+  Status st = write_random_model(root + "/bf16", *cfg, ro);
+  ASSERT_TRUE(st.ok()) << st.message();
+  write_quant_fixture(root + "/bf16", root + "/q", root + "/twin", kind);
+}
+
 }  // namespace muse::testing

@@ -71,15 +71,7 @@ class QuantModel : public ::testing::TestWithParam<QuantKind> {
  protected:
   void SetUp() override {
     root_ = ::testing::TempDir() + "/muse_qm_" + quant_kind_name(GetParam());
-    fs::remove_all(root_);
-    fs::create_directories(root_ + "/bf16");
-    auto cfg = Json::parse(kConfig);
-    ASSERT_TRUE(cfg.ok());
-    RandomModelOptions ro;
-    ro.seed = 7;
-    Status st = write_random_model(root_ + "/bf16", *cfg, ro);
-    ASSERT_TRUE(st.ok()) << st.message();
-    write_quant_fixture(root_ + "/bf16", root_ + "/q", root_ + "/twin", GetParam());
+    write_quant_fixture_set(root_, GetParam());
   }
   void TearDown() override { fs::remove_all(root_); }
   std::string root_;

@@ -71,15 +71,7 @@ class CudaQuantModel : public ::testing::TestWithParam<QuantKind> {
   void SetUp() override {
     if (Status st = check_device(Device::Cuda); !st.ok()) GTEST_SKIP() << st.message();
     root_ = ::testing::TempDir() + "/muse_cqm_" + quant_kind_name(GetParam());
-    fs::remove_all(root_);
-    fs::create_directories(root_ + "/bf16");
-    auto cfg = Json::parse(kQuantFixtureConfig);
-    ASSERT_TRUE(cfg.ok());
-    RandomModelOptions ro;
-    ro.seed = 7;
-    Status st = write_random_model(root_ + "/bf16", *cfg, ro);
-    ASSERT_TRUE(st.ok()) << st.message();
-    write_quant_fixture(root_ + "/bf16", root_ + "/q", root_ + "/twin", GetParam());
+    write_quant_fixture_set(root_, GetParam());
   }
   void TearDown() override {
     if (!root_.empty()) fs::remove_all(root_);
