@@ -464,7 +464,7 @@ Status Engine::step(std::span<const StepItem> items) {
 
 std::span<float> Engine::logits(size_t item) {
   if (item + 1 >= item_logit_row_.size()) return {};
-  if (item < item_sampled_.size() && item_sampled_[item] && sample_item_[item] >= 0) return {};  // never came down
+  if (sampled(item)) return {};  // drawn by the engine: the row is its workspace, or never came down
   const int64_t V = config_.vocab_size, r0 = item_logit_row_[item], r1 = item_logit_row_[item + 1];
   return std::span<float>(logits_.data() + r0 * V, size_t((r1 - r0) * V));
 }

@@ -180,7 +180,7 @@ class Engine {
   std::vector<RowEdit> sample_edits_;
   std::vector<RowSampleResult> sample_results_, item_result_;
   std::vector<uint8_t> item_sampled_;
-  std::vector<int32_t> sample_item_;           // item -> its row among sample_specs_ (-1: drawn on the host)
+  std::vector<int32_t> sample_item_;           // scratch of step(): item -> its row among sample_specs_ (-1: on the host)
   std::vector<uint8_t> expert_seen_;     // scratch: [num_experts]
 };
 
