@@ -144,6 +144,58 @@ TEST(ProjectVariants, EveryGemvVariantGivesTheSameBits) {
 #endif
 }
 
+// The outputs of one project() call launch as one group of blocks
+// (GemvGroup): each output's bits must be those of its own product, for
+// every decode variant, with outputs of odd sizes (a partial block at every
+// seam), both output dtypes, and more outputs than one group holds.
+TEST(ProjectVariants, GroupedOutputsGiveTheBitsOfSeparateProducts) {
+#if !(defined(MUSE_HAVE_CUDA) && MUSE_HAVE_CUDA)
+  GTEST_SKIP() << "this build has no CUDA backend (configure with -DMUSE_CUDA=ON: scripts/test-cuda.sh)";
+#else
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU on this machine: the CUDA backend is not tested here";
+  const int64_t Ns[] = {77, 16, 300, 9, 130};  // five outputs: a group of four, then one
+  auto bf = [](const std::vector<float>& v) {
+    std::vector<uint16_t> h(v.size());
+    for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_bf16(v[i]);
+    return h;
+  };
+  uint32_t seed = 9100;
+  for (int variant : {0, 1, 2, 3, 5, 6})
+    for (int64_t T : {1, 5, 16, 29, 64})
+      for (int64_t K : {136, 1000}) {
+        CudaBackendOptions o;
+        o.gemv_variant = variant;
+        auto r = create_cuda_backend(o);
+        ASSERT_TRUE(r.ok()) << r.message();
+        Backend& be = **r;
+        seed += 7;
+        const auto x = bf(random_floats(static_cast<size_t>(T * K), seed));
+        auto tx = be.import_weight(DType::BF16, {T, K}, x.data(), false);
+        ASSERT_TRUE(tx.ok());
+        std::vector<Tensor> ws, grouped, alone;
+        std::vector<Projection> ps;
+        for (size_t i = 0; i < std::size(Ns); ++i) {
+          const auto w = bf(random_floats(static_cast<size_t>(Ns[i] * K), seed + 1 + uint32_t(i), 0.05f));
+          auto tw = be.import_weight(DType::BF16, {Ns[i], K}, w.data(), false);
+          const DType odt = i % 2 ? DType::BF16 : DType::F32;
+          auto og = be.alloc(odt, {T, Ns[i]}), oa = be.alloc(odt, {T, Ns[i]});
+          ASSERT_TRUE(tw.ok() && og.ok() && oa.ok());
+          ws.push_back(*tw), grouped.push_back(*og), alone.push_back(*oa);
+          ps.push_back({*tw, *og});
+        }
+        be.project(*tx, ps);
+        for (size_t i = 0; i < ws.size(); ++i) be.matmul(alone[i], *tx, ws[i]);
+        ASSERT_TRUE(be.execute().ok());
+        for (size_t i = 0; i < ws.size(); ++i) {
+          std::vector<char> a(static_cast<size_t>(grouped[i].bytes())), c(a.size());
+          ASSERT_TRUE(be.download(grouped[i], a.data()).ok() && be.download(alone[i], c.data()).ok());
+          EXPECT_EQ(a, c) << "output " << i << " (" << Ns[i] << " rows) variant " << variant << " T " << T << " K "
+                          << K;
+        }
+      }
+#endif
+}
+
 INSTANTIATE_TEST_SUITE_P(Act, Project, ::testing::Values(DType::F32, DType::BF16), param_name);
 
 }  // namespace

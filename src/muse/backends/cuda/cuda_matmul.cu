@@ -45,6 +45,40 @@ constexpr int kWarps = 8;        // warps per block
 constexpr int kRowsPerWarp = 4;  // weight rows per warp
 constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;
 
+// The BF16 outputs of one project() call (they share x: Q/K/V/gate, gate/up)
+// in one launch of the decode kernels below: block b works for output o when
+// first[o] <= b < first[o + 1], as block b - first[o] of that product alone,
+// so each output's bits are those of its own launch. Why: launched alone,
+// Glimmer's 256-row K and V products were 16 blocks each and took 15.7 µs for
+// 3.4 MB on 16 SMs (ncu, 2026-12-01); in one launch they fill the GPU beside Q.
+constexpr int kMaxGroup = 4;
+struct GemvGroup {
+  const __nv_bfloat16* w[kMaxGroup];
+  void* out[kMaxGroup];
+  int64_t N[kMaxGroup], ldo[kMaxGroup];
+  int odt[kMaxGroup];
+  int first[kMaxGroup + 1];
+  int n;
+};
+
+// This block's output (selected with constant indices, so the group stays
+// in the parameter bank).
+struct GemvPart {
+  const __nv_bfloat16* w;
+  void* out;
+  int64_t N, ldo;
+  int odt;
+  int64_t block;
+};
+__device__ __forceinline__ GemvPart gemv_part(const GemvGroup& g) {
+  const int b = int(blockIdx.x);
+  GemvPart p{g.w[0], g.out[0], g.N[0], g.ldo[0], g.odt[0], int64_t(b)};
+#pragma unroll
+  for (int i = 1; i < kMaxGroup; ++i)
+    if (i < g.n && b >= g.first[i]) p = GemvPart{g.w[i], g.out[i], g.N[i], g.ldo[i], g.odt[i], int64_t(b - g.first[i])};
+  return p;
+}
+
 template <typename XT, typename WT, bool VEC>
 __global__ void __launch_bounds__(256) gemv_kernel(const XT* __restrict__ x, int64_t ldx, int64_t T,
                                                    const WT* __restrict__ w, int64_t N, int64_t K, void* out, int odt,
@@ -84,8 +118,12 @@ void launch_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, const Tensor&
 // ---------------------------------------------------------------------------
 template <int NT, int RW, int RWARPS>
 __global__ void __launch_bounds__(32 * kSplit * RWARPS)
-    mma_gemv_kernel(const __nv_bfloat16* __restrict__ x, int64_t T, const __nv_bfloat16* __restrict__ w, int64_t N,
-                    int64_t K, void* out, int odt, int64_t ldo) {
+    mma_gemv_kernel(const __nv_bfloat16* __restrict__ x, int64_t T, int64_t K, GemvGroup grp) {
+  const GemvPart pt = gemv_part(grp);
+  const __nv_bfloat16* __restrict__ w = pt.w;
+  const int64_t N = pt.N, ldo = pt.ldo;
+  void* const out = pt.out;
+  const int odt = pt.odt;
   constexpr int kAcc = RW * NT * 4;
   __shared__ float part[kSplit - 1][RWARPS][NT * 4][32];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -94,7 +132,7 @@ __global__ void __launch_bounds__(32 * kSplit * RWARPS)
   const int64_t t0 = int64_t(blockIdx.y) * 64;
   x += t0 * K;
   const int64_t nt = T - t0 < 64 ? T - t0 : 64;
-  const int64_t n0 = (int64_t(blockIdx.x) * RWARPS + rg) * 16 * RW;
+  const int64_t n0 = (pt.block * RWARPS + rg) * 16 * RW;
   const __nv_bfloat16* wr[RW][2];
   bool wok[RW][2];
 #pragma unroll
@@ -178,15 +216,20 @@ __global__ void __launch_bounds__(32 * kSplit * RWARPS)
 // rows and up to 64 activation rows per block of 4 K-slice warps.
 template <int NT, int STAGES>
 __global__ void __launch_bounds__(32 * kSplit)
-    ring_gemv_kernel(const __nv_bfloat16* __restrict__ x, int64_t T, const __nv_bfloat16* __restrict__ w, int64_t N,
-                     int64_t K, void* out, int odt, int64_t ldo) {
+    ring_gemv_kernel(const __nv_bfloat16* __restrict__ x, int64_t T, int64_t K, GemvGroup grp) {
   extern __shared__ uint4 ring[];
+  pdl_launch_dependents();  // the next kernel may take an SM as ours finish; it waits for us (pdl_wait)
+  const GemvPart pt = gemv_part(grp);
+  const __nv_bfloat16* __restrict__ w = pt.w;
+  const int64_t N = pt.N, ldo = pt.ldo;
+  void* const out = pt.out;
+  const int odt = pt.odt;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, tq = lane & 3;
   const int64_t t0 = int64_t(blockIdx.y) * 64;
   x += t0 * K;
   const int64_t nt = T - t0 < 64 ? T - t0 : 64;
-  const int64_t n0 = int64_t(blockIdx.x) * 16;
+  const int64_t n0 = pt.block * 16;
   const __nv_bfloat16* wr[1][2];
   bool wok[1][2];
 #pragma unroll
@@ -212,26 +255,24 @@ __global__ void __launch_bounds__(32 * kSplit)
 }
 
 template <int NT, int STAGES>
-cudaError_t launch_ring(cudaStream_t s, const __nv_bfloat16* x, int64_t T, const __nv_bfloat16* w, int64_t N,
-                        int64_t K, void* out, int odt, int64_t ldo) {
+cudaError_t launch_ring(cudaStream_t s, const __nv_bfloat16* x, int64_t T, int64_t K, const GemvGroup& g) {
   // Programmatic dependent launch: the blocks may start while the kernel
   // before is finishing, stream their first weights (which no kernel
   // writes), and wait (griddepcontrol.wait in ring_accumulate) before they
   // read x. Kernels that feed a product (norms, gates, SwiGLU, attention's
   // merge) let it launch early (pdl_launch_dependents).
-  return launch_pdl<ring_gemv_kernel<NT, STAGES>>(s, dim3(unsigned((N + 15) / 16), unsigned((T + 63) / 64)),
-                                                  dim3(32 * kSplit), ring_bytes<1, NT, STAGES>(), x, T, w, N, K, out,
-                                                  odt, ldo);
+  return launch_pdl<ring_gemv_kernel<NT, STAGES>>(s, dim3(unsigned(g.first[g.n]), unsigned((T + 63) / 64)),
+                                                  dim3(32 * kSplit), ring_bytes<1, NT, STAGES>(), x, T, K, g);
 }
 
 template <int NT>
-cudaError_t launch_ring_nt(cudaStream_t s, int stages, const __nv_bfloat16* x, int64_t T, const __nv_bfloat16* w,
-                           int64_t N, int64_t K, void* out, int odt, int64_t ldo) {
+cudaError_t launch_ring_nt(cudaStream_t s, int stages, const __nv_bfloat16* x, int64_t T, int64_t K,
+                           const GemvGroup& g) {
   switch (stages) {
-    case 2: return launch_ring<NT, 2>(s, x, T, w, N, K, out, odt, ldo);
-    case 3: return launch_ring<NT, 3>(s, x, T, w, N, K, out, odt, ldo);
-    case 6: return launch_ring<NT, 6>(s, x, T, w, N, K, out, odt, ldo);
-    default: return launch_ring<NT, 4>(s, x, T, w, N, K, out, odt, ldo);
+    case 2: return launch_ring<NT, 2>(s, x, T, K, g);
+    case 3: return launch_ring<NT, 3>(s, x, T, K, g);
+    case 6: return launch_ring<NT, 6>(s, x, T, K, g);
+    default: return launch_ring<NT, 4>(s, x, T, K, g);
   }
 }
 
@@ -259,16 +300,20 @@ constexpr size_t wide_smem() {
 
 template <int NT>
 __global__ void __launch_bounds__(32 * kWideWarps)
-    wide_gemv_kernel(const __nv_bfloat16* __restrict__ x, int64_t T, const __nv_bfloat16* __restrict__ w, int64_t N,
-                     int64_t K, void* out, int odt, int64_t ldo) {
+    wide_gemv_kernel(const __nv_bfloat16* __restrict__ x, int64_t T, int64_t K, GemvGroup grp) {
   extern __shared__ uint4 smem[];
+  const GemvPart pt = gemv_part(grp);
+  const __nv_bfloat16* __restrict__ w = pt.w;
+  const int64_t N = pt.N, ldo = pt.ldo;
+  void* const out = pt.out;
+  const int odt = pt.odt;
   uint4* wring = smem;                                        // [warp][stage][4 j][2 h][32]
   uint4* xring = smem + size_t(kWideStages) * kWideWarps * 256;  // [stage][4 j][NT][32]
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, tq = lane & 3;
   const int64_t t0 = int64_t(blockIdx.y) * 64;
   const int64_t nt = T - t0 < 64 ? T - t0 : 64;
-  const int64_t n0 = (int64_t(blockIdx.x) * kWideWarps + warp) * 16;
+  const int64_t n0 = (pt.block * kWideWarps + warp) * 16;
   const __nv_bfloat16* wr[2];
   bool wok[2];
 #pragma unroll
@@ -365,40 +410,56 @@ __global__ void __launch_bounds__(32 * kWideWarps)
 }
 
 template <int NT>
-cudaError_t launch_wide(cudaStream_t s, const __nv_bfloat16* x, int64_t T, const __nv_bfloat16* w, int64_t N,
-                        int64_t K, void* out, int odt, int64_t ldo) {
-  return launch_pdl<wide_gemv_kernel<NT>>(
-      s, dim3(unsigned((N + 16 * kWideWarps - 1) / (16 * kWideWarps)), unsigned((T + 63) / 64)),
-      dim3(32 * kWideWarps), wide_smem<NT>(), x, T, w, N, K, out, odt, ldo);
+cudaError_t launch_wide(cudaStream_t s, const __nv_bfloat16* x, int64_t T, int64_t K, const GemvGroup& g) {
+  return launch_pdl<wide_gemv_kernel<NT>>(s, dim3(unsigned(g.first[g.n]), unsigned((T + 63) / 64)),
+                                          dim3(32 * kWideWarps), wide_smem<NT>(), x, T, K, g);
+}
+
+// The outputs as one group of blocks of `rows` weight rows each.
+GemvGroup make_group(std::span<const Projection> outs, int64_t rows) {
+  GemvGroup g{};
+  g.n = int(outs.size());
+  for (int i = 0; i < g.n; ++i) {
+    const Projection& p = outs[size_t(i)];
+    g.w[i] = static_cast<const __nv_bfloat16*>(p.weight.data);
+    g.out[i] = p.out.data;
+    g.N[i] = p.weight.rows();
+    g.ldo[i] = p.out.cols();
+    g.odt[i] = dt_code(p.out.dtype);
+    g.first[i + 1] = g.first[i] + int((g.N[i] + rows - 1) / rows);
+  }
+  return g;
 }
 
 // Tile shapes: RW 16-row tiles per warp and RWARPS row groups per block,
 // chosen by the fixed rule of launch_mma_nt (no autotuning, no switches);
 // results are the same bits whatever the tile.
 template <int NT, int RW, int RWARPS>
-void launch_mma_tile(cudaStream_t s, const __nv_bfloat16* x, int64_t T, const __nv_bfloat16* w, int64_t N, int64_t K,
-                     void* out, int odt, int64_t ldo) {
-  constexpr int rows = 16 * RW * RWARPS;
-  const dim3 grid(unsigned((N + rows - 1) / rows), unsigned((T + 63) / 64));
-  mma_gemv_kernel<NT, RW, RWARPS><<<grid, 32 * kSplit * RWARPS, 0, s>>>(x, T, w, N, K, out, odt, ldo);
+void launch_mma_tile(cudaStream_t s, const __nv_bfloat16* x, int64_t T, int64_t K, std::span<const Projection> outs) {
+  const GemvGroup g = make_group(outs, 16 * RW * RWARPS);
+  const dim3 grid(unsigned(g.first[g.n]), unsigned((T + 63) / 64));
+  mma_gemv_kernel<NT, RW, RWARPS><<<grid, 32 * kSplit * RWARPS, 0, s>>>(x, T, K, g);
 }
 
 // The default rule, from the H200 timings of every tile on Glimmer's shapes
 // (bench/NOTES.md, 2026-12-01): one row group per block (128 threads) always;
-// two 16-row tiles per warp at T 9..16, and at T <= 8 for N >= 16384;
-// otherwise one. (Bigger tiles at T > 16 lost to the occupancy they cost.)
+// two 16-row tiles per warp at T 9..16, and at T <= 8 for N >= 16384 (N: the
+// rows of the whole group); otherwise one. (Bigger tiles at T > 16 lost to
+// the occupancy they cost.)
 template <int NT>
-void launch_mma_nt(cudaStream_t s, const __nv_bfloat16* x, int64_t T, const __nv_bfloat16* w, int64_t N, int64_t K,
-                   void* out, int odt, int64_t ldo) {
+void launch_mma_nt(cudaStream_t s, const __nv_bfloat16* x, int64_t T, int64_t N, int64_t K,
+                   std::span<const Projection> outs) {
   const int tile = NT == 2 || (NT == 1 && N >= 16384) ? 21 : 11;
   switch (tile) {
-    case 11: return launch_mma_tile<NT, 1, 1>(s, x, T, w, N, K, out, odt, ldo);
-    case 12: return launch_mma_tile<NT, 1, 2>(s, x, T, w, N, K, out, odt, ldo);
-    case 21: return launch_mma_tile<NT, 2, 1>(s, x, T, w, N, K, out, odt, ldo);
-    default: return launch_mma_tile<NT, 2, 2>(s, x, T, w, N, K, out, odt, ldo);
+    case 11: return launch_mma_tile<NT, 1, 1>(s, x, T, K, outs);
+    case 12: return launch_mma_tile<NT, 1, 2>(s, x, T, K, outs);
+    case 21: return launch_mma_tile<NT, 2, 1>(s, x, T, K, outs);
+    default: return launch_mma_tile<NT, 2, 2>(s, x, T, K, outs);
   }
 }
 
+// outs: 1..kMaxGroup products of x, all BF16 weights (the group launches as
+// one kernel below 65 rows; the prefill GEMM takes them one by one).
 // variant: 0 the default rule; 1 the register kernel with its tile rule;
 // 2, 3, 4, 6 the ring with that many stages; 5 wide_gemv; 7 the tiled
 // prefill GEMM (cuda_mma_gemm.cu), the rule's choice above 64 rows (timing tests). Every variant
@@ -410,33 +471,39 @@ void launch_mma_nt(cudaStream_t s, const __nv_bfloat16* x, int64_t T, const __nv
 // 65% / 75%: it has N/64 >= 512 blocks to spread); the register kernel
 // otherwise (wide_gemv's 64-row blocks leave SMs idle on 6656-8704-row
 // matrices, and at 64 rows its 168 registers and 96 KB cost more than the
-// x traffic it saves: 14-32% against 23-33%).
-cudaError_t launch_mma_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, const Tensor& out, int variant) {
-  const int64_t T = x.rows(), K = x.cols(), N = w.rows();
+// x traffic it saves: 14-32% against 23-33%). N in the rule: the rows of
+// the whole group.
+cudaError_t launch_mma_gemv(cudaStream_t s, const Tensor& x, std::span<const Projection> outs, int variant) {
+  const int64_t T = x.rows(), K = x.cols();
+  int64_t N = 0;
+  for (const Projection& p : outs) N += p.weight.rows();
   auto* xp = static_cast<const __nv_bfloat16*>(x.data);
-  auto* wp = static_cast<const __nv_bfloat16*>(w.data);
-  const int odt = dt_code(out.dtype);
-  const int64_t ldo = out.cols();
   if (variant == 0) variant = T > 64 ? 7 : T <= 8 ? 3 : T <= 16 && N >= 32768 ? 5 : 1;
-  if (variant == 7) return launch_mma_gemm(s, x, w, out);
+  if (variant == 7) {
+    for (const Projection& p : outs)
+      if (cudaError_t e = launch_mma_gemm(s, x, p.weight, p.out); e != cudaSuccess) return e;
+    return cudaSuccess;
+  }
   if (variant == 1) {
-    if (T <= 8) launch_mma_nt<1>(s, xp, T, wp, N, K, out.data, odt, ldo);
-    else if (T <= 16) launch_mma_nt<2>(s, xp, T, wp, N, K, out.data, odt, ldo);
-    else if (T <= 32) launch_mma_nt<4>(s, xp, T, wp, N, K, out.data, odt, ldo);
-    else launch_mma_nt<8>(s, xp, T, wp, N, K, out.data, odt, ldo);
+    if (T <= 8) launch_mma_nt<1>(s, xp, T, N, K, outs);
+    else if (T <= 16) launch_mma_nt<2>(s, xp, T, N, K, outs);
+    else if (T <= 32) launch_mma_nt<4>(s, xp, T, N, K, outs);
+    else launch_mma_nt<8>(s, xp, T, N, K, outs);
     return cudaGetLastError();
   }
   if (variant == 5) {
-    if (T <= 8) return launch_wide<1>(s, xp, T, wp, N, K, out.data, odt, ldo);
-    if (T <= 16) return launch_wide<2>(s, xp, T, wp, N, K, out.data, odt, ldo);
-    if (T <= 32) return launch_wide<4>(s, xp, T, wp, N, K, out.data, odt, ldo);
-    return launch_wide<8>(s, xp, T, wp, N, K, out.data, odt, ldo);
+    const GemvGroup g = make_group(outs, 16 * kWideWarps);
+    if (T <= 8) return launch_wide<1>(s, xp, T, K, g);
+    if (T <= 16) return launch_wide<2>(s, xp, T, K, g);
+    if (T <= 32) return launch_wide<4>(s, xp, T, K, g);
+    return launch_wide<8>(s, xp, T, K, g);
   }
   const int stages = variant;
-  if (T <= 8) return launch_ring_nt<1>(s, stages, xp, T, wp, N, K, out.data, odt, ldo);
-  if (T <= 16) return launch_ring_nt<2>(s, stages, xp, T, wp, N, K, out.data, odt, ldo);
-  if (T <= 32) return launch_ring_nt<4>(s, stages, xp, T, wp, N, K, out.data, odt, ldo);
-  return launch_ring_nt<8>(s, stages, xp, T, wp, N, K, out.data, odt, ldo);
+  const GemvGroup g = make_group(outs, 16);
+  if (T <= 8) return launch_ring_nt<1>(s, stages, xp, T, K, g);
+  if (T <= 16) return launch_ring_nt<2>(s, stages, xp, T, K, g);
+  if (T <= 32) return launch_ring_nt<4>(s, stages, xp, T, K, g);
+  return launch_ring_nt<8>(s, stages, xp, T, K, g);
 }
 
 bool mma_gemv_usable() { return mma_gemv_built(); }
@@ -452,11 +519,16 @@ cudaDataType_t lt_type(DType t) { return t == DType::BF16 ? CUDA_R_16BF : CUDA_R
 
 }  // namespace
 
+// The tensor-core decode kernels' inputs: BF16 x and W, K % 8 == 0, 16-byte aligned rows.
+bool mma_eligible(const Tensor& x, const Tensor& w) {
+  return x.dtype == DType::BF16 && w.dtype == DType::BF16 && !w.quant && x.cols() % 8 == 0 && aligned16(x.data) &&
+         aligned16(w.data) && mma_gemv_usable();
+}
+
 cudaError_t CudaBackend::launch_project(cudaStream_t s, const Tensor& x, const Projection& p) {
   const bool xb = x.dtype == DType::BF16, wb = p.weight.dtype == DType::BF16;
-  if (xb && wb && x.cols() % 8 == 0 && aligned16(x.data) && aligned16(p.weight.data) &&
-      mma_gemv_usable())
-    return launch_mma_gemv(s, x, p.weight, p.out, gemv_variant_);
+  if (mma_eligible(x, p.weight))
+    return launch_mma_gemv(s, x, std::span<const Projection>(&p, 1), gemv_variant_);
   else if (xb && wb) launch_gemv<__nv_bfloat16, __nv_bfloat16>(s, x, p.weight, p.out);
   else if (xb) launch_gemv<__nv_bfloat16, float>(s, x, p.weight, p.out);
   else if (wb) launch_gemv<float, __nv_bfloat16>(s, x, p.weight, p.out);
@@ -549,11 +621,18 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
   // GEMM replaces both (bench/NOTES.md).
   const bool lt = kCublasLtAboveRows > 0 && x.rows() > kCublasLtAboveRows;
   enqueue("project", [this, x, outs, lt](cudaStream_t s) {
-    for (const auto& p : outs) {
-      cudaError_t e = p.weight.quant                      ? launch_quant_project(s, x, p.weight, p.out)
+    for (size_t i = 0; i < outs.size();) {
+      const Projection& p = outs[i];
+      // Consecutive outputs the decode kernels take go as one launch (GemvGroup).
+      size_t n = 0;
+      while (!lt && i + n < outs.size() && n < size_t(kMaxGroup) && mma_eligible(x, outs[i + n].weight)) ++n;
+      cudaError_t e = n > 0          ? launch_mma_gemv(s, x, std::span<const Projection>(outs).subspan(i, n),
+                                                       gemv_variant_)
+                      : p.weight.quant ? launch_quant_project(s, x, p.weight, p.out)
                       : lt && x.dtype == p.weight.dtype ? launch_cublaslt(s, x, p)
                                                         : launch_project(s, x, p);
       if (e != cudaSuccess) return e;
+      i += n > 0 ? n : 1;
     }
     return cudaSuccess;
   });
