@@ -134,6 +134,41 @@ TEST_P(Rowwise, ResidualNormGlimmerAndSpark) {
   }
 }
 
+// residual_norm_then_norm (one fused kernel) gives the bits of
+// residual_norm followed by rms_norm of the stream, for both models' forms,
+// every gain mode of the second norm, row widths across the register
+// cache's edges, and batch sizes 1..9.
+TEST_P(Rowwise, ResidualThenNormEqualsTheTwoOps) {
+  for (int64_t H : {int64_t(1), int64_t(37), int64_t(1037), int64_t(6656), int64_t(8192)})
+    for (int64_t T : {int64_t(1), int64_t(9)})
+      for (int spark = 0; spark < 2; ++spark)
+        for (NormGain mode2 : {NormGain::None, NormGain::After, NormGain::Before}) {
+          const DType sdt = spark ? DType::F32 : act();
+          const NormGain mode = spark ? NormGain::Before : NormGain::After;
+          const uint32_t seed = uint32_t(300 + H + T + spark);
+          auto s0 = random_floats(static_cast<size_t>(T * H), seed, 3.0f);
+          auto u = random_floats(static_cast<size_t>(T * H), seed + 1);
+          auto gain = random_floats(static_cast<size_t>(H), seed + 2, 0.2f, 0.5f);
+          auto gain2 = random_floats(static_cast<size_t>(H), seed + 3, 0.2f, 0.5f);
+          auto alpha = random_floats(static_cast<size_t>(H), seed + 4, 0.1f, 0.9f);
+          auto beta = random_floats(static_cast<size_t>(H), seed + 5, 0.05f, 0.2f);
+          auto s1 = s0;
+          Tensor ts = up(sdt, {T, H}, s0), ts2 = up(sdt, {T, H}, s1), tu = up(act(), {T, H}, u);
+          Tensor tg = up(DType::F32, {H}, gain), tg2 = up(DType::F32, {H}, gain2);
+          Tensor ta, tb;
+          if (spark) ta = up(DType::F32, {H}, alpha), tb = up(DType::F32, {H}, beta);
+          Tensor fused_out = poisoned(act(), {T, H}), two_out = poisoned(act(), {T, H});
+          b().residual_norm_then_norm(ts, tu, tg, mode, ta, tb, 1e-5f, {fused_out, tg2, mode2, 1e-6f});
+          b().residual_norm(ts2, tu, tg, mode, ta, tb, 1e-5f);
+          b().rms_norm(two_out, ts2, tg2, mode2, 1e-6f);
+          run();
+          const std::string what = "H " + std::to_string(H) + " T " + std::to_string(T) + (spark ? " spark" : " glimmer") +
+                                   " mode2 " + std::to_string(int(mode2));
+          EXPECT_EQ(get_bytes(ts), get_bytes(ts2)) << "stream, " << what;
+          EXPECT_EQ(get_bytes(fused_out), get_bytes(two_out)) << "normed output, " << what;
+        }
+}
+
 TEST_P(Rowwise, RopeTablesMatchTheFp32Formula) {
   const int64_t T = 7, d = 128, half = d / 2;
   const double theta = 1e6;

@@ -162,6 +162,22 @@ class Backend {
   virtual void residual_norm(const Tensor& stream, const Tensor& update, const Tensor& gain, NormGain mode,
                              const Tensor& alpha, const Tensor& beta, float eps) = 0;
 
+  // residual_norm, then next.out = rms_norm(stream) over whole rows with
+  // next's gain, mode and eps: a layer's residual update and the norm that
+  // follows it (the next sub-block's input), which every Muse layer runs back
+  // to back. This default runs the two ops; the CUDA backend fuses them into
+  // one kernel with the same bits (the row is already in registers).
+  struct NextNorm {
+    Tensor out, gain;
+    NormGain mode = NormGain::None;
+    float eps = 0.0f;
+  };
+  virtual void residual_norm_then_norm(const Tensor& stream, const Tensor& update, const Tensor& gain, NormGain mode,
+                                       const Tensor& alpha, const Tensor& beta, float eps, const NextNorm& next) {
+    residual_norm(stream, update, gain, mode, alpha, beta, eps);
+    rms_norm(next.out, stream, next.gain, next.mode, next.eps);
+  }
+
   // Several weights over one input in one pass (q/k/v/gate, gate/up):
   // outputs[i].out = x · outputs[i].weightᵀ, fp32 accumulation. A weight
   // may be quantized (see supports_quant).

@@ -13,11 +13,12 @@ void MuseModel::spark_layer(const Step& s, int64_t l, const KvLayerStorage& kv) 
   const float eps = float(c.rms_norm_eps), post_eps = float(c.post_norm_eps);
   // 1-3: x = rms(s)·(1+w_in); a = attention(x) with the per-head output
   // norm; s ← α_att ⊙ s + β_att ⊙ rms_1e-8(a) (weightless).
-  b.rms_norm(s.h, s.x, w.norm_input, NormGain::After, eps);
+  // (After layer 0 the previous layer's last op wrote x.)
+  if (l == 0) b.rms_norm(s.h, s.x, w.norm_input, NormGain::After, eps);
   attention_block(s, l, kv);
-  b.residual_norm(s.x, s.a, Tensor{}, NormGain::None, w.attn_alpha, w.attn_beta, post_eps);
-  // 4: h = rms(s)·(1+w_preffn)
-  b.rms_norm(s.h, s.x, w.norm_pre_ffn, NormGain::After, eps);
+  // 4: h = rms(s)·(1+w_preffn), in the same op as step 3's update
+  b.residual_norm_then_norm(s.x, s.a, Tensor{}, NormGain::None, w.attn_alpha, w.attn_beta, post_eps,
+                            {s.h, w.norm_pre_ffn, NormGain::After, eps});
   if (c.is_sparse(l)) {
     // 5: router on h: p = σ(h·Wᵀ·output_multiplier), top-k by p + bias.
     b.matmul(s.router_logits, s.h, w.router);
@@ -37,8 +38,13 @@ void MuseModel::spark_layer(const Step& s, int64_t l, const KvLayerStorage& kv) 
   } else {
     dense_mlp(s, w);
   }
-  // 9: s ← α_ffn ⊙ s + β_ffn ⊙ rms_1e-8(f ⊙ (1+w_postffn)) (input-scale)
-  b.residual_norm(s.x, s.a, w.norm_post_ffn, NormGain::Before, w.ffn_alpha, w.ffn_beta, post_eps);
+  // 9: s ← α_ffn ⊙ s + β_ffn ⊙ rms_1e-8(f ⊙ (1+w_postffn)) (input-scale),
+  // and the next layer's step 1
+  if (l + 1 < c.num_layers)
+    b.residual_norm_then_norm(s.x, s.a, w.norm_post_ffn, NormGain::Before, w.ffn_alpha, w.ffn_beta, post_eps,
+                              {s.h, weights_.layers[size_t(l + 1)].norm_input, NormGain::After, eps});
+  else
+    b.residual_norm(s.x, s.a, w.norm_post_ffn, NormGain::Before, w.ffn_alpha, w.ffn_beta, post_eps);
 }
 
 }  // namespace muse

@@ -169,6 +169,8 @@ class CudaBackend final : public Backend {
                 float scale) override;
   void residual_norm(const Tensor& stream, const Tensor& update, const Tensor& gain, NormGain mode,
                      const Tensor& alpha, const Tensor& beta, float eps) override;
+  void residual_norm_then_norm(const Tensor& stream, const Tensor& update, const Tensor& gain, NormGain mode,
+                               const Tensor& alpha, const Tensor& beta, float eps, const NextNorm& next) override;
   void project(const Tensor& x, std::span<const Projection> outputs) override;
   void rope_tables(const Tensor& cos, const Tensor& sin, const Tensor& positions, double theta,
                    int64_t head_dim) override;

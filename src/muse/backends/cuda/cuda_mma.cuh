@@ -95,7 +95,8 @@ cudaError_t allow_dynamic_smem(int bytes) {
 // are allowed on the device first.
 template <auto Kernel, class... Args>
 cudaError_t launch_pdl(cudaStream_t s, dim3 grid, dim3 block, size_t smem, Args... args) {
-  if (cudaError_t e = allow_dynamic_smem<Kernel>(int(smem)); e != cudaSuccess) return e;
+  if (smem > 0)
+    if (cudaError_t e = allow_dynamic_smem<Kernel>(int(smem)); e != cudaSuccess) return e;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;

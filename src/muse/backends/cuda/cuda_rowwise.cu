@@ -1,11 +1,19 @@
 // Row-wise operations: embedding, RMSNorm (all NormGain modes, groups,
-// scale), the fused residual / gated residual, RoPE tables, QK-norm + RoPE,
-// the output gate, SwiGLU, row gathers and the softcap. Each output element
-// is computed in fp32 from fp32-upcast inputs and stored once; the norm
-// statistics are block or warp sums in one fixed order.
+// scale), the fused residual / gated residual (alone or with the norm that
+// follows it), RoPE tables, QK-norm + RoPE, the output gate, SwiGLU, row
+// gathers and the softcap. Each output element is computed in fp32 from
+// fp32-upcast inputs and stored once; the norm statistics are block or warp
+// sums in one fixed order.
+//
+// The kernels between the products launch with programmatic dependent
+// launch (launch_pdl) and wait (pdl_wait) before their first memory access:
+// each one's launch then overlaps the tail of the kernel before instead of
+// following it (a batch-1 Glimmer step runs ~13 kernels a layer, most of
+// them a few µs long).
 #include <cmath>
 
 #include "muse/backends/cuda/cuda_impl.cuh"
+#include "muse/backends/cuda/cuda_mma.cuh"
 
 namespace muse::cuda {
 namespace {
@@ -48,6 +56,21 @@ unsigned norm_threads(int64_t n) {
 // This thread's elements of the row at `base` into x (and the gain into c),
 // the sum of squares of (x ⊙ c when Before, else x) over the block; returns
 // 1/rms. PER = 0: no register cache (the loop form, any n).
+// 1/rms of a row held in registers as row_inv_rms loads it (x, and c the
+// gain or 1; elements past n are 0 and 1).
+template <int PER>
+__device__ __forceinline__ float regs_inv_rms(const float (&x)[PER], const float (&c)[PER], int mode, int64_t n,
+                                              float eps, float* red) {
+  float ss = 0.0f;
+#pragma unroll
+  for (int k = 0; k < PER; ++k) {
+    const float y = mode == kGainBefore ? x[k] * c[k] : x[k];
+    ss += y * y;
+  }
+  ss = block_sum(ss, red);
+  return 1.0f / sqrtf(ss / float(n) + eps);
+}
+
 template <int PER>
 __device__ __forceinline__ float row_inv_rms(float (&x)[PER ? PER : 1], float (&c)[PER ? PER : 1], const void* in,
                                              int idt, int64_t base, const void* gain, int gdt, int mode, int64_t n,
@@ -60,11 +83,7 @@ __device__ __forceinline__ float row_inv_rms(float (&x)[PER ? PER : 1], float (&
       x[k] = i < n ? ld(in, idt, base + i) : 0.0f;
       c[k] = i < n && mode != kGainNone ? ld(gain, gdt, i) : 1.0f;
     }
-#pragma unroll
-    for (int k = 0; k < PER; ++k) {
-      const float y = mode == kGainBefore ? x[k] * c[k] : x[k];
-      ss += y * y;
-    }
+    return regs_inv_rms<PER>(x, c, mode, n, eps, red);
   } else {
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
       float y = ld(in, idt, base + i);
@@ -89,6 +108,7 @@ template <int PER>
 __global__ void rms_norm_kernel(void* out, int odt, const void* in, int idt, const void* gain, int gdt, int mode,
                                 float eps, int64_t g, float scale) {
   pdl_launch_dependents();  // a product may read our output: it waits for us
+  pdl_wait();
   __shared__ float red[33];
   const int64_t base = int64_t(blockIdx.x) * g;
   float x[PER ? PER : 1], c[PER ? PER : 1];
@@ -106,11 +126,24 @@ __global__ void rms_norm_kernel(void* out, int odt, const void* in, int idt, con
   }
 }
 
+// The new stream value from the old one and the normed update: alpha ⊙ s +
+// beta ⊙ n, or s + n (explicit roundings: both residual kernels give the
+// same bits).
+__device__ __forceinline__ float residual_value(const float* alpha, const float* beta, int64_t i, float s, float n) {
+  return alpha ? __fmaf_rn(alpha[i], s, __fmul_rn(beta[i], n)) : __fadd_rn(s, n);
+}
+
+// A value as the dtype dt stores it (what a later read of it gives).
+__device__ __forceinline__ float as_stored(int dt, float v) {
+  return dt == kBF16 ? __bfloat162float(__float2bfloat16_rn(v)) : v;
+}
+
 // stream += norm(update) (alpha/beta: stream = alpha ⊙ stream + beta ⊙ norm).
 template <int PER>
 __global__ void residual_norm_kernel(void* stream, int sdt, const void* update, int udt, const void* gain, int gdt,
                                      int mode, const float* alpha, const float* beta, float eps, int64_t H) {
   pdl_launch_dependents();  // a product may read our output: it waits for us
+  pdl_wait();
   __shared__ float red[33];
   const int64_t base = int64_t(blockIdx.x) * H;
   float x[PER ? PER : 1], c[PER ? PER : 1];
@@ -118,7 +151,7 @@ __global__ void residual_norm_kernel(void* stream, int sdt, const void* update, 
   auto apply = [&](int64_t i, float xv, float cv) {
     const float n = normed(xv, cv, mode, r, 1.0f);
     const float s = ld(stream, sdt, base + i);
-    st(stream, sdt, base + i, alpha ? alpha[i] * s + beta[i] * n : s + n);
+    st(stream, sdt, base + i, residual_value(alpha, beta, i, s, n));
   };
   if constexpr (PER > 0) {
 #pragma unroll
@@ -129,6 +162,43 @@ __global__ void residual_norm_kernel(void* stream, int sdt, const void* update, 
   } else {
     for (int64_t i = threadIdx.x; i < H; i += blockDim.x)
       apply(i, ld(update, udt, base + i), mode != kGainNone ? ld(gain, gdt, i) : 1.0f);
+  }
+}
+
+// residual_norm_kernel's update, then out = norm(new stream) as
+// rms_norm_kernel<PER> computes it over whole rows: from the values as the
+// stream stores them, with the same block size (so the same element per
+// thread and the same sums), scale 1. The same bits as the two kernels, in
+// one launch and one read of the row.
+template <int PER>
+__global__ void residual_then_norm_kernel(void* stream, int sdt, const void* update, int udt, const void* gain,
+                                          int gdt, int mode, const float* alpha, const float* beta, float eps,
+                                          int64_t H, void* out, int odt, const void* gain2, int g2dt, int mode2,
+                                          float eps2) {
+  pdl_launch_dependents();  // a product may read our output: it waits for us
+  pdl_wait();
+  __shared__ float red[33];
+  const int64_t base = int64_t(blockIdx.x) * H;
+  float x[PER], c[PER];
+  const float r = row_inv_rms<PER>(x, c, update, udt, base, gain, gdt, mode, H, eps, red);
+  float y[PER], c2[PER];
+#pragma unroll
+  for (int k = 0; k < PER; ++k) {
+    const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
+    y[k] = 0.0f, c2[k] = 1.0f;
+    if (i < H) {
+      const float n = normed(x[k], c[k], mode, r, 1.0f);
+      const float v = residual_value(alpha, beta, i, ld(stream, sdt, base + i), n);
+      st(stream, sdt, base + i, v);
+      y[k] = as_stored(sdt, v);
+      if (mode2 != kGainNone) c2[k] = ld(gain2, g2dt, i);
+    }
+  }
+  const float r2 = regs_inv_rms<PER>(y, c2, mode2, H, eps2, red);
+#pragma unroll
+  for (int k = 0; k < PER; ++k) {
+    const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
+    if (i < H) st(out, odt, base + i, normed(y[k], c2[k], mode2, r2, 1.0f));
   }
 }
 
@@ -147,6 +217,7 @@ __global__ void rope_tables_kernel(float* cos_out, float* sin_out, const int32_t
 // then rotate-half RoPE on pairs (j, j + d/2). In place.
 __global__ void qk_norm_rope_kernel(void* q, int qdt, void* k, int kdt, const float* cos_t, const float* sin_t,
                                     int64_t T, int hq, int hk, int d, float eps, float q_scale) {
+  pdl_wait();
   const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   const int heads = hq + hk;
@@ -184,6 +255,7 @@ __global__ void qk_norm_rope_kernel(void* q, int qdt, void* k, int kdt, const fl
 __global__ void output_gate_kernel(void* o, int odt, const void* g, int gdt, int64_t units, int d, bool head_norm,
                                    float eps) {
   pdl_launch_dependents();  // a product may read our output: it waits for us
+  pdl_wait();
   const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
   if (w >= units) return;
@@ -207,6 +279,7 @@ __global__ void output_gate_kernel(void* o, int odt, const void* g, int gdt, int
 
 __global__ void swiglu_kernel(void* out, int odt, const void* gate, int gdt, const void* up, int udt, int64_t n) {
   pdl_launch_dependents();  // a product may read our output: it waits for us
+  pdl_wait();
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const float a = ld(gate, gdt, i), b = ld(up, udt, i);
     st(out, odt, i, a * sigmoidf_(a) * b);
@@ -217,6 +290,8 @@ constexpr int kGatherI32 = 2;  // beside kF32 / kBF16: I32 rows
 
 __global__ void gather_rows_kernel(void* out, int odt, const void* in, int idt, const int32_t* rows, int64_t C,
                                    int64_t in_rows, DeviceError* err, int op) {
+  pdl_launch_dependents();  // the head's norm and product wait for us
+  pdl_wait();
   const int64_t i = blockIdx.x;
   const int32_t r = rows[i];
   if (r < 0 || r >= in_rows) {
@@ -232,6 +307,7 @@ __global__ void gather_rows_kernel(void* out, int odt, const void* in, int idt, 
 }
 
 __global__ void softcap_kernel(void* x, int dt, int64_t n, float multiplier, float cap) {
+  pdl_wait();
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const float z = ld(x, dt, i) * multiplier;  // the same operation order as transformers
     st(x, dt, i, cap > 0 ? tanhf(z / cap) * cap : z);
@@ -270,30 +346,70 @@ void CudaBackend::rms_norm(const Tensor& out, const Tensor& in, const Tensor& ga
   if (groups == 0) return;
   enqueue("rms_norm", [=](cudaStream_t s) {
     const bool reg = g <= kNormRegMax;
-    (reg ? rms_norm_kernel<kNormPer> : rms_norm_kernel<0>)<<<unsigned(groups), reg ? norm_threads(g) : 256, 0, s>>>(
-        out.data, dt_code(out.dtype), in.data, dt_code(in.dtype), gain.data, dt_code(gain.dtype), gain_code(mode), eps,
-        g, scale);
-    return cudaGetLastError();
+    const int odt = dt_code(out.dtype), idt = dt_code(in.dtype), gdt = dt_code(gain.dtype), gm = gain_code(mode);
+    return reg ? launch_pdl<rms_norm_kernel<kNormPer>>(s, dim3(unsigned(groups)), dim3(norm_threads(g)), 0, out.data,
+                                                       odt, in.data, idt, gain.data, gdt, gm, eps, g, scale)
+               : launch_pdl<rms_norm_kernel<0>>(s, dim3(unsigned(groups)), dim3(256), 0, out.data, odt, in.data, idt,
+                                                gain.data, gdt, gm, eps, g, scale);
   });
 }
+
+namespace {
+bool residual_args_ok(const Tensor& stream, const Tensor& update, const Tensor& gain, NormGain mode,
+                      const Tensor& alpha, const Tensor& beta) {
+  const int64_t H = stream.cols();
+  return is_float_dtype(stream.dtype) && is_float_dtype(update.dtype) && update.numel() == stream.numel() &&
+         (mode == NormGain::None || (is_float_dtype(gain.dtype) && gain.numel() == H)) &&
+         alpha.empty() == beta.empty() && (alpha.empty() || (alpha.numel() == H && alpha.dtype == DType::F32)) &&
+         (beta.empty() || (beta.numel() == H && beta.dtype == DType::F32));
+}
+}  // namespace
 
 void CudaBackend::residual_norm(const Tensor& stream, const Tensor& update, const Tensor& gain, NormGain mode,
                                 const Tensor& alpha, const Tensor& beta, float eps) {
   const int64_t H = stream.cols();
-  if (!check(is_float_dtype(stream.dtype) && is_float_dtype(update.dtype) && update.numel() == stream.numel() &&
-                 (mode == NormGain::None || (is_float_dtype(gain.dtype) && gain.numel() == H)) &&
-                 alpha.empty() == beta.empty() && (alpha.empty() || (alpha.numel() == H && alpha.dtype == DType::F32)) &&
-                 (beta.empty() || (beta.numel() == H && beta.dtype == DType::F32)),
-             "residual_norm", describe(stream) + " += norm(" + describe(update) + ")"))
+  if (!check(residual_args_ok(stream, update, gain, mode, alpha, beta), "residual_norm",
+             describe(stream) + " += norm(" + describe(update) + ")"))
     return;
   if (stream.rows() == 0) return;
   enqueue("residual_norm", [=](cudaStream_t s) {
     const bool reg = H <= kNormRegMax;
-    (reg ? residual_norm_kernel<kNormPer> : residual_norm_kernel<0>)<<<unsigned(stream.rows()),
-                                                                      reg ? norm_threads(H) : 256, 0, s>>>(
-        stream.data, dt_code(stream.dtype), update.data, dt_code(update.dtype), gain.data, dt_code(gain.dtype),
-        gain_code(mode), static_cast<const float*>(alpha.data), static_cast<const float*>(beta.data), eps, H);
-    return cudaGetLastError();
+    const int sdt = dt_code(stream.dtype), udt = dt_code(update.dtype), gdt = dt_code(gain.dtype), gm = gain_code(mode);
+    auto* al = static_cast<const float*>(alpha.data);
+    auto* be = static_cast<const float*>(beta.data);
+    return reg ? launch_pdl<residual_norm_kernel<kNormPer>>(s, dim3(unsigned(stream.rows())), dim3(norm_threads(H)), 0,
+                                                            stream.data, sdt, update.data, udt, gain.data, gdt, gm, al,
+                                                            be, eps, H)
+               : launch_pdl<residual_norm_kernel<0>>(s, dim3(unsigned(stream.rows())), dim3(256), 0, stream.data, sdt,
+                                                     update.data, udt, gain.data, gdt, gm, al, be, eps, H);
+  });
+}
+
+void CudaBackend::residual_norm_then_norm(const Tensor& stream, const Tensor& update, const Tensor& gain,
+                                          NormGain mode, const Tensor& alpha, const Tensor& beta, float eps,
+                                          const NextNorm& next) {
+  const int64_t H = stream.cols();
+  // Rows wider than the register cache, or an output that is not a plain
+  // row-for-row copy of the stream's shape: the two ops.
+  if (H > kNormRegMax || next.out.rows() != stream.rows() || next.out.cols() != H ||
+      !(next.mode == NormGain::None || (is_float_dtype(next.gain.dtype) && next.gain.numel() == H)) ||
+      !is_float_dtype(next.out.dtype) || next.out.data == stream.data) {
+    Backend::residual_norm_then_norm(stream, update, gain, mode, alpha, beta, eps, next);
+    return;
+  }
+  if (!check(residual_args_ok(stream, update, gain, mode, alpha, beta), "residual_norm",
+             describe(stream) + " += norm(" + describe(update) + ")"))
+    return;
+  if (stream.rows() == 0) return;
+  const Tensor out = next.out, gain2 = next.gain;
+  const int mode2 = gain_code(next.mode);
+  const float eps2 = next.eps;
+  enqueue("residual_norm", [=](cudaStream_t s) {
+    return launch_pdl<residual_then_norm_kernel<kNormPer>>(
+        s, dim3(unsigned(stream.rows())), dim3(norm_threads(H)), 0, stream.data, dt_code(stream.dtype), update.data,
+        dt_code(update.dtype), gain.data, dt_code(gain.dtype), gain_code(mode), static_cast<const float*>(alpha.data),
+        static_cast<const float*>(beta.data), eps, H, out.data, dt_code(out.dtype), gain2.data, dt_code(gain2.dtype),
+        mode2, eps2);
   });
 }
 
@@ -330,10 +446,9 @@ void CudaBackend::qk_norm_rope(const Tensor& q, const Tensor& k, const Tensor& c
   const int64_t warps = T * (hq + hk);
   if (warps == 0) return;
   enqueue("qk_norm_rope", [=](cudaStream_t s) {
-    qk_norm_rope_kernel<<<blocks_for(warps, 8), 256, 0, s>>>(
-        q.data, dt_code(q.dtype), k.data, dt_code(k.dtype), static_cast<const float*>(cos.data),
-        static_cast<const float*>(sin.data), T, hq, hk, int(d), eps, q_scale);
-    return cudaGetLastError();
+    return launch_pdl<qk_norm_rope_kernel>(s, dim3(blocks_for(warps, 8)), dim3(256), 0, q.data, dt_code(q.dtype),
+                                           k.data, dt_code(k.dtype), static_cast<const float*>(cos.data),
+                                           static_cast<const float*>(sin.data), T, hq, hk, int(d), eps, q_scale);
   });
 }
 
@@ -345,9 +460,8 @@ void CudaBackend::output_gate(const Tensor& o, const Tensor& g, int64_t head_dim
   const int64_t units = o.numel() / head_dim;
   if (units == 0) return;
   enqueue("output_gate", [=](cudaStream_t s) {
-    output_gate_kernel<<<blocks_for(units, 8), 256, 0, s>>>(o.data, dt_code(o.dtype), g.data, dt_code(g.dtype), units,
-                                                             int(head_dim), head_norm, eps);
-    return cudaGetLastError();
+    return launch_pdl<output_gate_kernel>(s, dim3(blocks_for(units, 8)), dim3(256), 0, o.data, dt_code(o.dtype), g.data,
+                                          dt_code(g.dtype), units, int(head_dim), head_norm, eps);
   });
 }
 
@@ -359,9 +473,8 @@ void CudaBackend::swiglu(const Tensor& out, const Tensor& gate, const Tensor& up
   const int64_t n = out.numel();
   if (n == 0) return;
   enqueue("swiglu", [=](cudaStream_t s) {
-    swiglu_kernel<<<grid_stride_blocks(n), 256, 0, s>>>(out.data, dt_code(out.dtype), gate.data, dt_code(gate.dtype),
-                                                         up.data, dt_code(up.dtype), n);
-    return cudaGetLastError();
+    return launch_pdl<swiglu_kernel>(s, dim3(grid_stride_blocks(n)), dim3(256), 0, out.data, dt_code(out.dtype),
+                                     gate.data, dt_code(gate.dtype), up.data, dt_code(up.dtype), n);
   });
 }
 
@@ -376,10 +489,9 @@ void CudaBackend::gather_rows(const Tensor& out, const Tensor& in, const Tensor&
   const int op = op_index();
   const int odt = ints ? kGatherI32 : dt_code(out.dtype), idt = ints ? kGatherI32 : dt_code(in.dtype);
   enqueue("gather_rows", [=, this](cudaStream_t s) {
-    gather_rows_kernel<<<unsigned(out.rows()), threads_for(in.cols()), 0, s>>>(
-        out.data, odt, in.data, idt, static_cast<const int32_t*>(rows.data), in.cols(),
-        in.rows(), dev_error(), op);
-    return cudaGetLastError();
+    return launch_pdl<gather_rows_kernel>(s, dim3(unsigned(out.rows())), dim3(threads_for(in.cols())), 0, out.data, odt,
+                                          in.data, idt, static_cast<const int32_t*>(rows.data), in.cols(), in.rows(),
+                                          dev_error(), op);
   });
 }
 
@@ -388,8 +500,8 @@ void CudaBackend::softcap(const Tensor& x, float multiplier, float cap) {
   const int64_t n = x.numel();
   if (n == 0) return;
   enqueue("softcap", [=](cudaStream_t s) {
-    softcap_kernel<<<grid_stride_blocks(n), 256, 0, s>>>(x.data, dt_code(x.dtype), n, multiplier, cap);
-    return cudaGetLastError();
+    return launch_pdl<softcap_kernel>(s, dim3(grid_stride_blocks(n)), dim3(256), 0, x.data, dt_code(x.dtype), n,
+                                      multiplier, cap);
   });
 }
 
