@@ -144,16 +144,16 @@ TEST(ProjectVariants, EveryGemvVariantGivesTheSameBits) {
 #endif
 }
 
-// The outputs of one project() call launch as one group of blocks
-// (GemvGroup): each output's bits must be those of its own product, for
-// every decode variant, with outputs of odd sizes (a partial block at every
-// seam), both output dtypes, and more outputs than one group holds.
+// The outputs of one project() call launch as a chain of overlapping
+// products (kChainNext / kChainXReady): each output's bits must be those of
+// its own product, for every decode variant, with outputs of odd sizes, both
+// output dtypes, and five outputs in a row.
 TEST(ProjectVariants, GroupedOutputsGiveTheBitsOfSeparateProducts) {
 #if !(defined(MUSE_HAVE_CUDA) && MUSE_HAVE_CUDA)
   GTEST_SKIP() << "this build has no CUDA backend (configure with -DMUSE_CUDA=ON: scripts/test-cuda.sh)";
 #else
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU on this machine: the CUDA backend is not tested here";
-  const int64_t Ns[] = {77, 16, 300, 9, 130};  // five outputs: a group of four, then one
+  const int64_t Ns[] = {77, 16, 300, 9, 130};
   auto bf = [](const std::vector<float>& v) {
     std::vector<uint16_t> h(v.size());
     for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_bf16(v[i]);

@@ -45,40 +45,6 @@ constexpr int kWarps = 8;        // warps per block
 constexpr int kRowsPerWarp = 4;  // weight rows per warp
 constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;
 
-// The BF16 outputs of one project() call (they share x: Q/K/V/gate, gate/up)
-// in one launch of the decode kernels below: block b works for output o when
-// first[o] <= b < first[o + 1], as block b - first[o] of that product alone,
-// so each output's bits are those of its own launch. Why: launched alone,
-// Glimmer's 256-row K and V products were 16 blocks each and took 15.7 µs for
-// 3.4 MB on 16 SMs (ncu, 2026-12-01); in one launch they fill the GPU beside Q.
-constexpr int kMaxGroup = 4;
-struct GemvGroup {
-  const __nv_bfloat16* w[kMaxGroup];
-  void* out[kMaxGroup];
-  int64_t N[kMaxGroup], ldo[kMaxGroup];
-  int odt[kMaxGroup];
-  int first[kMaxGroup + 1];
-  int n;
-};
-
-// This block's output (selected with constant indices, so the group stays
-// in the parameter bank).
-struct GemvPart {
-  const __nv_bfloat16* w;
-  void* out;
-  int64_t N, ldo;
-  int odt;
-  int64_t block;
-};
-__device__ __forceinline__ GemvPart gemv_part(const GemvGroup& g) {
-  const int b = int(blockIdx.x);
-  GemvPart p{g.w[0], g.out[0], g.N[0], g.ldo[0], g.odt[0], int64_t(b)};
-#pragma unroll
-  for (int i = 1; i < kMaxGroup; ++i)
-    if (i < g.n && b >= g.first[i]) p = GemvPart{g.w[i], g.out[i], g.N[i], g.ldo[i], g.odt[i], int64_t(b - g.first[i])};
-  return p;
-}
-
 template <typename XT, typename WT, bool VEC>
 __global__ void __launch_bounds__(256) gemv_kernel(const XT* __restrict__ x, int64_t ldx, int64_t T,
                                                    const WT* __restrict__ w, int64_t N, int64_t K, void* out, int odt,
@@ -118,12 +84,8 @@ void launch_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, const Tensor&
 // ---------------------------------------------------------------------------
 template <int NT, int RW, int RWARPS>
 __global__ void __launch_bounds__(32 * kSplit * RWARPS)
-    mma_gemv_kernel(const __nv_bfloat16* __restrict__ x, int64_t T, int64_t K, GemvGroup grp) {
-  const GemvPart pt = gemv_part(grp);
-  const __nv_bfloat16* __restrict__ w = pt.w;
-  const int64_t N = pt.N, ldo = pt.ldo;
-  void* const out = pt.out;
-  const int odt = pt.odt;
+    mma_gemv_kernel(const __nv_bfloat16* __restrict__ x, int64_t T, const __nv_bfloat16* __restrict__ w, int64_t N,
+                    int64_t K, void* out, int odt, int64_t ldo, int chain) {
   constexpr int kAcc = RW * NT * 4;
   __shared__ float part[kSplit - 1][RWARPS][NT * 4][32];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -132,7 +94,7 @@ __global__ void __launch_bounds__(32 * kSplit * RWARPS)
   const int64_t t0 = int64_t(blockIdx.y) * 64;
   x += t0 * K;
   const int64_t nt = T - t0 < 64 ? T - t0 : 64;
-  const int64_t n0 = (pt.block * RWARPS + rg) * 16 * RW;
+  const int64_t n0 = (int64_t(blockIdx.x) * RWARPS + rg) * 16 * RW;
   const __nv_bfloat16* wr[RW][2];
   bool wok[RW][2];
 #pragma unroll
@@ -160,6 +122,7 @@ __global__ void __launch_bounds__(32 * kSplit * RWARPS)
       for (int i = 0; i < 4; ++i) acc[r][c][i] = 0.0f;
   const uint4 zero = make_uint4(0, 0, 0, 0);
   const int64_t kmine = K - 8 * tq;  // this lane's k offset is 8·tq: k0 + 8·tq < K <=> k0 < kmine
+  chain_start(chain);
   for (int64_t k0 = int64_t(s) * kGranule; k0 < K; k0 += kSplit * kGranule) {
     uint4 a[RW][2][4];
 #pragma unroll
@@ -209,6 +172,7 @@ __global__ void __launch_bounds__(32 * kSplit * RWARPS)
         }
     }
   }
+  chain_end(chain);
 }
 
 // mma_gemv with a cp.async ring: the same fragments and order as the kernel
@@ -216,20 +180,15 @@ __global__ void __launch_bounds__(32 * kSplit * RWARPS)
 // rows and up to 64 activation rows per block of 4 K-slice warps.
 template <int NT, int STAGES>
 __global__ void __launch_bounds__(32 * kSplit)
-    ring_gemv_kernel(const __nv_bfloat16* __restrict__ x, int64_t T, int64_t K, GemvGroup grp) {
+    ring_gemv_kernel(const __nv_bfloat16* __restrict__ x, int64_t T, const __nv_bfloat16* __restrict__ w, int64_t N,
+                     int64_t K, void* out, int odt, int64_t ldo, int chain) {
   extern __shared__ uint4 ring[];
-  pdl_launch_dependents();  // the next kernel may take an SM as ours finish; it waits for us (pdl_wait)
-  const GemvPart pt = gemv_part(grp);
-  const __nv_bfloat16* __restrict__ w = pt.w;
-  const int64_t N = pt.N, ldo = pt.ldo;
-  void* const out = pt.out;
-  const int odt = pt.odt;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, tq = lane & 3;
   const int64_t t0 = int64_t(blockIdx.y) * 64;
   x += t0 * K;
   const int64_t nt = T - t0 < 64 ? T - t0 : 64;
-  const int64_t n0 = pt.block * 16;
+  const int64_t n0 = int64_t(blockIdx.x) * 16;
   const __nv_bfloat16* wr[1][2];
   bool wok[1][2];
 #pragma unroll
@@ -247,32 +206,35 @@ __global__ void __launch_bounds__(32 * kSplit)
     xr[c] = x + (t < nt ? t : nt - 1) * K + 8 * tq;
   }
   float acc[1][NT][4];
-  ring_accumulate<1, NT, STAGES>(ring, wr, wok, xr, xok, K, warp, lane, acc);
+  ring_accumulate<1, NT, STAGES>(ring, wr, wok, xr, xok, K, warp, lane, acc, chain);
   ring_reduce<1, NT>(ring, warp, lane, acc, [&](int, int c, int i, float v) {
     const int64_t n = n0 + g + 8 * (i >> 1), t = 8 * c + 2 * tq + (i & 1);
     if (n < N && t < nt) st(out, odt, (t0 + t) * ldo + n, v);
   });
+  chain_end(chain);
 }
 
 template <int NT, int STAGES>
-cudaError_t launch_ring(cudaStream_t s, const __nv_bfloat16* x, int64_t T, int64_t K, const GemvGroup& g) {
+cudaError_t launch_ring(cudaStream_t s, const __nv_bfloat16* x, int64_t T, const __nv_bfloat16* w, int64_t N,
+                        int64_t K, void* out, int odt, int64_t ldo, int chain) {
   // Programmatic dependent launch: the blocks may start while the kernel
   // before is finishing, stream their first weights (which no kernel
   // writes), and wait (griddepcontrol.wait in ring_accumulate) before they
   // read x. Kernels that feed a product (norms, gates, SwiGLU, attention's
   // merge) let it launch early (pdl_launch_dependents).
-  return launch_pdl<ring_gemv_kernel<NT, STAGES>>(s, dim3(unsigned(g.first[g.n]), unsigned((T + 63) / 64)),
-                                                  dim3(32 * kSplit), ring_bytes<1, NT, STAGES>(), x, T, K, g);
+  return launch_pdl<ring_gemv_kernel<NT, STAGES>>(s, dim3(unsigned((N + 15) / 16), unsigned((T + 63) / 64)),
+                                                  dim3(32 * kSplit), ring_bytes<1, NT, STAGES>(), x, T, w, N, K, out,
+                                                  odt, ldo, chain);
 }
 
 template <int NT>
-cudaError_t launch_ring_nt(cudaStream_t s, int stages, const __nv_bfloat16* x, int64_t T, int64_t K,
-                           const GemvGroup& g) {
+cudaError_t launch_ring_nt(cudaStream_t s, int stages, const __nv_bfloat16* x, int64_t T, const __nv_bfloat16* w,
+                           int64_t N, int64_t K, void* out, int odt, int64_t ldo, int chain) {
   switch (stages) {
-    case 2: return launch_ring<NT, 2>(s, x, T, K, g);
-    case 3: return launch_ring<NT, 3>(s, x, T, K, g);
-    case 6: return launch_ring<NT, 6>(s, x, T, K, g);
-    default: return launch_ring<NT, 4>(s, x, T, K, g);
+    case 2: return launch_ring<NT, 2>(s, x, T, w, N, K, out, odt, ldo, chain);
+    case 3: return launch_ring<NT, 3>(s, x, T, w, N, K, out, odt, ldo, chain);
+    case 6: return launch_ring<NT, 6>(s, x, T, w, N, K, out, odt, ldo, chain);
+    default: return launch_ring<NT, 4>(s, x, T, w, N, K, out, odt, ldo, chain);
   }
 }
 
@@ -300,20 +262,16 @@ constexpr size_t wide_smem() {
 
 template <int NT>
 __global__ void __launch_bounds__(32 * kWideWarps)
-    wide_gemv_kernel(const __nv_bfloat16* __restrict__ x, int64_t T, int64_t K, GemvGroup grp) {
+    wide_gemv_kernel(const __nv_bfloat16* __restrict__ x, int64_t T, const __nv_bfloat16* __restrict__ w, int64_t N,
+                     int64_t K, void* out, int odt, int64_t ldo, int chain) {
   extern __shared__ uint4 smem[];
-  const GemvPart pt = gemv_part(grp);
-  const __nv_bfloat16* __restrict__ w = pt.w;
-  const int64_t N = pt.N, ldo = pt.ldo;
-  void* const out = pt.out;
-  const int odt = pt.odt;
   uint4* wring = smem;                                        // [warp][stage][4 j][2 h][32]
   uint4* xring = smem + size_t(kWideStages) * kWideWarps * 256;  // [stage][4 j][NT][32]
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, tq = lane & 3;
   const int64_t t0 = int64_t(blockIdx.y) * 64;
   const int64_t nt = T - t0 < 64 ? T - t0 : 64;
-  const int64_t n0 = (pt.block * kWideWarps + warp) * 16;
+  const int64_t n0 = (int64_t(blockIdx.x) * kWideWarps + warp) * 16;
   const __nv_bfloat16* wr[2];
   bool wok[2];
 #pragma unroll
@@ -360,7 +318,7 @@ __global__ void __launch_bounds__(32 * kWideWarps)
 #pragma unroll
   for (int i = 0; i < kWideStages - 1; ++i)
     if (i < ngran) issue_w(i);
-  pdl_wait();
+  chain_start(chain);
 #pragma unroll
   for (int i = 0; i < kWideStages - 1; ++i) {
     if (i < ngran) issue_x(i);
@@ -407,59 +365,48 @@ __global__ void __launch_bounds__(32 * kWideWarps)
       const int64_t n = n0 + g + 8 * (i >> 1), t = 8 * c + 2 * tq + (i & 1);
       if (n < N && t < nt) st(out, odt, (t0 + t) * ldo + n, v);
     }
+  chain_end(chain);
 }
 
 template <int NT>
-cudaError_t launch_wide(cudaStream_t s, const __nv_bfloat16* x, int64_t T, int64_t K, const GemvGroup& g) {
-  return launch_pdl<wide_gemv_kernel<NT>>(s, dim3(unsigned(g.first[g.n]), unsigned((T + 63) / 64)),
-                                          dim3(32 * kWideWarps), wide_smem<NT>(), x, T, K, g);
-}
-
-// The outputs as one group of blocks of `rows` weight rows each.
-GemvGroup make_group(std::span<const Projection> outs, int64_t rows) {
-  GemvGroup g{};
-  g.n = int(outs.size());
-  for (int i = 0; i < g.n; ++i) {
-    const Projection& p = outs[size_t(i)];
-    g.w[i] = static_cast<const __nv_bfloat16*>(p.weight.data);
-    g.out[i] = p.out.data;
-    g.N[i] = p.weight.rows();
-    g.ldo[i] = p.out.cols();
-    g.odt[i] = dt_code(p.out.dtype);
-    g.first[i + 1] = g.first[i] + int((g.N[i] + rows - 1) / rows);
-  }
-  return g;
+cudaError_t launch_wide(cudaStream_t s, const __nv_bfloat16* x, int64_t T, const __nv_bfloat16* w, int64_t N,
+                        int64_t K, void* out, int odt, int64_t ldo, int chain) {
+  return launch_pdl<wide_gemv_kernel<NT>>(
+      s, dim3(unsigned((N + 16 * kWideWarps - 1) / (16 * kWideWarps)), unsigned((T + 63) / 64)),
+      dim3(32 * kWideWarps), wide_smem<NT>(), x, T, w, N, K, out, odt, ldo, chain);
 }
 
 // Tile shapes: RW 16-row tiles per warp and RWARPS row groups per block,
 // chosen by the fixed rule of launch_mma_nt (no autotuning, no switches);
 // results are the same bits whatever the tile.
 template <int NT, int RW, int RWARPS>
-void launch_mma_tile(cudaStream_t s, const __nv_bfloat16* x, int64_t T, int64_t K, std::span<const Projection> outs) {
-  const GemvGroup g = make_group(outs, 16 * RW * RWARPS);
-  const dim3 grid(unsigned(g.first[g.n]), unsigned((T + 63) / 64));
-  mma_gemv_kernel<NT, RW, RWARPS><<<grid, 32 * kSplit * RWARPS, 0, s>>>(x, T, K, g);
+cudaError_t launch_mma_tile(cudaStream_t s, const __nv_bfloat16* x, int64_t T, const __nv_bfloat16* w, int64_t N,
+                            int64_t K, void* out, int odt, int64_t ldo, int chain) {
+  constexpr int rows = 16 * RW * RWARPS;
+  const dim3 grid(unsigned((N + rows - 1) / rows), unsigned((T + 63) / 64));
+  return launch_pdl<mma_gemv_kernel<NT, RW, RWARPS>>(s, grid, dim3(32 * kSplit * RWARPS), 0, x, T, w, N, K, out, odt,
+                                                     ldo, chain);
 }
 
 // The default rule, from the H200 timings of every tile on Glimmer's shapes
 // (bench/NOTES.md, 2026-12-01): one row group per block (128 threads) always;
-// two 16-row tiles per warp at T 9..16, and at T <= 8 for N >= 16384 (N: the
-// rows of the whole group); otherwise one. (Bigger tiles at T > 16 lost to
-// the occupancy they cost.)
+// two 16-row tiles per warp at T 9..16, and at T <= 8 for N >= 16384;
+// otherwise one. (Bigger tiles at T > 16 lost to the occupancy they cost.)
 template <int NT>
-void launch_mma_nt(cudaStream_t s, const __nv_bfloat16* x, int64_t T, int64_t N, int64_t K,
-                   std::span<const Projection> outs) {
+cudaError_t launch_mma_nt(cudaStream_t s, const __nv_bfloat16* x, int64_t T, const __nv_bfloat16* w, int64_t N,
+                          int64_t K, void* out, int odt, int64_t ldo, int chain) {
   const int tile = NT == 2 || (NT == 1 && N >= 16384) ? 21 : 11;
   switch (tile) {
-    case 11: return launch_mma_tile<NT, 1, 1>(s, x, T, K, outs);
-    case 12: return launch_mma_tile<NT, 1, 2>(s, x, T, K, outs);
-    case 21: return launch_mma_tile<NT, 2, 1>(s, x, T, K, outs);
-    default: return launch_mma_tile<NT, 2, 2>(s, x, T, K, outs);
+    case 11: return launch_mma_tile<NT, 1, 1>(s, x, T, w, N, K, out, odt, ldo, chain);
+    case 12: return launch_mma_tile<NT, 1, 2>(s, x, T, w, N, K, out, odt, ldo, chain);
+    case 21: return launch_mma_tile<NT, 2, 1>(s, x, T, w, N, K, out, odt, ldo, chain);
+    default: return launch_mma_tile<NT, 2, 2>(s, x, T, w, N, K, out, odt, ldo, chain);
   }
 }
 
-// outs: 1..kMaxGroup products of x, all BF16 weights (the group launches as
-// one kernel below 65 rows; the prefill GEMM takes them one by one).
+// The default rule's choice (see below).
+int gemv_rule(int64_t T, int64_t N) { return T > 64 ? 7 : T <= 8 ? 3 : T <= 16 && N >= 16384 ? 5 : 1; }
+
 // variant: 0 the default rule; 1 the register kernel with its tile rule;
 // 2, 3, 4, 6 the ring with that many stages; 5 wide_gemv; 7 the tiled
 // prefill GEMM (cuda_mma_gemm.cu), the rule's choice above 64 rows (timing tests). Every variant
@@ -471,42 +418,46 @@ void launch_mma_nt(cudaStream_t s, const __nv_bfloat16* x, int64_t T, int64_t N,
 // 65% / 75%: it has N/64 >= 512 blocks to spread); the register kernel
 // otherwise (wide_gemv's 64-row blocks leave SMs idle on 6656-8704-row
 // matrices, and at 64 rows its 168 registers and 96 KB cost more than the
-// x traffic it saves: 14-32% against 23-33%). N in the rule: the rows of
-// the whole group.
-cudaError_t launch_mma_gemv(cudaStream_t s, const Tensor& x, std::span<const Projection> outs, int variant) {
-  const int64_t T = x.rows(), K = x.cols();
-  int64_t N = 0;
-  for (const Projection& p : outs) N += p.weight.rows();
+// x traffic it saves: 14-32% against 23-33%). The wide kernel's bound was
+// N >= 32768 until gate and up (19,968 rows each) ran as one product; they
+// are now two chained launches, so it is 16384 (bench/NOTES.md, 2026-12-01).
+// chain: kChainNext / kChainXReady (cuda_mma.cuh) for the products of one
+// project() call; the prefill GEMM (variant 7) is never chained.
+cudaError_t launch_mma_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, const Tensor& out, int variant,
+                            int chain) {
+  const int64_t T = x.rows(), K = x.cols(), N = w.rows();
   auto* xp = static_cast<const __nv_bfloat16*>(x.data);
-  if (variant == 0) variant = T > 64 ? 7 : T <= 8 ? 3 : T <= 16 && N >= 32768 ? 5 : 1;
-  if (variant == 7) {
-    for (const Projection& p : outs)
-      if (cudaError_t e = launch_mma_gemm(s, x, p.weight, p.out); e != cudaSuccess) return e;
-    return cudaSuccess;
-  }
+  auto* wp = static_cast<const __nv_bfloat16*>(w.data);
+  const int odt = dt_code(out.dtype);
+  const int64_t ldo = out.cols();
+  if (variant == 0) variant = gemv_rule(T, N);
+  if (variant == 7) return launch_mma_gemm(s, x, w, out);
   if (variant == 1) {
-    if (T <= 8) launch_mma_nt<1>(s, xp, T, N, K, outs);
-    else if (T <= 16) launch_mma_nt<2>(s, xp, T, N, K, outs);
-    else if (T <= 32) launch_mma_nt<4>(s, xp, T, N, K, outs);
-    else launch_mma_nt<8>(s, xp, T, N, K, outs);
-    return cudaGetLastError();
+    if (T <= 8) return launch_mma_nt<1>(s, xp, T, wp, N, K, out.data, odt, ldo, chain);
+    if (T <= 16) return launch_mma_nt<2>(s, xp, T, wp, N, K, out.data, odt, ldo, chain);
+    if (T <= 32) return launch_mma_nt<4>(s, xp, T, wp, N, K, out.data, odt, ldo, chain);
+    return launch_mma_nt<8>(s, xp, T, wp, N, K, out.data, odt, ldo, chain);
   }
   if (variant == 5) {
-    const GemvGroup g = make_group(outs, 16 * kWideWarps);
-    if (T <= 8) return launch_wide<1>(s, xp, T, K, g);
-    if (T <= 16) return launch_wide<2>(s, xp, T, K, g);
-    if (T <= 32) return launch_wide<4>(s, xp, T, K, g);
-    return launch_wide<8>(s, xp, T, K, g);
+    if (T <= 8) return launch_wide<1>(s, xp, T, wp, N, K, out.data, odt, ldo, chain);
+    if (T <= 16) return launch_wide<2>(s, xp, T, wp, N, K, out.data, odt, ldo, chain);
+    if (T <= 32) return launch_wide<4>(s, xp, T, wp, N, K, out.data, odt, ldo, chain);
+    return launch_wide<8>(s, xp, T, wp, N, K, out.data, odt, ldo, chain);
   }
   const int stages = variant;
-  const GemvGroup g = make_group(outs, 16);
-  if (T <= 8) return launch_ring_nt<1>(s, stages, xp, T, K, g);
-  if (T <= 16) return launch_ring_nt<2>(s, stages, xp, T, K, g);
-  if (T <= 32) return launch_ring_nt<4>(s, stages, xp, T, K, g);
-  return launch_ring_nt<8>(s, stages, xp, T, K, g);
+  if (T <= 8) return launch_ring_nt<1>(s, stages, xp, T, wp, N, K, out.data, odt, ldo, chain);
+  if (T <= 16) return launch_ring_nt<2>(s, stages, xp, T, wp, N, K, out.data, odt, ldo, chain);
+  if (T <= 32) return launch_ring_nt<4>(s, stages, xp, T, wp, N, K, out.data, odt, ldo, chain);
+  return launch_ring_nt<8>(s, stages, xp, T, wp, N, K, out.data, odt, ldo, chain);
 }
 
 bool mma_gemv_usable() { return mma_gemv_built(); }
+
+// The tensor-core decode kernels' inputs: BF16 x and W, K % 8 == 0, 16-byte aligned rows.
+bool mma_eligible(const Tensor& x, const Tensor& w) {
+  return x.dtype == DType::BF16 && w.dtype == DType::BF16 && !w.quant && x.cols() % 8 == 0 && aligned16(x.data) &&
+         aligned16(w.data) && mma_gemv_usable();
+}
 
 int pointer_alignment(const void* p) {
   const uintptr_t a = reinterpret_cast<uintptr_t>(p);
@@ -519,16 +470,10 @@ cudaDataType_t lt_type(DType t) { return t == DType::BF16 ? CUDA_R_16BF : CUDA_R
 
 }  // namespace
 
-// The tensor-core decode kernels' inputs: BF16 x and W, K % 8 == 0, 16-byte aligned rows.
-bool mma_eligible(const Tensor& x, const Tensor& w) {
-  return x.dtype == DType::BF16 && w.dtype == DType::BF16 && !w.quant && x.cols() % 8 == 0 && aligned16(x.data) &&
-         aligned16(w.data) && mma_gemv_usable();
-}
-
 cudaError_t CudaBackend::launch_project(cudaStream_t s, const Tensor& x, const Projection& p) {
   const bool xb = x.dtype == DType::BF16, wb = p.weight.dtype == DType::BF16;
   if (mma_eligible(x, p.weight))
-    return launch_mma_gemv(s, x, std::span<const Projection>(&p, 1), gemv_variant_);
+    return launch_mma_gemv(s, x, p.weight, p.out, gemv_variant_, 0);
   else if (xb && wb) launch_gemv<__nv_bfloat16, __nv_bfloat16>(s, x, p.weight, p.out);
   else if (xb) launch_gemv<__nv_bfloat16, float>(s, x, p.weight, p.out);
   else if (wb) launch_gemv<float, __nv_bfloat16>(s, x, p.weight, p.out);
@@ -620,19 +565,27 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
   // algorithm changes with T; it stays off until a chunk-invariant tensor-core
   // GEMM replaces both (bench/NOTES.md).
   const bool lt = kCublasLtAboveRows > 0 && x.rows() > kCublasLtAboveRows;
-  enqueue("project", [this, x, outs, lt](cudaStream_t s) {
-    for (size_t i = 0; i < outs.size();) {
+  // Runs of outputs the chainable decode kernels take (BF16, T <= 64, not
+  // the prefill GEMM) launch as a chain that overlaps (kChainNext /
+  // kChainXReady, cuda_mma.cuh); each product's bits are its own launch's.
+  std::vector<bool> chainable(outs.size());
+  for (size_t i = 0; i < outs.size(); ++i)
+    chainable[i] = !lt && mma_eligible(x, outs[i].weight) &&
+                   (gemv_variant_ ? gemv_variant_ : gemv_rule(x.rows(), outs[i].weight.rows())) != 7;
+  enqueue("project", [this, x, outs, lt, chainable](cudaStream_t s) {
+    for (size_t i = 0; i < outs.size(); ++i) {
       const Projection& p = outs[i];
-      // Consecutive outputs the decode kernels take go as one launch (GemvGroup).
-      size_t n = 0;
-      while (!lt && i + n < outs.size() && n < size_t(kMaxGroup) && mma_eligible(x, outs[i + n].weight)) ++n;
-      cudaError_t e = n > 0          ? launch_mma_gemv(s, x, std::span<const Projection>(outs).subspan(i, n),
-                                                       gemv_variant_)
-                      : p.weight.quant ? launch_quant_project(s, x, p.weight, p.out)
-                      : lt && x.dtype == p.weight.dtype ? launch_cublaslt(s, x, p)
-                                                        : launch_project(s, x, p);
+      cudaError_t e;
+      if (chainable[i]) {
+        const int chain = (i > 0 && chainable[i - 1] ? kChainXReady : 0) |
+                          (i + 1 < outs.size() && chainable[i + 1] ? kChainNext : 0);
+        e = launch_mma_gemv(s, x, p.weight, p.out, gemv_variant_, chain);
+      } else {
+        e = p.weight.quant                      ? launch_quant_project(s, x, p.weight, p.out)
+            : lt && x.dtype == p.weight.dtype ? launch_cublaslt(s, x, p)
+                                              : launch_project(s, x, p);
+      }
       if (e != cudaSuccess) return e;
-      i += n > 0 ? n : 1;
     }
     return cudaSuccess;
   });
