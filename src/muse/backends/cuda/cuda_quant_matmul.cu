@@ -47,33 +47,37 @@ __global__ void __launch_bounds__(32 * kSplit)
     rows[0].ok = n < N;
     rows[0].pair_ok = n0 + 4 * (g | 1) < N;
     rows[0].words = w.codes + nc * 4;
+    const int64_t nw = n0 + 4 * (lane & 7);  // the copies' columns
+    rows[0].cok = nw < N;
+    rows[0].cwords = w.codes + (nw < N ? nw : 0) * 4;
     rows[0].scales = w.scales + nc * 2;
     rows[0].zeros = w.zeros ? w.zeros + (nc / 8) * 4 : nullptr;
     rows[0].zshift = int(4 * (nc % 8));
     int4_accumulate<ALIGNED, 1, NT, STAGES>(ring, rows, xr, xok, K, N, w.block_cols, w.zero_offset,
                                             w.bf16_scales != 0, warp, lane, acc);
   } else {
-    const uint8_t* crow[RW][2];
+    QTile tile[RW];
     const uint8_t* srow[RW][2];
     const float* sblk[RW][2];
     bool wok[RW][2];
 #pragma unroll
-    for (int r = 0; r < RW; ++r)
+    for (int r = 0; r < RW; ++r) {
+      tile[r] = quant_tile(w.codes, w.scales, n0 + 16 * r, N, fp4_format(F) ? K / 2 : K, w.scale_ld);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int64_t n = n0 + 16 * r + g + 8 * h, nc = n < N ? n : N - 1;
         wok[r][h] = n < N;
-        crow[r][h] = w.codes + nc * (fp4_format(F) ? K / 2 : K);
         srow[r][h] = w.scales + nc * w.scale_ld;
         sblk[r][h] = reinterpret_cast<const float*>(w.scales) + (nc / w.block_rows) * w.scale_ld;
       }
+    }
     if constexpr (fp4_format(F)) {
       constexpr bool MX = F == QFmt::Mxfp4;
       fp4_fill_lut<MX>(lut);
-      fp4_accumulate<MX, ALIGNED, RW, NT, STAGES>(ring, lut, crow, srow, wok, xr, xok, K, w.block_cols, warp, lane,
+      fp4_accumulate<MX, ALIGNED, RW, NT, STAGES>(ring, lut, tile, srow, wok, xr, xok, K, w.block_cols, warp, lane,
                                                   acc);
     } else {
-      fp8_accumulate<ALIGNED, BLOCK, RW, NT, STAGES>(ring, crow, sblk, wok, xr, xok, K, w.block_cols, warp, lane, acc);
+      fp8_accumulate<ALIGNED, BLOCK, RW, NT, STAGES>(ring, tile, sblk, wok, xr, xok, K, w.block_cols, warp, lane, acc);
     }
   }
   ring_reduce<RW, NT>(ring, warp, lane, acc, [&](int r, int c, int i, float v) {
