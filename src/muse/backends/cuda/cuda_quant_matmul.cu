@@ -17,10 +17,25 @@
 namespace muse::cuda {
 namespace {
 
+// Blocks per SM asked of ptxas where, after the coalesced copies, its
+// unasked allocation cost a block the rings' 55 KB allow (and the old
+// kernels had): NVFP4 at NT = 4 took 142 registers (3 blocks; asked for 4:
+// 128 registers, 4 bytes of spill), MXFP4 at NT = 8 186 (2; asked for 3:
+// 168 and 20 bytes). 0 elsewhere, no bound: asking even for 1 block changed
+// ptxas' allocation of the other tiles, for the worse, and the unaligned
+// tiles spill 30-100 bytes when asked.
+template <QFmt F, bool ALIGNED, int NT, int RW>
+constexpr int quant_min_blocks() {
+  if (!ALIGNED || RW != 1) return 0;
+  if (F == QFmt::Nvfp4 && NT == 4) return 4;
+  if (F == QFmt::Mxfp4 && NT == 8) return 3;
+  return 0;
+}
+
 // One block: kSplit warps over the K-slices of 16·RW weight rows (INT4: RW =
 // 2, the 32 rows of one word group) and a 64-row block of x.
 template <QFmt F, bool ALIGNED, bool BLOCK, int NT, int RW, int STAGES>
-__global__ void __launch_bounds__(32 * kSplit)
+__global__ void __launch_bounds__(32 * kSplit, quant_min_blocks<F, ALIGNED, NT, RW>())
     quant_gemv_kernel(const __nv_bfloat16* __restrict__ x, int64_t T, QuantDev w, void* out, int odt, int64_t ldo) {
   extern __shared__ uint4 ring[];
   __shared__ uint32_t lut[256];
