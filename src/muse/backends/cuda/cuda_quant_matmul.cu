@@ -120,13 +120,22 @@ cudaError_t launch_quant_tile(cudaStream_t s, const __nv_bfloat16* x, int64_t T,
 // once per 32 rows) left an 8192-row product 256 blocks, under 2 per SM and
 // 8 warps, where T <= 8 (512 blocks, 16 warps) ran 1.5-1.8x faster for the
 // same codes (2026-12-01: 30 vs 46-55 us NVFP4); the re-read x fragments
-// are L1/L2 hits. INT4 works in 32-row groups.
+// are L1/L2 hits. INT4 works in 32-row groups. FP4 products of at most
+// 2048 rows (k/v-shaped: 128 blocks or fewer, under one per SM, so shared
+// memory does not bound them) take a fourth stage: at K = 8192 each warp's
+// 4 granules are then all in flight at once, one HBM latency per block
+// instead of two.
 template <QFmt F, bool ALIGNED, bool BLOCK>
 cudaError_t launch_quant_rows(cudaStream_t s, const __nv_bfloat16* x, int64_t T, const QuantDev& w, void* out,
                               int odt, int64_t ldo) {
   if constexpr (fp4_format(F)) {
-    if (T <= 8) return launch_quant_tile<F, ALIGNED, BLOCK, 1, 1, 3>(s, x, T, w, out, odt, ldo);
-    if (T <= 16) return launch_quant_tile<F, ALIGNED, BLOCK, 2, 1, 3>(s, x, T, w, out, odt, ldo);
+    const bool few = w.N <= 2048;
+    if (T <= 8)
+      return few ? launch_quant_tile<F, ALIGNED, BLOCK, 1, 1, 4>(s, x, T, w, out, odt, ldo)
+                 : launch_quant_tile<F, ALIGNED, BLOCK, 1, 1, 3>(s, x, T, w, out, odt, ldo);
+    if (T <= 16)
+      return few ? launch_quant_tile<F, ALIGNED, BLOCK, 2, 1, 4>(s, x, T, w, out, odt, ldo)
+                 : launch_quant_tile<F, ALIGNED, BLOCK, 2, 1, 3>(s, x, T, w, out, odt, ldo);
     if (T <= 32) return launch_quant_tile<F, ALIGNED, BLOCK, 4, 1, 3>(s, x, T, w, out, odt, ldo);
     return launch_quant_tile<F, ALIGNED, BLOCK, 8, 1, 3>(s, x, T, w, out, odt, ldo);
   } else if constexpr (F == QFmt::Fp8) {
