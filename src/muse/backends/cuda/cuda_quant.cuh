@@ -7,9 +7,10 @@
 // dequantized copy of a weight exists anywhere. The arithmetic follows the
 // BF16 ring kernels (cuda_mma.cuh): a warp owns 16-row weight tiles and one
 // of kSplit K-slices, granules of K in ascending order per slice, slices
-// added 0 + 1 + 2 + 3; a lane's loads *are* its fragments (the k of each
-// 16-wide mma step permuted the same way in A and B), so a row's result
-// depends on K only, never on T or on the other rows of the batch.
+// added 0 + 1 + 2 + 3; a lane's x loads and its reads of the ring *are* its
+// fragments (the k of each 16-wide mma step permuted the same way in A and
+// B; the ring's copies themselves are warp-wide, whole lines), so a row's
+// result depends on K only, never on T or on the other rows of the batch.
 //
 // Where each value is rounded (docs/cuda.md, "Quantized weights"):
 //  - NVFP4 / MXFP4: e2m1 · block scale is exact in bf16 (2 × 4 significant
