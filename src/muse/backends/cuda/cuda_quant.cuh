@@ -7,9 +7,10 @@
 // dequantized copy of a weight exists anywhere. The arithmetic follows the
 // BF16 ring kernels (cuda_mma.cuh): a warp owns 16-row weight tiles and one
 // of kSplit K-slices, granules of K in ascending order per slice, slices
-// added 0 + 1 + 2 + 3; a lane's loads *are* its fragments (the k of each
-// 16-wide mma step permuted the same way in A and B), so a row's result
-// depends on K only, never on T or on the other rows of the batch.
+// added 0 + 1 + 2 + 3; a lane's x loads and its reads of the ring *are* its
+// fragments (the k of each 16-wide mma step permuted the same way in A and
+// B; the ring's copies themselves are warp-wide, whole lines), so a row's
+// result depends on K only, never on T or on the other rows of the batch.
 //
 // Where each value is rounded (docs/cuda.md, "Quantized weights"):
 //  - NVFP4 / MXFP4: e2m1 · block scale is exact in bf16 (2 × 4 significant
@@ -168,17 +169,55 @@ __device__ __forceinline__ float quant_row_factor(const QuantDev& w, int64_t e, 
   return 1.0f;  // INT4: group scales are applied per granule
 }
 
+// The ring's copies: coalesced, not per fragment. Each warp-wide 16-byte
+// cp.async takes whole 128-byte lines, 8 consecutive lanes per line, into
+// a swizzled slot; lanes then read their fragments, which other lanes
+// copied, after ring_turn's __syncwarp. (Measured, 2026-12-01, Nsight Compute:
+// when each lane copied its own fragment pieces, 16 bytes out of each
+// 32-byte sector, every LDGSTS cost 32 shared-memory wavefronts instead of
+// 4 and each sector crossed L2 -> SM twice: 71 MB for the 37.7 MB of an
+// 8192² NVFP4 matrix, and 45% of the warps' stall samples sat in the copy
+// code, waiting for the LSU to take the copies.)
+//
+// A 16-row weight tile as the copies see it: row 0's codes and scales
+// (valid addresses even when no row of the tile exists) and how many of
+// its rows exist.
+struct QTile {
+  const uint8_t* codes = nullptr;
+  const uint8_t* scales = nullptr;
+  int rows = 0;
+};
+
+// The tile of rows n0 .. n0 + 15 of a matrix with `rows` rows (row bytes
+// `code_ld`, scale bytes per row `scale_ld`).
+__device__ __forceinline__ QTile quant_tile(const uint8_t* codes, const uint8_t* scales, int64_t n0, int64_t rows,
+                                            int64_t code_ld, int64_t scale_ld) {
+  const int64_t nc = n0 < rows ? n0 : rows - 1;
+  QTile t;
+  t.codes = codes + nc * code_ld;
+  t.scales = scales + nc * scale_ld;
+  t.rows = int(rows - n0 < 0 ? 0 : rows - n0 > 16 ? 16 : rows - n0);
+  return t;
+}
+
 // ---------------------------------------------------------------------------
 // FP4 (NVFP4, MXFP4): granules of 512 k. Lane tq of a quad owns k
 // [128·tq, 128·tq + 128) of each granule, as four 16-byte pieces (32 codes
 // each) per weight row; word w of piece j holds k = 128·tq + 32·j + 8·w + 0..7
 // and decodes to the pairs (k+i, k+i+4), i = 0..3: two mma steps, whose
-// B fragments are the same pairs of x. A ring slot holds a warp's codes of
-// one granule ([RW][4 j][2 h][32 lanes] uint4, 4 KB per 16-row tile) and, on
-// the aligned path, its scales ([RW][2 h][32] uint2: 8 E4M3 / 4 E8M0 bytes
-// per lane and row, copied 16 bytes at a time by quad-mates). Unaligned
-// layouts (K not a multiple of 512, other block sizes) copy codes in 8-byte
-// halves and read scales from global memory.
+// B fragments are the same pairs of x.
+//
+// A ring slot holds a warp's granule: per 16-row tile, codes [16 rows][16
+// chunks of 16 bytes] (4 KB) and scales [16 rows][32 bytes] (NVFP4: 2 E4M3
+// per 16-byte chunk; MXFP4: 16 bytes per row, 1 E8M0 per chunk). Copy m
+// (0..7) of a tile: lane l takes chunk l % 16 of row 2m + l / 16, so a row's
+// 256 bytes are two whole lines. Chunk c of row ρ sits at 16ρ + (c ^ σ),
+// σ = c / 8 + 2·(ρ % 2): the copies' 8 lanes of a line write 8 different
+// bank groups, and so do a fragment read's 8 lanes (rows g, g + 1, chunks
+// 4·tq + j). The aligned path's scales (NVFP4: lane l takes 16 bytes of row
+// l / 2; MXFP4: lanes 0..15 row l) are copied in the same turn, in rows of
+// 32 bytes. Unaligned layouts (K not a multiple of 512, other block sizes)
+// copy codes in 8-byte halves and read scales from global memory.
 // ---------------------------------------------------------------------------
 constexpr int kFp4Granule = 512;
 
@@ -207,9 +246,9 @@ __device__ __forceinline__ void fp4_fill_lut(uint32_t* lut) {
 // per warp at K = 4096 and two stages, the second granule's copy started
 // only once the first had landed, two HBM latencies per block). Bits are
 // unchanged: only when the copies start moves. The first __syncwarp: every
-// lane is past granule i - 1 (quad-mates read each other's scale copies),
-// and no read of that slot moves below the refill; the second: quad-mates'
-// copies of granule i are visible.
+// lane is past granule i - 1 (lanes read each other's copies), and no read
+// of that slot moves below the refill; the second: the other lanes' copies
+// of granule i are visible.
 template <int STAGES, class Issue>
 __device__ __forceinline__ void ring_turn(int i, int mine, Issue&& issue) {
   __syncwarp();
@@ -220,11 +259,12 @@ __device__ __forceinline__ void ring_turn(int i, int mine, Issue&& issue) {
 }
 
 // acc[r][c] += W rows (tile r) · x rows (tile c) over K-slice s.
-// crow/srow[r][h]: code and scale rows of weight row g + 8h of tile r (not
-// offset); xr[c]: activation row 8c + g, offset by 128·tq; !wok / !xok rows
+// tile[r]: weight tile r for the copies; srow[r][h]: scale row of weight
+// row g + 8h of tile r (not offset; the unaligned path reads its scales
+// there); xr[c]: activation row 8c + g, offset by 128·tq; !wok / !xok rows
 // read as zeros (their pointers stay valid). bc: the scale block (k).
 template <bool MX, bool ALIGNED, int RW, int NT, int STAGES>
-__device__ __forceinline__ void fp4_accumulate(uint4* ring, const uint32_t* lut, const uint8_t* const (&crow)[RW][2],
+__device__ __forceinline__ void fp4_accumulate(uint4* ring, const uint32_t* lut, const QTile (&tile)[RW],
                                                const uint8_t* const (&srow)[RW][2], const bool (&wok)[RW][2],
                                                const __nv_bfloat16* const (&xr)[NT], const bool (&xok)[NT],
                                                int64_t K, int bc, int s, int lane, float (&acc)[RW][NT][4]) {
@@ -235,46 +275,54 @@ __device__ __forceinline__ void fp4_accumulate(uint4* ring, const uint32_t* lut,
     for (int c = 0; c < NT; ++c)
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[r][c][i] = 0.0f;
-  const int64_t kl = 128 * (lane & 3);  // this lane's k within a granule
+  const int g = lane >> 2, tq = lane & 3;
   const int64_t ngran = (K + kFp4Granule - 1) / kFp4Granule;
   const int mine = s < ngran ? int((ngran - s + kSplit - 1) / kSplit) : 0;
   uint4* my = ring + size_t(s) * STAGES * SLOT;
+  // The copies: chunk cc of rows 2m + cr; its place in the slot's tile.
+  const int cr = lane >> 4, cc = lane & 15;
+  const int cdst = 16 * cr + (cc ^ ((cc >> 3) | (cr << 1)));
+  // Offsets within a tile in 32 bits (16 rows of K / 2 bytes), so that the
+  // per-copy parts are uniform across the warp and the lane keeps one
+  // pointer per tile, not one per row.
+  const int code_ld = int(K / 2), scale_ld = int(K / (MX ? 32 : 16));  // scale_ld: the aligned path's canonical blocks
+  const uint8_t* cbase[RW];  // chunk cc of row cr of each tile
+#pragma unroll
+  for (int r = 0; r < RW; ++r) cbase[r] = tile[r].codes + cr * code_ld + 16 * cc;
+  // The fragment reads: chunk 4·tq + j of row g (+ 8h) at rbase + (j ^ rs).
+  const int rbase = 16 * g + 4 * tq, rs = (tq >> 1) | ((g & 1) << 1);
   auto issue = [&](int i) {
-    const int64_t k0 = (int64_t(s) + int64_t(i) * kSplit) * kFp4Granule + kl;
+    const int k0 = (s + i * kSplit) * kFp4Granule;  // granule start
     uint4* slot = my + (i % STAGES) * SLOT;
 #pragma unroll
-    for (int r = 0; r < RW; ++r)
+    for (int r = 0; r < RW; ++r) {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
+      for (int m = 0; m < 8; ++m) {
+        const int row = 2 * m + cr;
+        const uint8_t* src = cbase[r] + (2 * m * code_ld + k0 / 2);
+        uint4* dst = slot + r * 256 + 32 * m + cdst;
+        if (ALIGNED) {  // K % 512 == 0: every chunk of a granule i < mine is whole and inside K
+          const bool ok = row < tile[r].rows;
+          cp_async16(dst, ok ? src : tile[r].codes, ok ? 16 : 0);
+        } else {  // K % 16 == 0: each 8-byte half is whole or past the end
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          const int64_t k = k0 + 32 * j;
-          uint4* dst = slot + ((r * 4 + j) * 2 + h) * 32 + lane;
-          if (ALIGNED) {  // K % 512 == 0: every piece of a granule i < mine is whole and inside K
-            const bool ok = wok[r][h];
-            cp_async16(dst, ok ? crow[r][h] + k / 2 : crow[r][h], ok ? 16 : 0);
-          } else {  // K % 16 == 0: each 8-byte half is whole or past the end
-#pragma unroll
-            for (int q = 0; q < 2; ++q) {
-              const bool ok = wok[r][h] && k + 16 * q < K;
-              cp_async8(reinterpret_cast<uint2*>(dst) + q, ok ? crow[r][h] + (k + 16 * q) / 2 : crow[r][h], ok ? 8 : 0);
-            }
-          }
-        }
-        if (ALIGNED) {
-          // The row's scales of this granule in 16-byte L2-only copies (no L1
-          // lines, which the activations need): NVFP4's 32 bytes by the quad's
-          // even lanes (each its own 8 and its odd neighbour's), MXFP4's 16 by
-          // lane tq = 0. Lanes read their bytes after a __syncwarp.
-          uint2* sdst = reinterpret_cast<uint2*>(slot + RW * 256) + (r * 2 + h) * 32 + lane;
-          const bool ok = wok[r][h];
-          if (MX) {
-            if ((lane & 3) == 0) cp_async16(sdst, ok ? srow[r][h] + k0 / 32 : srow[r][h], ok ? 16 : 0);
-          } else if ((lane & 1) == 0) {
-            cp_async16(sdst, ok ? srow[r][h] + k0 / 16 : srow[r][h], ok ? 16 : 0);
+          for (int q = 0; q < 2; ++q) {
+            const bool ok = row < tile[r].rows && k0 + 32 * cc + 16 * q < K;
+            cp_async8(reinterpret_cast<uint2*>(dst) + q, ok ? src + 8 * q : tile[r].codes, ok ? 8 : 0);
           }
         }
       }
+      if (ALIGNED) {
+        // The tile's scales of this granule in 16-byte L2-only copies (no L1
+        // lines, which the activations need): NVFP4 32 bytes per row, lane l
+        // half l % 2 of row l / 2; MXFP4 16 per row, lane l < 16 row l.
+        uint4* sdst = slot + RW * 256 + r * 32 + lane;
+        const int row = MX ? lane : lane >> 1;
+        const bool ok = row < tile[r].rows;
+        const uint8_t* src = tile[r].scales + row * scale_ld + k0 / (MX ? 32 : 16) + (MX ? 0 : 16 * (lane & 1));
+        if (!MX || lane < 16) cp_async16(sdst, ok ? src : tile[r].scales, ok ? 16 : 0);
+      }
+    }
   };
 #pragma unroll
   for (int i = 0; i < STAGES - 1; ++i) {
@@ -284,24 +332,22 @@ __device__ __forceinline__ void fp4_accumulate(uint4* ring, const uint32_t* lut,
   pdl_wait();  // x may come from the kernel before (the weights do not)
   const uint4 zero = make_uint4(0, 0, 0, 0);
   for (int i = 0; i < mine; ++i) {
-    const int64_t k0 = (int64_t(s) + int64_t(i) * kSplit) * kFp4Granule;  // granule start (x pointers hold kl)
-    ring_turn<STAGES>(i, mine, issue);  // the aligned path's scales are quad-mates' copies
+    const int64_t k0 = (int64_t(s) + int64_t(i) * kSplit) * kFp4Granule;  // granule start (x pointers hold 128·tq)
+    const int64_t kl = 128 * tq;
+    ring_turn<STAGES>(i, mine, issue);  // the lanes' fragments are other lanes' copies
     const uint4* slot = my + (i % STAGES) * SLOT;
     uint2 sc[RW][2];
     if (ALIGNED) {
-      // NVFP4: this lane's 8 bytes in its own uint2; MXFP4: its 4 bytes, the
-      // tq-th word of the quad's 16.
+      // NVFP4: this lane's 8 bytes of its row's 32; MXFP4: its 4 bytes of
+      // the row's 16.
 #pragma unroll
       for (int r = 0; r < RW; ++r)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const uint2* row = reinterpret_cast<const uint2*>(slot + RW * 256) + (r * 2 + h) * 32;
-          if (MX) {
-            const uint32_t* quad = reinterpret_cast<const uint32_t*>(row + (lane & ~3));
-            sc[r][h] = make_uint2(quad[lane & 3], 0u);
-          } else {
-            sc[r][h] = row[lane];
-          }
+          const uint8_t* row =
+              reinterpret_cast<const uint8_t*>(slot + RW * 256 + r * 32) + (g + 8 * h) * (MX ? 16 : 32);
+          if (MX) sc[r][h] = make_uint2(reinterpret_cast<const uint32_t*>(row)[tq], 0u);
+          else sc[r][h] = reinterpret_cast<const uint2*>(row)[tq];
         }
     }
 #pragma unroll
@@ -313,7 +359,7 @@ __device__ __forceinline__ void fp4_accumulate(uint4* ring, const uint32_t* lut,
       for (int r = 0; r < RW; ++r)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          cv[r][h] = slot[((r * 4 + j) * 2 + h) * 32 + lane];
+          cv[r][h] = slot[r * 256 + 128 * h + rbase + (j ^ rs)];
 #pragma unroll
           for (int q = 0; q < 2; ++q) {
             uint32_t b;

@@ -4,19 +4,28 @@
 // FP8 (E4M3 codes, [N, K] bytes). Lane tq of a quad owns k [32·tq, 32·tq + 32)
 // of a granule as two 16-byte pieces per weight row; word w of piece j holds
 // k = 32·tq + 16·j + 4·w + 0..3 and decodes to the pairs (k, k+2), (k+1, k+3):
-// one mma step. Per-tensor / per-channel scales multiply the fp32 sum once
-// (quant_row_factor); with 128×128 (or any multiple of 128 wide) blocks a
-// granule is one block column, so its fp32 partial is multiplied by the
-// row's block scale and added to the total, granules in order.
+// one mma step. The ring copies whole lines, as FP4's (cuda_quant.cuh): a
+// tile's granule is [16 rows][8 chunks of 16 bytes]; copy m: lane l takes
+// chunk l % 8 of row 4m + l / 8, stored at 8ρ + (c ^ (ρ % 2)), so the 8 lanes
+// of a line and the 8 lanes of a fragment read (rows g, g + 1, chunks
+// 2·tq + j) each meet 8 bank groups. Per-tensor / per-channel scales
+// multiply the fp32 sum once (quant_row_factor); with 128×128 (or any
+// multiple of 128 wide) blocks a granule is one block column, so its fp32
+// partial is multiplied by the row's block scale and added to the total,
+// granules in order.
 //
 // INT4 (GPTQ: I32 words [K/8, N], word (r, n) holding k = 8r + i at bits
 // 4i..4i+3). A 16-byte load is 4 consecutive rows of one 8-k word row, so a
 // warp owns 32 weight rows (two mma tiles: lane group g holds rows 4g .. 4g+3,
 // tile 0 rows g / g+8 = 4g, 4g+1, tile 1 = 4g+2, 4g+3); lane tq owns words
-// 4·tq .. 4·tq + 3 of a granule (k [32·tq, 32·tq + 32)). Each word decodes to
-// q − z (exact small integers) in the pairs (k+i, k+i+4) as FP4 does; a
-// granule lies in one group (group size a multiple of 128, or one group), so
-// its fp32 partial is multiplied by the row's group scale.
+// 4·tq .. 4·tq + 3 of a granule (k [32·tq, 32·tq + 32)). The ring copies a
+// granule's 16 word rows of the warp's 32 columns (128 bytes each) as whole
+// lines: copy j, lane l takes chunk c = l % 8 (columns 4c .. 4c + 3) of word
+// row 4j + l / 8, stored at 8·row + (c ^ 2j); lane (g, tq) reads chunk g of
+// word row 4·tq + j, and the 8 lanes of either meet 8 bank groups. Each
+// word decodes to q − z (exact small integers) in the pairs (k+i, k+i+4) as
+// FP4 does; a granule lies in one group (group size a multiple of 128, or
+// one group), so its fp32 partial is multiplied by the row's group scale.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -32,7 +41,7 @@ constexpr int kQGranule = 128;
 
 template <int RW>
 constexpr int fp8_slot_uint4() {
-  return RW * 128;  // [RW][2 j][2 h][32 lanes]
+  return RW * 128;  // [RW][16 rows][8 chunks], swizzled (fp8_accumulate)
 }
 template <int RW, int NT, int STAGES>
 constexpr size_t fp8_ring_bytes() {
@@ -44,11 +53,11 @@ constexpr size_t fp8_ring_bytes() {
 // FP8 E4M3 → exact bf16: e4m3_pair's 2^-120 undone.
 constexpr uint32_t kE4m3Unbias = 0x7B807B80u;  // bf16x2 (2^120, 2^120)
 
-// crow[r][h]: code row of weight row g + 8h of tile r; sblk[r][h]: its row of
-// the block-scale grid (F32, BLOCK only; scale of granule k0 at k0 / bc).
-// xr[c]: activation row 8c + g offset by 32·tq.
+// tile[r]: weight tile r for the copies; sblk[r][h]: the block-scale row of
+// weight row g + 8h of tile r (F32, BLOCK only; scale of granule k0 at
+// k0 / bc). xr[c]: activation row 8c + g offset by 32·tq.
 template <bool ALIGNED, bool BLOCK, int RW, int NT, int STAGES>
-__device__ __forceinline__ void fp8_accumulate(uint4* ring, const uint8_t* const (&crow)[RW][2],
+__device__ __forceinline__ void fp8_accumulate(uint4* ring, const QTile (&tile)[RW],
                                                const float* const (&sblk)[RW][2], const bool (&wok)[RW][2],
                                                const __nv_bfloat16* const (&xr)[NT], const bool (&xok)[NT],
                                                int64_t K, int bc, int s, int lane, float (&acc)[RW][NT][4]) {
@@ -59,32 +68,39 @@ __device__ __forceinline__ void fp8_accumulate(uint4* ring, const uint8_t* const
     for (int c = 0; c < NT; ++c)
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[r][c][i] = 0.0f;
-  const int64_t kl = 32 * (lane & 3);
+  const int g = lane >> 2, tq = lane & 3;
+  const int64_t kl = 32 * tq;
   const int64_t ngran = (K + kQGranule - 1) / kQGranule;
   const int mine = s < ngran ? int((ngran - s + kSplit - 1) / kSplit) : 0;
   uint4* my = ring + size_t(s) * STAGES * SLOT;
+  const int cr = lane >> 3, cc = lane & 7, cdst = 8 * cr + (cc ^ (cr & 1));  // copies: chunk cc of rows 4m + cr
+  const int rbase = 8 * g + 2 * tq, rs = g & 1;  // reads: chunk 2·tq + j of row g (+ 8h) at rbase + (j ^ rs)
+  const int ld = int(K);  // offsets within a tile (16 rows) in 32 bits, uniform per copy; one pointer per tile
+  const uint8_t* cbase[RW];
+#pragma unroll
+  for (int r = 0; r < RW; ++r) cbase[r] = tile[r].codes + cr * ld + 16 * cc;
   auto issue = [&](int i) {
-    const int64_t k0 = (int64_t(s) + int64_t(i) * kSplit) * kQGranule + kl;
+    const int k0 = (s + i * kSplit) * kQGranule;  // granule start
     uint4* slot = my + (i % STAGES) * SLOT;
 #pragma unroll
     for (int r = 0; r < RW; ++r)
 #pragma unroll
-      for (int j = 0; j < 2; ++j)
+      for (int m = 0; m < 4; ++m) {
+        const int row = 4 * m + cr;
+        const int k = k0 + 16 * cc;
+        const uint8_t* src = cbase[r] + (4 * m * ld + k0);
+        uint4* dst = slot + r * 128 + 32 * m + cdst;
+        if (ALIGNED) {  // K % 128 == 0: a chunk is whole
+          const bool ok = row < tile[r].rows && k < K;
+          cp_async16(dst, ok ? src : tile[r].codes, ok ? 16 : 0);
+        } else {  // K % 8 == 0
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int64_t k = k0 + 16 * j;
-          uint4* dst = slot + ((r * 2 + j) * 2 + h) * 32 + lane;
-          if (ALIGNED) {  // K % 128 == 0: a piece is whole
-            const bool ok = wok[r][h] && k < K;
-            cp_async16(dst, ok ? crow[r][h] + k : crow[r][h], ok ? 16 : 0);
-          } else {  // K % 8 == 0
-#pragma unroll
-            for (int q = 0; q < 2; ++q) {
-              const bool ok = wok[r][h] && k + 8 * q < K;
-              cp_async8(reinterpret_cast<uint2*>(dst) + q, ok ? crow[r][h] + k + 8 * q : crow[r][h], ok ? 8 : 0);
-            }
+          for (int q = 0; q < 2; ++q) {
+            const bool ok = row < tile[r].rows && k + 8 * q < K;
+            cp_async8(reinterpret_cast<uint2*>(dst) + q, ok ? src + 8 * q : tile[r].codes, ok ? 8 : 0);
           }
         }
+      }
   };
 #pragma unroll
   for (int i = 0; i < STAGES - 1; ++i) {
@@ -94,7 +110,7 @@ __device__ __forceinline__ void fp8_accumulate(uint4* ring, const uint8_t* const
   pdl_wait();
   const uint4 zero = make_uint4(0, 0, 0, 0);
   for (int i = 0; i < mine; ++i) {
-    ring_turn<STAGES>(i, mine, issue);
+    ring_turn<STAGES>(i, mine, issue);  // the lanes' fragments are other lanes' copies
     const int64_t k0 = (int64_t(s) + int64_t(i) * kSplit) * kQGranule;
     const uint4* slot = my + (i % STAGES) * SLOT;
     float sc[RW][2];
@@ -118,7 +134,7 @@ __device__ __forceinline__ void fp8_accumulate(uint4* ring, const uint8_t* const
 #pragma unroll
       for (int r = 0; r < RW; ++r)
 #pragma unroll
-        for (int h = 0; h < 2; ++h) cv[r][h] = slot[((r * 2 + j) * 2 + h) * 32 + lane];
+        for (int h = 0; h < 2; ++h) cv[r][h] = slot[r * 128 + 64 * h + rbase + (j ^ rs)];
       uint4 xv[NT][2];
 #pragma unroll
       for (int c = 0; c < NT; ++c)
@@ -170,7 +186,7 @@ __device__ __forceinline__ void fp8_accumulate(uint4* ring, const uint8_t* const
 // RQ groups of 32 rows per warp (2·RQ mma tiles).
 template <int RQ>
 constexpr int int4_slot_uint4() {
-  return RQ * 128 + RQ * 16 + RQ * 8;  // codes [RQ][4 j][32], scales [RQ][32] uint2, zeros [RQ][32] u32
+  return RQ * 128 + RQ * 16 + RQ * 8;  // codes [RQ][16 word rows][8 chunks], scales [RQ][32] uint2, zeros [RQ][32] u32
 }
 template <int RQ, int NT, int STAGES>
 constexpr size_t int4_ring_bytes() {
@@ -185,6 +201,8 @@ constexpr size_t int4_ring_bytes() {
 // lane's rows exist. N: words per word row; zeros_ld: zero words per group.
 struct Int4Rows {
   const uint8_t* words;
+  const uint8_t* cwords;  // the copies' columns: 4·(lane % 8) of the group (word row 0)
+  bool cok;               // those columns exist
   const uint8_t* scales;
   const uint8_t* zeros;  // null: symmetric (z = 8)
   int zshift;
@@ -223,9 +241,11 @@ __device__ __forceinline__ void int4_accumulate(uint4* ring, const Int4Rows (&ro
     for (int q = 0; q < RQ; ++q) {
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        const int64_t wr = (k0 + kl) / 8 + j;
-        const bool ok = rows[q].ok && wr < words_k;
-        cp_async16(slot + (q * 4 + j) * 32 + lane, ok ? rows[q].words + wr * N * 4 : rows[q].words, ok ? 16 : 0);
+        const int row = 4 * j + (lane >> 3), c = lane & 7;  // word row within the granule, chunk
+        const int64_t wr = k0 / 8 + row;
+        const bool ok = rows[q].cok && wr < words_k;
+        const uint8_t* src = rows[q].cwords + (lane >> 3) * N * 4 + (k0 / 8 + 4 * j) * N * 4;  // lane + uniform part
+        cp_async16(slot + q * 128 + 8 * row + (c ^ (2 * j)), ok ? src : rows[q].cwords, ok ? 16 : 0);
       }
       // The quad's 4 lanes share their rows' scales and zero points: lane
       // tq = 0 of every other quad copies the 8 rows' 16 bytes of scales
@@ -251,7 +271,7 @@ __device__ __forceinline__ void int4_accumulate(uint4* ring, const Int4Rows (&ro
   pdl_wait();
   const uint4 zero = make_uint4(0, 0, 0, 0);
   for (int i = 0; i < mine; ++i) {
-    ring_turn<STAGES>(i, mine, issue);  // quad-mates' scale and zero copies of granule i are in
+    ring_turn<STAGES>(i, mine, issue);  // other lanes' code, scale and zero copies of granule i are in
     const int64_t k0 = (int64_t(s) + int64_t(i) * kSplit) * kQGranule;
     const uint4* slot = my + (i % STAGES) * SLOT;
     float sc[RQ][4];
@@ -291,7 +311,7 @@ __device__ __forceinline__ void int4_accumulate(uint4* ring, const Int4Rows (&ro
       }
 #pragma unroll
       for (int q = 0; q < RQ; ++q) {
-        const uint4 cv = slot[(q * 4 + j) * 32 + lane];
+        const uint4 cv = slot[q * 128 + 32 * (lane & 3) + 8 * j + (g ^ (2 * (lane & 3)))];  // word row 4·tq + j
         uint32_t p[4][4];  // [row of the lane's 4][pair]
 #pragma unroll
         for (int rr = 0; rr < 4; ++rr) {

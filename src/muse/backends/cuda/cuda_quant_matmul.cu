@@ -17,10 +17,25 @@
 namespace muse::cuda {
 namespace {
 
+// Blocks per SM asked of ptxas where, after the coalesced copies, its
+// unasked allocation cost a block the rings' 55 KB allow (and the old
+// kernels had): NVFP4 at NT = 4 took 142 registers (3 blocks; asked for 4:
+// 128 registers, 4 bytes of spill), MXFP4 at NT = 8 186 (2; asked for 3:
+// 168 and 20 bytes). 0 elsewhere, no bound: asking even for 1 block changed
+// ptxas' allocation of the other tiles, for the worse, and the unaligned
+// tiles spill 30-100 bytes when asked.
+template <QFmt F, bool ALIGNED, int NT, int RW>
+constexpr int quant_min_blocks() {
+  if (!ALIGNED || RW != 1) return 0;
+  if (F == QFmt::Nvfp4 && NT == 4) return 4;
+  if (F == QFmt::Mxfp4 && NT == 8) return 3;
+  return 0;
+}
+
 // One block: kSplit warps over the K-slices of 16·RW weight rows (INT4: RW =
 // 2, the 32 rows of one word group) and a 64-row block of x.
 template <QFmt F, bool ALIGNED, bool BLOCK, int NT, int RW, int STAGES>
-__global__ void __launch_bounds__(32 * kSplit)
+__global__ void __launch_bounds__(32 * kSplit, quant_min_blocks<F, ALIGNED, NT, RW>())
     quant_gemv_kernel(const __nv_bfloat16* __restrict__ x, int64_t T, QuantDev w, void* out, int odt, int64_t ldo) {
   extern __shared__ uint4 ring[];
   __shared__ uint32_t lut[256];
@@ -47,33 +62,37 @@ __global__ void __launch_bounds__(32 * kSplit)
     rows[0].ok = n < N;
     rows[0].pair_ok = n0 + 4 * (g | 1) < N;
     rows[0].words = w.codes + nc * 4;
+    const int64_t nw = n0 + 4 * (lane & 7);  // the copies' columns
+    rows[0].cok = nw < N;
+    rows[0].cwords = w.codes + (nw < N ? nw : 0) * 4;
     rows[0].scales = w.scales + nc * 2;
     rows[0].zeros = w.zeros ? w.zeros + (nc / 8) * 4 : nullptr;
     rows[0].zshift = int(4 * (nc % 8));
     int4_accumulate<ALIGNED, 1, NT, STAGES>(ring, rows, xr, xok, K, N, w.block_cols, w.zero_offset,
                                             w.bf16_scales != 0, warp, lane, acc);
   } else {
-    const uint8_t* crow[RW][2];
+    QTile tile[RW];
     const uint8_t* srow[RW][2];
     const float* sblk[RW][2];
     bool wok[RW][2];
 #pragma unroll
-    for (int r = 0; r < RW; ++r)
+    for (int r = 0; r < RW; ++r) {
+      tile[r] = quant_tile(w.codes, w.scales, n0 + 16 * r, N, fp4_format(F) ? K / 2 : K, w.scale_ld);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int64_t n = n0 + 16 * r + g + 8 * h, nc = n < N ? n : N - 1;
         wok[r][h] = n < N;
-        crow[r][h] = w.codes + nc * (fp4_format(F) ? K / 2 : K);
         srow[r][h] = w.scales + nc * w.scale_ld;
         sblk[r][h] = reinterpret_cast<const float*>(w.scales) + (nc / w.block_rows) * w.scale_ld;
       }
+    }
     if constexpr (fp4_format(F)) {
       constexpr bool MX = F == QFmt::Mxfp4;
       fp4_fill_lut<MX>(lut);
-      fp4_accumulate<MX, ALIGNED, RW, NT, STAGES>(ring, lut, crow, srow, wok, xr, xok, K, w.block_cols, warp, lane,
+      fp4_accumulate<MX, ALIGNED, RW, NT, STAGES>(ring, lut, tile, srow, wok, xr, xok, K, w.block_cols, warp, lane,
                                                   acc);
     } else {
-      fp8_accumulate<ALIGNED, BLOCK, RW, NT, STAGES>(ring, crow, sblk, wok, xr, xok, K, w.block_cols, warp, lane, acc);
+      fp8_accumulate<ALIGNED, BLOCK, RW, NT, STAGES>(ring, tile, sblk, wok, xr, xok, K, w.block_cols, warp, lane, acc);
     }
   }
   ring_reduce<RW, NT>(ring, warp, lane, acc, [&](int r, int c, int i, float v) {
@@ -94,22 +113,34 @@ cudaError_t launch_quant_tile(cudaStream_t s, const __nv_bfloat16* x, int64_t T,
       quant_ring_bytes<F, RW, NT, STAGES>(), x, T, w, out, odt, ldo);
 }
 
-// The tile rule per format. No GPU timings behind it yet: the rings are
-// sized so that a block stays near 48-64 KB of shared memory (3-4 blocks, 12-16
-// warps per SM) while each warp keeps 2-5 granules (9-18 KB) of codes in
-// flight; T <= 16 takes two 16-row tiles per warp where x fragments would
-// otherwise be re-read per 16 rows.
+// The tile rule per format: the rings are sized so that a block stays near
+// 48-64 KB of shared memory (3-4 blocks, 12-16 warps per SM) while each warp
+// keeps 2-5 granules (9-18 KB) of codes in flight. FP4 and FP8 keep one
+// 16-row tile per warp up to T = 32: two tiles at T <= 16 (x fragments read
+// once per 32 rows) left an 8192-row product 256 blocks, under 2 per SM and
+// 8 warps, where T <= 8 (512 blocks, 16 warps) ran 1.5-1.8x faster for the
+// same codes (2026-12-01: 30 vs 46-55 us NVFP4); the re-read x fragments
+// are L1/L2 hits. INT4 works in 32-row groups. FP4 products of at most
+// 2048 rows (k/v-shaped: 128 blocks or fewer, under one per SM, so shared
+// memory does not bound them) take a fourth stage: at K = 8192 each warp's
+// 4 granules are then all in flight at once, one HBM latency per block
+// instead of two.
 template <QFmt F, bool ALIGNED, bool BLOCK>
 cudaError_t launch_quant_rows(cudaStream_t s, const __nv_bfloat16* x, int64_t T, const QuantDev& w, void* out,
                               int odt, int64_t ldo) {
   if constexpr (fp4_format(F)) {
-    if (T <= 8) return launch_quant_tile<F, ALIGNED, BLOCK, 1, 1, 3>(s, x, T, w, out, odt, ldo);
-    if (T <= 16) return launch_quant_tile<F, ALIGNED, BLOCK, 2, 2, 2>(s, x, T, w, out, odt, ldo);
+    const bool few = w.N <= 2048;
+    if (T <= 8)
+      return few ? launch_quant_tile<F, ALIGNED, BLOCK, 1, 1, 4>(s, x, T, w, out, odt, ldo)
+                 : launch_quant_tile<F, ALIGNED, BLOCK, 1, 1, 3>(s, x, T, w, out, odt, ldo);
+    if (T <= 16)
+      return few ? launch_quant_tile<F, ALIGNED, BLOCK, 2, 1, 4>(s, x, T, w, out, odt, ldo)
+                 : launch_quant_tile<F, ALIGNED, BLOCK, 2, 1, 3>(s, x, T, w, out, odt, ldo);
     if (T <= 32) return launch_quant_tile<F, ALIGNED, BLOCK, 4, 1, 3>(s, x, T, w, out, odt, ldo);
     return launch_quant_tile<F, ALIGNED, BLOCK, 8, 1, 3>(s, x, T, w, out, odt, ldo);
   } else if constexpr (F == QFmt::Fp8) {
     if (T <= 8) return launch_quant_tile<F, ALIGNED, BLOCK, 1, 1, 6>(s, x, T, w, out, odt, ldo);
-    if (T <= 16) return launch_quant_tile<F, ALIGNED, BLOCK, 2, 2, 4>(s, x, T, w, out, odt, ldo);
+    if (T <= 16) return launch_quant_tile<F, ALIGNED, BLOCK, 2, 1, 6>(s, x, T, w, out, odt, ldo);
     if (T <= 32) return launch_quant_tile<F, ALIGNED, BLOCK, 4, 1, 6>(s, x, T, w, out, odt, ldo);
     return launch_quant_tile<F, ALIGNED, BLOCK, 8, 1, 6>(s, x, T, w, out, odt, ldo);
   } else {

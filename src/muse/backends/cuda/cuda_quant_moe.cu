@@ -50,6 +50,9 @@ __device__ __forceinline__ void expert_rows(uint4* ring, uint32_t* lut, const Qu
       rows[q].pair_ok = base[0] + 4 * (g | 1) < limit;
       const int64_t nc = rows[q].ok ? n : 0;
       rows[q].words = codes + nc * 4;
+      const bool cok = base[0] + 4 * (lane & 7) < limit;  // the copies' columns
+      rows[q].cok = cok;
+      rows[q].cwords = codes + (cok ? base[q] + 4 * (lane & 7) : 0) * 4;
       rows[q].scales = scales + nc * 2;
       rows[q].zeros = w.zeros ? w.zeros + e * w.zeros_stride + (nc / 8) * 4 : nullptr;
       rows[q].zshift = int(4 * (nc % 8));
@@ -58,28 +61,32 @@ __device__ __forceinline__ void expert_rows(uint4* ring, uint32_t* lut, const Qu
                                                w.bf16_scales != 0, warp, lane, acc);
   } else {
     constexpr int PER = RW / BASES;  // tiles per base
-    const uint8_t* crow[RW][2];
+    const int64_t code_ld = fp4_format(F) ? K / 2 : K;
+    QTile tile[RW];
     const uint8_t* srow[RW][2];
     const float* sblk[RW][2];
     bool wok[RW][2];
 #pragma unroll
-    for (int r = 0; r < RW; ++r)
+    for (int r = 0; r < RW; ++r) {
+      const int q = r / PER;
+      const int64_t half = base[q] - base[0];  // the first row of the tile's half
+      tile[r] = quant_tile(codes + half * code_ld, scales + half * w.scale_ld, base[0] + 16 * (r % PER), limit,
+                           code_ld, w.scale_ld);
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int q = r / PER;
         const int64_t i = base[0] + 16 * (r % PER) + g + 8 * h;  // the row within its half
         const int64_t n = base[q] + 16 * (r % PER) + g + 8 * h, nc = i < limit ? n : base[q];
         wok[r][h] = i < limit;
-        crow[r][h] = codes + nc * (fp4_format(F) ? K / 2 : K);
         srow[r][h] = scales + nc * w.scale_ld;
         sblk[r][h] = reinterpret_cast<const float*>(scales) + (nc / w.block_rows) * w.scale_ld;
       }
+    }
     if constexpr (fp4_format(F)) {
       constexpr bool MX = F == QFmt::Mxfp4;
-      fp4_accumulate<MX, ALIGNED, RW, 1, STAGES>(ring, lut, crow, srow, wok, xr, xok, K, w.block_cols, warp, lane,
+      fp4_accumulate<MX, ALIGNED, RW, 1, STAGES>(ring, lut, tile, srow, wok, xr, xok, K, w.block_cols, warp, lane,
                                                  acc);
     } else {
-      fp8_accumulate<ALIGNED, BLOCK, RW, 1, STAGES>(ring, crow, sblk, wok, xr, xok, K, w.block_cols, warp, lane, acc);
+      fp8_accumulate<ALIGNED, BLOCK, RW, 1, STAGES>(ring, tile, sblk, wok, xr, xok, K, w.block_cols, warp, lane, acc);
     }
   }
 }
