@@ -373,6 +373,41 @@ TEST_P(Attention, PrefillMatchesSplitBitwise) {
   }
 }
 
+// The plan's max_seq_end hint trims the split path's chunk blocks to those
+// some row has: the same bytes as without the hint; a hint too small for a
+// row is reported, not silently wrong.
+TEST_P(Attention, ChunkHintKeepsBitsAndCatchesWrongHints) {
+  const int64_t d = 64, hq = 4, hk = 1, kvd = hk * d, qd = hq * d, per = 16, slots = 48, at = 700;
+  KvLayerStorage cache;
+  cache.layout = KvLayout::Paged;
+  auto ck = random_floats(size_t(slots * per * kvd), 620), cv = random_floats(size_t(slots * per * kvd), 621);
+  cache.k = up(kv(), {slots, 1, per, kvd}, ck);
+  cache.v = up(kv(), {slots, 1, per, kvd}, cv);
+  std::vector<int32_t> blocks;
+  for (int64_t i = 0; i < (at + per) / per; ++i) blocks.push_back(int32_t(slots - 1 - i));
+  auto q = random_floats(size_t(qd), 622), k = random_floats(size_t(kvd), 623), v = random_floats(size_t(kvd), 624);
+  Tensor tq = up(act(), {1, qd}, q), tk = up(act(), {1, kvd}, k), tv = up(act(), {1, kvd}, v);
+  StepPlanBuilder pb(StepPlanCapacity{1, 1, 1, 64});
+  const std::vector<int32_t> tok = {1};
+  pb.add(tok, at, blocks, {}, 0, false, true);
+  EXPECT_EQ(pb.max_seq_rows(), 1);
+  EXPECT_EQ(pb.max_seq_end(), at + 1);
+  Tensor buf;
+  StepPlanView plain = plan_view(pb, buf, 0, per), hinted = plain;
+  hinted.max_seq_rows = pb.max_seq_rows(), hinted.max_seq_end = pb.max_seq_end();
+  Tensor o1 = poisoned(act(), {1, qd}), o2 = poisoned(act(), {1, qd});
+  b().attention(o1, tq, tk, tv, cache, plain, d, 0, 0.125f);
+  b().attention(o2, tq, tk, tv, cache, hinted, d, 0, 0.125f);
+  run();
+  EXPECT_EQ(get_bytes(o1), get_bytes(o2)) << "the chunk hint changed a result";
+  StepPlanView wrong = hinted;
+  wrong.max_seq_end = 100;  // 2 chunk blocks for a row with 11
+  b().attention(o2, tq, tk, tv, cache, wrong, d, 0, 0.125f);
+  Status s = b().execute();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("max_seq_end"), std::string::npos) << s.message();
+}
+
 // The prefill kernel against the double reference (steps of 64 rows and
 // more; groups of 16 q heads, heads of 64 and 128, full and sliding).
 TEST_P(Attention, PrefillGroupOfSixteen) {

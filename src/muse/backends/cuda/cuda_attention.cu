@@ -217,12 +217,26 @@ void CudaBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_
   const bool all_bf16 = q.dtype == DType::BF16 && k_new.dtype == DType::BF16 && cache.k.dtype == DType::BF16;
   const bool use_mma = mma_gemv_built() && vec && all_bf16 && (d == 64 || d == 128) && group <= 16 &&
                        (reinterpret_cast<uintptr_t>(q.data) & 3u) == 0 && q.cols() % 2 == 0;
+  // Split path: chunk blocks only for chunks some row has. A row sees at
+  // most min(max_seq_end, window) keys, in chunks of at least kMinChunkKeys
+  // (a decode at 1K context: 16 chunk blocks per kv head, not 256). The
+  // merge reports a row that needs more (a wrong hint).
+  int chunks = kMaxChunks;
+  if (plan.max_seq_end > 0) {
+    const int64_t keys = window > 0 ? std::min(plan.max_seq_end, window) : plan.max_seq_end;
+    chunks = int(std::clamp<int64_t>((keys + kMinChunkKeys - 1) / kMinChunkKeys, 1, kMaxChunks));
+  }
   const AttnCall call{out.data, dt_code(out.dtype), out.cols(), q.data, dt_code(q.dtype), q.cols(), a, P, T, int(d),
-                      group, hq, window, scale, dev_error(), op};
-  if (use_mma && T >= kPrefillMinRows) {
-    // Many rows (a prefill): the same bits as the split path below, without
-    // its chunk partials and per-row K/V reads (cuda_attention_prefill.cu).
-    // A fixed rule on T is allowed only because the bits are the same.
+                      group, hq, window, scale, dev_error(), op, chunks};
+  // Many rows of one sequence (a prefill): the same bits as the split path
+  // below, without its chunk partials and per-row K/V reads
+  // (cuda_attention_prefill.cu). Choosing by the step's shape is allowed
+  // only because the bits are the same. Steps of many short runs (batched
+  // decode, verification) keep the split path: there the prefill kernel
+  // would walk each row's keys in one warp, without the split path's
+  // spread over chunks.
+  const bool long_runs = plan.max_seq_rows == 0 || plan.max_seq_rows >= kPrefillMinRows;
+  if (use_mma && T >= kPrefillMinRows && long_runs) {
     enqueue("attention", [call](cudaStream_t s) { return run_prefill_attention(s, call); });
     return;
   }

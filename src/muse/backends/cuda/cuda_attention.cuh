@@ -385,6 +385,7 @@ struct AttnCall {
   float scale;
   DeviceError* err;
   int op;
+  int chunks;  // split path: chunk blocks per row (kMaxChunks, fewer when the plan says no row has more)
 };
 
 // cuda_attention_split.cu. The split path: chunk partials in `part`
@@ -395,7 +396,8 @@ bool split_attention_covers(int G, int d);
 cudaError_t run_split_attention(cudaStream_t s, const AttnCall& c, float* part, bool vec, bool mma);
 
 // cuda_attention_prefill.cu: the same bits as run_split_attention(mma) for
-// every row, for steps of many rows (cuda_attention_prefill.cu says why).
+// every row, for steps of at least kPrefillMinRows rows with a sequence of
+// that many (CudaBackend::attention; cuda_attention_prefill.cu says why).
 constexpr int64_t kPrefillMinRows = 64;
 cudaError_t run_prefill_attention(cudaStream_t s, const AttnCall& c);
 

@@ -1,6 +1,7 @@
-// Prefill attention: for steps of many rows (T >= kPrefillMinRows) with q,
-// k, v and the cache all BF16, heads of 64 or 128 and at most 16 q heads
-// per kv head, the same bits per row as the split path
+// Prefill attention: for steps of many rows (T >= kPrefillMinRows, and a
+// sequence with that many rows when the plan's max_seq_rows hint is set)
+// with q, k, v and the cache all BF16, heads of 64 or 128 and at most 16 q
+// heads per kv head, the same bits per row as the split path
 // (attention_mma_kernel's chunk partials merged by attention_merge_kernel).
 //
 // Why: for a prefill the split path makes every query row stage its own K/V

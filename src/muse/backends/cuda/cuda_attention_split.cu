@@ -249,7 +249,7 @@ __global__ void __launch_bounds__(kSplitWarps * 32)
 __global__ void __launch_bounds__(128) attention_merge_kernel(void* out, int odt, int64_t ldo,
                                                               const float* __restrict__ part, PlanDev P, int64_t T,
                                                               int64_t r0, int d, int hq, int64_t window,
-                                                              DeviceError* err, int op) {
+                                                              int launched, DeviceError* err, int op) {
   pdl_launch_dependents();  // the o projection waits for us
   __shared__ float wz[kMaxChunks];
   __shared__ float Ls;
@@ -261,6 +261,10 @@ __global__ void __launch_bounds__(128) attention_merge_kernel(void* out, int odt
   const int64_t lo = window_lo(p, window);
   const int64_t nkeys = p - lo + 1, C = chunk_keys(nkeys);
   const int nch = int((nkeys + C - 1) / C);
+  if (nch > launched) {  // a wrong max_seq_end hint: chunks were not computed
+    if (threadIdx.x == 0) report_error(err, op, kErrChunkHint, int(t), nch);
+    return;
+  }
   const int stride = d + 2;
   const float* base = part + (int64_t(blockIdx.x) * hq + h) * kMaxChunks * stride;
   if (threadIdx.x < 32) {
@@ -467,7 +471,7 @@ cudaError_t run_split_attention(cudaStream_t s, const AttnCall& c, float* part, 
   const SplitKernel split = mma ? nullptr : pick_split_kernel(c.G, c.d, vec);
   for (int64_t r0 = 0; r0 < T; r0 += slab) {
     const unsigned rows = unsigned(std::min(slab, T - r0));
-    const dim3 grid(rows, unsigned(hk), kMaxChunks);
+    const dim3 grid(rows, unsigned(hk), unsigned(c.chunks));
     if (mma) {
       cudaError_t e = c.d == 64 ? launch_attention_mma<64>(s, grid, part, c.q, c.ldq, c.a, c.P, T, r0, c.G, c.hq,
                                                            c.window, c.scale, c.err, c.op)
@@ -479,7 +483,7 @@ cudaError_t run_split_attention(cudaStream_t s, const AttnCall& c, float* part, 
                                              c.scale, c.err, c.op);
     }
     attention_merge_kernel<<<dim3(rows, unsigned(c.hq)), 128, 0, s>>>(  // 128: its launch bound; dims loop
-        c.out, c.odt, c.ldo, part, c.P, T, r0, c.d, c.hq, c.window, c.err, c.op);
+        c.out, c.odt, c.ldo, part, c.P, T, r0, c.d, c.hq, c.window, c.chunks, c.err, c.op);
   }
   return cudaGetLastError();
 }
