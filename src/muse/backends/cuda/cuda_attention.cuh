@@ -390,7 +390,8 @@ struct AttnCall {
 
 // cuda_attention_split.cu. The split path: chunk partials in `part`
 // (split_scratch_bytes), then the merge, slab after slab of rows. `vec`:
-// vector loads allowed; `mma`: the tensor-core kernel (mma_attention_ok).
+// vector loads allowed; `mma`: the tensor-core kernel (BF16 everywhere, heads of 64
+// or 128: CudaBackend::attention decides).
 size_t split_scratch_bytes(int64_t T, int hq, int d);
 bool split_attention_covers(int G, int d);
 cudaError_t run_split_attention(cudaStream_t s, const AttnCall& c, float* part, bool vec, bool mma);
