@@ -3,7 +3,8 @@
 // gaps), chunked prefill and decode of several sequences per step (some
 // absent in some steps), short and long contexts, F32/BF16 activations and
 // F32/BF16 caches, against a double reference over the whole history; and
-// batch invariance of a decode row (alone vs in a batch of 64).
+// batch invariance of a decode row (alone vs in a batch of 64); the prefill
+// kernel's rows bitwise equal to the split kernels'.
 #include <numeric>
 
 #include "cuda_test_util.h"
@@ -266,6 +267,155 @@ TEST_P(Attention, DecodeRowIsBatchInvariant) {
         << (paged ? "paged" : "sliding") << ": the decode row differs alone and in a batch of 64";
     EXPECT_EQ(rb, rb2) << "the same attention twice differs";
   }
+}
+
+// Steps of at least 64 rows (all BF16) run the prefill kernel; the same
+// rows replayed as single-row sequences, fewer than 64 a step, run the
+// split kernels. Every row's bytes must be equal: chunked prefill and
+// prefix caching give the same tokens whatever the step. Cache history
+// before the step, several sequences (blocks of 8 rows across sequence
+// boundaries), full and sliding layers, heads of 64 and 128, groups of 16
+// and fewer, 64 to 300 rows, and a context past 32768 keys (chunks of more
+// than 4 tiles: the kernel's per-row mode).
+TEST_P(Attention, PrefillMatchesSplitBitwise) {
+  if (act() != DType::BF16 || kv() != DType::BF16) GTEST_SKIP() << "the prefill kernel is the all-BF16 one";
+  struct Shape {
+    const char* name;
+    KvLayout layout;
+    int64_t window, d, hq, hk;
+    std::vector<std::pair<int64_t, int64_t>> seqs;  // (positions in the cache, rows in the step)
+  };
+  const std::vector<Shape> shapes = {
+      {"full d128 g16", KvLayout::Paged, 0, 128, 32, 2, {{37, 150}, {0, 1}, {200, 77}, {5, 9}}},
+      {"full d64 g16, 64 rows", KvLayout::Paged, 0, 64, 16, 1, {{500, 64}}},
+      {"sliding d64 g3", KvLayout::Sliding, 100, 64, 12, 4, {{0, 300}}},
+      {"sliding d128 g8", KvLayout::Sliding, 37, 128, 8, 1, {{60, 70}, {3, 1}, {0, 40}}},
+      {"sliding d128 g16", KvLayout::Sliding, 300, 128, 16, 1, {{400, 120}, {2, 3}}},
+      {"full d64 g16, 33K keys", KvLayout::Paged, 0, 64, 16, 1, {{33000, 70}}},
+  };
+  const int64_t per = 16, kGroup = 63;  // replay rows per step: below the prefill threshold
+  for (const Shape& c : shapes) {
+    SCOPED_TRACE(c.name);
+    const bool paged = c.layout == KvLayout::Paged;
+    const int64_t d = c.d, qd = c.hq * d, kvd = c.hk * d;
+    const float scale = 1.0f / std::sqrt(float(d));
+    std::vector<std::vector<int32_t>> pages;
+    int64_t slots = 0, T = 0, max_nb = 0;
+    for (const auto& [hist, rows] : c.seqs) {
+      const int64_t nb = (hist + rows + per - 1) / per;
+      pages.emplace_back(size_t(nb));
+      slots += nb, T += rows, max_nb = std::max(max_nb, nb);
+    }
+    slots += 3;
+    std::vector<int32_t> perm(static_cast<size_t>(slots));
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), std::mt19937(77));
+    size_t next = 0;
+    for (auto& pg : pages)
+      for (auto& x : pg) x = perm[next++];
+    KvLayerStorage cache;
+    cache.layout = c.layout;
+    auto ck = random_floats(size_t(slots * per * kvd), 610), cv = random_floats(size_t(slots * per * kvd), 611);
+    cache.k = up(kv(), {slots, 1, per, kvd}, ck);
+    cache.v = up(kv(), {slots, 1, per, kvd}, cv);
+    auto q = random_floats(size_t(T * qd), 612), k = random_floats(size_t(T * kvd), 613),
+         v = random_floats(size_t(T * kvd), 614);
+    Tensor tq = up(act(), {T, qd}, q), tk = up(act(), {T, kvd}, k), tv = up(act(), {T, kvd}, v);
+    StepPlanCapacity cap{T + 1, std::max<int64_t>(int64_t(c.seqs.size()), kGroup) + 1, T + kGroup,
+                         (kGroup + int64_t(c.seqs.size())) * max_nb};
+    StepPlanBuilder step(cap);
+    step.reset();
+    std::vector<std::pair<size_t, int64_t>> row_of;  // (sequence, position) per row
+    const std::vector<int32_t> none;
+    for (size_t s = 0; s < c.seqs.size(); ++s) {
+      const auto [hist, rows] = c.seqs[s];
+      std::vector<int32_t> tokens(size_t(rows), 7);
+      step.add(tokens, hist, paged ? pages[s] : none, paged ? none : pages[s], 0, false, true);
+      for (int64_t r = 0; r < rows; ++r) row_of.push_back({s, hist + r});
+    }
+    Tensor plan_buf;
+    StepPlanView view = plan_view(step, plan_buf, c.window, per);
+    Tensor out = poisoned(act(), {T, qd});
+    b().attention(out, tq, tk, tv, cache, view, d, c.window, scale);
+    b().kv_store(cache, tk, tv, view);  // the replay reads the step's keys from the cache
+    run();
+    const auto prefill = get_bytes(out);
+    const size_t row_bytes = size_t(qd) * out.element_bytes();
+    Tensor replay_buf;
+    int64_t mismatched = 0, first_bad = -1;
+    for (int64_t r0 = 0; r0 < T; r0 += kGroup) {
+      const int64_t n = std::min(kGroup, T - r0);
+      StepPlanBuilder one(cap);
+      one.reset();
+      std::vector<float> gq, gk, gv;
+      for (int64_t r = r0; r < r0 + n; ++r) {
+        const auto [s, p] = row_of[size_t(r)];
+        const std::vector<int32_t> tok = {7};
+        one.add(tok, p, paged ? pages[s] : none, paged ? none : pages[s], 0, false, true);
+        gq.insert(gq.end(), q.begin() + r * qd, q.begin() + (r + 1) * qd);
+        gk.insert(gk.end(), k.begin() + r * kvd, k.begin() + (r + 1) * kvd);
+        gv.insert(gv.end(), v.begin() + r * kvd, v.begin() + (r + 1) * kvd);
+      }
+      Tensor rq = up(act(), {n, qd}, gq), rk = up(act(), {n, kvd}, gk), rv = up(act(), {n, kvd}, gv);
+      Tensor rout = poisoned(act(), {n, qd});
+      b().attention(rout, rq, rk, rv, cache, plan_view(one, replay_buf, c.window, per), d, c.window, scale);
+      run();
+      const auto split = get_bytes(rout);
+      for (int64_t r = 0; r < n; ++r)
+        if (std::memcmp(prefill.data() + size_t(r0 + r) * row_bytes, split.data() + size_t(r) * row_bytes,
+                        row_bytes) != 0) {
+          ++mismatched;
+          if (first_bad < 0) first_bad = r0 + r;
+        }
+    }
+    EXPECT_EQ(mismatched, 0) << c.name << ": " << mismatched << " of " << T
+                             << " rows differ between the prefill and split kernels, first row " << first_bad;
+  }
+}
+
+// The plan's max_seq_end hint trims the split path's chunk blocks to those
+// some row has: the same bytes as without the hint; a hint too small for a
+// row is reported, not silently wrong.
+TEST_P(Attention, ChunkHintKeepsBitsAndCatchesWrongHints) {
+  const int64_t d = 64, hq = 4, hk = 1, kvd = hk * d, qd = hq * d, per = 16, slots = 48, at = 700;
+  KvLayerStorage cache;
+  cache.layout = KvLayout::Paged;
+  auto ck = random_floats(size_t(slots * per * kvd), 620), cv = random_floats(size_t(slots * per * kvd), 621);
+  cache.k = up(kv(), {slots, 1, per, kvd}, ck);
+  cache.v = up(kv(), {slots, 1, per, kvd}, cv);
+  std::vector<int32_t> blocks;
+  for (int64_t i = 0; i < (at + per) / per; ++i) blocks.push_back(int32_t(slots - 1 - i));
+  auto q = random_floats(size_t(qd), 622), k = random_floats(size_t(kvd), 623), v = random_floats(size_t(kvd), 624);
+  Tensor tq = up(act(), {1, qd}, q), tk = up(act(), {1, kvd}, k), tv = up(act(), {1, kvd}, v);
+  StepPlanBuilder pb(StepPlanCapacity{1, 1, 1, 64});
+  const std::vector<int32_t> tok = {1};
+  pb.add(tok, at, blocks, {}, 0, false, true);
+  EXPECT_EQ(pb.max_seq_rows(), 1);
+  EXPECT_EQ(pb.max_seq_end(), at + 1);
+  Tensor buf;
+  StepPlanView plain = plan_view(pb, buf, 0, per), hinted = plain;
+  hinted.max_seq_rows = pb.max_seq_rows(), hinted.max_seq_end = pb.max_seq_end();
+  Tensor o1 = poisoned(act(), {1, qd}), o2 = poisoned(act(), {1, qd});
+  b().attention(o1, tq, tk, tv, cache, plain, d, 0, 0.125f);
+  b().attention(o2, tq, tk, tv, cache, hinted, d, 0, 0.125f);
+  run();
+  EXPECT_EQ(get_bytes(o1), get_bytes(o2)) << "the chunk hint changed a result";
+  StepPlanView wrong = hinted;
+  wrong.max_seq_end = 100;  // 2 chunk blocks for a row with 11
+  b().attention(o2, tq, tk, tv, cache, wrong, d, 0, 0.125f);
+  Status s = b().execute();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("max_seq_end"), std::string::npos) << s.message();
+}
+
+// The prefill kernel against the double reference (steps of 64 rows and
+// more; groups of 16 q heads, heads of 64 and 128, full and sliding).
+TEST_P(Attention, PrefillGroupOfSixteen) {
+  Case c{"prefill paged g16", KvLayout::Paged, 0, 16, 64, 64, 32, 2,
+         {{70, 1, 130}, {5, 1, 0}}, {{3, 9, 27, 41, 50, 12, 6, 33, 60, 1, 17, 22, 45}, {58}}};
+  run_case(*this, c);
+  Case s{"prefill sliding g16", KvLayout::Sliding, 50, 16, 48, 128, 16, 1, {{100, 1, 90}, {1, 0, 2}}, {}};
+  run_case(*this, s);
 }
 
 TEST_P(Attention, BadBlockIdIsAnErrorNotAFault) {

@@ -81,6 +81,11 @@ struct StepPlanView {
   int64_t window = 0;      // sliding window (keys visible to a query, itself included)
   int64_t block_size = 0;  // positions per block
   Tensor tokens, positions, logit_rows;  // I32 [capacity] views
+  // Host hints for the step being enqueued (0: not known): the most rows of
+  // one sequence, and the highest position + 1 of any row. Backends may pick
+  // a kernel or a launch size by them (a prefill kernel for long runs of
+  // rows; no blocks for keys no row sees), never change a result by them.
+  int64_t max_seq_rows = 0, max_seq_end = 0;
 
   // The view of `buffer` (I32, at least layout.total elements) for a plan of
   // `capacity`.
@@ -134,7 +139,7 @@ class StepPlanBuilder {
   const StepPlanLayout& layout() const { return layout_; }
 
   void reset() {
-    rows_ = seqs_ = logits_ = blocks_ = 0;
+    rows_ = seqs_ = logits_ = blocks_ = max_seq_rows_ = max_seq_end_ = 0;
     image_[size_t(layout_.seq_row_begin)] = 0;
     write_header();
   }
@@ -167,6 +172,8 @@ class StepPlanBuilder {
     for (size_t b = 0; b < slide_pages.size(); ++b) im[layout_.block_table + blocks_ + int64_t(b)] = slide_pages[b];
     blocks_ += int64_t(slide_pages.size());
     rows_ += n;
+    max_seq_rows_ = n > max_seq_rows_ ? n : max_seq_rows_;
+    max_seq_end_ = pos_begin + n > max_seq_end_ ? pos_begin + n : max_seq_end_;
     ++seqs_;
     im[layout_.seq_row_begin + seqs_] = int32_t(rows_);
     write_header();
@@ -175,6 +182,8 @@ class StepPlanBuilder {
   int64_t rows() const { return rows_; }
   int64_t seqs() const { return seqs_; }
   int64_t logit_rows() const { return logits_; }
+  int64_t max_seq_rows() const { return max_seq_rows_; }  // the most rows of one sequence
+  int64_t max_seq_end() const { return max_seq_end_; }    // the highest position + 1
   const int32_t* data() const { return image_.data(); }
   StepPlanReader reader() const { return {image_.data(), layout_}; }
   // Bytes to upload: everything before the block table, plus the used part of it.
@@ -190,7 +199,7 @@ class StepPlanBuilder {
   StepPlanCapacity cap_;
   StepPlanLayout layout_;
   std::vector<int32_t> image_;
-  int64_t rows_ = 0, seqs_ = 0, logits_ = 0, blocks_ = 0;
+  int64_t rows_ = 0, seqs_ = 0, logits_ = 0, blocks_ = 0, max_seq_rows_ = 0, max_seq_end_ = 0;
 };
 
 }  // namespace muse

@@ -147,6 +147,7 @@ Status MuseModel::forward(const StepPlanBuilder& plan, std::span<const KvLayerSt
 
   Step s;
   s.T = T;
+  plan_.max_seq_rows = plan.max_seq_rows(), plan_.max_seq_end = plan.max_seq_end();  // launch hints for the ops
   s.plan = &plan_;
   auto view = [T](const Tensor& t) { return t.empty() ? t : t.rows(0, T); };
   s.ids = plan_.tokens.rows(0, T), s.positions = plan_.positions.rows(0, T);

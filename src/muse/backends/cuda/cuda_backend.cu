@@ -316,6 +316,7 @@ std::string describe_device_error(const DeviceError& e) {
     case kErrBlock: return "block id " + a + " out of range (" + b + " blocks in the pool)";
     case kErrBlockTable: return "block table shorter than the sequence (position " + a + ", " + b + " blocks)";
     case kErrRingWindow: return "attention sees " + a + " keys but the ring holds " + b;
+    case kErrChunkHint: return "row " + a + " needs " + b + " key chunks, more than the plan's max_seq_end hint allows";
   }
   return "device error " + std::to_string(e.code);
 }

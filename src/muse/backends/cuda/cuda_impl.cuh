@@ -51,6 +51,7 @@ enum ErrCode : int {
   kErrBlock,        // a: block id, b: blocks in the pool
   kErrBlockTable,   // a: position, b: blocks in the sequence's table
   kErrRingWindow,   // a: keys, b: ring rows
+  kErrChunkHint,    // a: row, b: key chunks it needs (more than the plan's max_seq_end hint launched)
 };
 
 __device__ inline void report_error(DeviceError* e, int op, int code, int a, int b) {

@@ -1,0 +1,405 @@
+// The pieces the attention kernels share (cuda_attention.cu: the ops and
+// the per-head kernel; cuda_attention_split.cu: split-context attention and
+// its merge; cuda_attention_prefill.cu: the prefill kernel).
+//
+// Why shared: the prefill kernel must give every row the same bits as the
+// split kernels (attention_mma_kernel + attention_merge_kernel), so the
+// arithmetic both run (the tile's scores, the online softmax, P·V, the warp
+// merge, the chunk merge) lives here once, with explicit roundings
+// (__fmul_rn, __fadd_rn, __fmaf_rn): the compiler may not contract a
+// multiply and an add into an fma in one kernel and not in the other.
+#pragma once
+
+#include <cstdint>
+
+#include "muse/backends/cuda/cuda_impl.cuh"
+
+namespace muse::cuda::attn {
+
+constexpr int kMaxHeadDim = 256;
+
+struct KvArgs {
+  const void* k_new;
+  const void* v_new;
+  int ndt;
+  int64_t kv_dim;
+  void* ck;  // cache K, V
+  void* cv;
+  int cdt;
+  bool sliding;      // the sliding table (else the full one)
+  int64_t per;       // positions per block
+  int64_t pages;     // pages in the pool
+  int64_t page_layers, slot, group, n;  // layers per page, this layer's slot, its page of a block, pages per block
+};
+
+// The row's sequence, validated; false (and an error recorded by the thread
+// with `reporter`) when the plan is bad.
+struct RowSeq {
+  int s;
+  int64_t row_begin, num_rows, pos_begin;
+};
+// `rows`: the step's row count as launched; the plan's must be the same.
+__device__ __forceinline__ bool row_sequence(const PlanDev& P, int64_t t, int64_t rows, RowSeq& rs, DeviceError* err,
+                                             int op, bool reporter) {
+  const int seqs = P.p[StepPlanLayout::kSeqs];
+  const int s = t < P.max_rows ? P.p[P.row_seq + t] : -1;
+  bool ok = t < P.max_rows && P.p[StepPlanLayout::kRows] == int(rows) && seqs >= 0 && seqs <= P.max_seqs &&
+            s >= 0 && s < seqs;
+  if (ok) {
+    rs.s = s;
+    rs.row_begin = P.p[P.seq_row_begin + s];
+    rs.num_rows = P.p[P.seq_row_begin + s + 1] - rs.row_begin;
+    rs.pos_begin = P.p[P.seq_pos_begin + s];
+    ok = t >= rs.row_begin && t < rs.row_begin + rs.num_rows && rs.pos_begin >= 0;
+  }
+  if (!ok && reporter) report_error(err, op, kErrPlanSeq, int(t), s);
+  return ok;
+}
+__device__ __forceinline__ bool row_sequence(const PlanDev& P, int64_t t, int64_t rows, RowSeq& rs, DeviceError* err,
+                                             int op) {
+  return row_sequence(P, t, rows, rs, err, op, threadIdx.x == 0);
+}
+
+// Element index of position j's row (cache); -1 with an error recorded when
+// the table has no page for it, or -2 (no error) for a sliding block that is
+// not kept, when `skip_unkept` (kv_store).
+__device__ __forceinline__ int64_t cache_row(const KvArgs& a, const PlanDev& P, const RowSeq& rs, int64_t j,
+                                             DeviceError* err, int op, bool skip_unkept = false) {
+  const int64_t bi = j / a.per;
+  const int begin = P.p[(a.sliding ? P.seq_slide_begin : P.seq_full_begin) + rs.s];
+  const int count = P.p[(a.sliding ? P.seq_slide_count : P.seq_full_count) + rs.s];
+  const int64_t rel = a.sliding ? bi - P.p[P.seq_slide_first + rs.s] : bi;
+  const int64_t i = rel * a.n + a.group;
+  // A long chunk writes sliding rows below the first block the sequence
+  // keeps (they leave the window within the chunk): no page, nothing to store.
+  if (a.sliding && skip_unkept && rel < 0) return -2;
+  if (begin < 0 || count < 0 || begin + count > P.max_blocks || rel < 0 || i >= count) {
+    report_error(err, op, kErrBlockTable, int(j), count);
+    return -1;
+  }
+  const int page = P.p[P.block_table + begin + i];
+  if (page == -1 && a.sliding && skip_unkept) return -2;
+  if (page < 0 || page >= a.pages) {
+    report_error(err, op, kErrBlock, page, int(a.pages));
+    return -1;
+  }
+  return ((int64_t(page) * a.page_layers + a.slot) * a.per + j % a.per) * a.kv_dim;
+}
+
+// Element index of key j's K/V row for kv head offset kv_off: k_new/v_new
+// inside the step, the cache before it; -1 (error recorded) without a page.
+// `fresh`: the row is in k_new/v_new.
+__device__ __forceinline__ int64_t key_row(const KvArgs& a, const PlanDev& P, const RowSeq& rs, int64_t j,
+                                           int64_t kv_off, bool& fresh, DeviceError* err, int op) {
+  if (j >= rs.pos_begin) {
+    fresh = true;
+    return (rs.row_begin + (j - rs.pos_begin)) * a.kv_dim + kv_off;
+  }
+  fresh = false;
+  const int64_t r = cache_row(a, P, rs, j, err, op);
+  return r < 0 ? -1 : r + kv_off;
+}
+
+// ---------------------------------------------------------------------------
+// Chunks of split-context attention. A row's keys [lo, p] (lo = p - window
+// + 1 on sliding layers, else 0) are cut into chunks of chunk_keys(nkeys)
+// keys from lo: positions, not rows, define them, so a row's chunks are the
+// same however its prompt was chunked.
+// ---------------------------------------------------------------------------
+constexpr int kMaxChunks = 256;
+constexpr int64_t kMinChunkKeys = 64;
+
+__device__ __forceinline__ int64_t chunk_keys(int64_t nkeys) {
+  int64_t c = (nkeys + kMaxChunks - 1) / kMaxChunks;
+  c = (c + 31) / 32 * 32;
+  return c < kMinChunkKeys ? kMinChunkKeys : c;
+}
+__device__ __forceinline__ int64_t window_lo(int64_t p, int64_t window) {
+  return window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
+}
+
+// The two-state merge (warps of a chunk, the split kernels' warp merge):
+// state (M0, L0, acc) absorbs (m, l, o) with these weights, then
+// acc' = merge_value(acc, o), L' = merge_value(L0, l), M' = M.
+__device__ __forceinline__ void merge_weights(float M0, float m, float& M, float& c0, float& c1) {
+  M = fmaxf(M0, m);
+  c0 = M0 == -INFINITY ? 0.0f : expf(__fsub_rn(M0, M));
+  c1 = m == -INFINITY ? 0.0f : expf(__fsub_rn(m, M));
+}
+__device__ __forceinline__ float merge_value(float acc, float o, float c0, float c1) {
+  return __fmaf_rn(o, c1, __fmul_rn(acc, c0));
+}
+// The chunk merge (attention_merge_kernel): chunk z's weight e^(m_z - M)
+// given the row's max M over all chunks; out = Σ_z acc_z · w_z (in chunk
+// order, from 0) / L, L the warp sum of the lanes' Σ l_z · w_z over chunks
+// z ≡ lane (mod 32), in chunk order, from 0.
+__device__ __forceinline__ float chunk_weight(float m, float M) {
+  return m == -INFINITY ? 0.0f : expf(__fsub_rn(m, M));
+}
+__device__ __forceinline__ float chunk_fold(float acc, float w, float o) { return __fmaf_rn(acc, w, o); }
+__device__ __forceinline__ float chunk_out(float o, float L) { return __fdiv_rn(o, L); }
+
+// ---------------------------------------------------------------------------
+// Tensor-core tiles (all BF16, heads of 64 or 128, at most 16 q heads per kv
+// head). A warp's group of q heads are the 16 rows of an mma.m16n8k16 tile;
+// a tile is 32 keys whose K and V rows (bf16, `RB` bytes apart, padded by
+// 16 bytes so fragment reads hit distinct banks) are in shared memory.
+// ---------------------------------------------------------------------------
+constexpr int kMmaAttnWarps = 4;  // attention_mma_kernel's warps: warp w takes a chunk's tiles w, w + 4, ...
+template <int D>
+constexpr int mma_row_bytes() {
+  return D * 2 + 16;
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                               uint32_t b0, uint32_t b1) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void ldmatrix_x2_trans(uint32_t& r0, uint32_t& r1, const void* smem_row) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem_row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(s));
+}
+__device__ __forceinline__ void cp_async16_att(void* smem, const void* gmem, int src_bytes) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(src_bytes));
+}
+
+// A warp's online-softmax state over its tiles, for head rows gr and gr + 8
+// (gr = lane / 4): o in the C-fragment layout of the output (n-tile n, dims
+// n·8 + 2·(lane % 4) + {0, 1}, rows gr then gr + 8), m and l per head row
+// (the same in the row's 4 lanes).
+template <int D>
+struct MmaState {
+  float o[D / 8][4];
+  float m[2], l[2];
+};
+template <int D>
+__device__ __forceinline__ void mma_state_init(MmaState<D>& st) {
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) st.o[n][i] = 0.0f;
+  st.m[0] = st.m[1] = -INFINITY;
+  st.l[0] = st.l[1] = 0.0f;
+}
+// acc absorbs w (the split kernels' warp merge, in registers).
+template <int D>
+__device__ __forceinline__ void mma_state_merge(MmaState<D>& acc, const MmaState<D>& w) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float M, c0, c1;
+    merge_weights(acc.m[h], w.m[h], M, c0, c1);
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) acc.o[n][2 * h + c] = merge_value(acc.o[n][2 * h + c], w.o[n][2 * h + c], c0, c1);
+    acc.l[h] = merge_value(acc.l[h], w.l[h], c0, c1);
+    acc.m[h] = M;
+  }
+}
+
+// Q fragments (A of m16n8k16) of row t's heads g·G ...: rows gr and gr + 8
+// are heads; heads >= G are zeros.
+template <int D>
+__device__ __forceinline__ void load_q_frags(uint32_t (&qa)[D / 16][4], const __nv_bfloat16* q, int64_t t,
+                                             int64_t ldq, int g, int G, int lane) {
+  const int gr = lane >> 2, tq = lane & 3;
+  const __nv_bfloat16* q0 = q + t * ldq + int64_t(g * G) * D;
+  auto qpair = [&](int head, int dim) -> uint32_t {
+    return head < G ? *reinterpret_cast<const uint32_t*>(q0 + int64_t(head) * D + dim) : 0u;
+  };
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    qa[ks][0] = qpair(gr, ks * 16 + 2 * tq);
+    qa[ks][1] = qpair(gr + 8, ks * 16 + 2 * tq);
+    qa[ks][2] = qpair(gr, ks * 16 + 2 * tq + 8);
+    qa[ks][3] = qpair(gr + 8, ks * 16 + 2 * tq + 8);
+  }
+}
+
+// S = Q·Kᵀ of a tile, scaled, keys without okmask's bit -INFINITY. krow[n]:
+// the K row of key n·8 + gr (4 n-tiles of 8 keys). s[n][2h + c]: head row
+// gr + 8h, key n·8 + 2·tq + c.
+template <int D>
+__device__ __forceinline__ void mma_tile_scores(float (&s)[4][4], const uint32_t (&qa)[D / 16][4],
+                                                const unsigned char* const (&krow)[4], unsigned okmask, float scale,
+                                                int lane) {
+  const int tq = lane & 3;
+#pragma unroll
+  for (int n = 0; n < 4; ++n) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) s[n][i] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      const uint32_t b0 = *reinterpret_cast<const uint32_t*>(krow[n] + (ks * 16 + 2 * tq) * 2);
+      const uint32_t b1 = *reinterpret_cast<const uint32_t*>(krow[n] + (ks * 16 + 2 * tq + 8) * 2);
+      mma_bf16_16816(s[n], qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3], b0, b1);
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < 4; ++n)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int key = n * 8 + 2 * tq + c;
+        s[n][2 * h + c] = (okmask >> key) & 1u ? __fmul_rn(s[n][2 * h + c], scale) : -INFINITY;
+      }
+}
+
+// The tile's max score per head row (over the row's 4 lanes).
+__device__ __forceinline__ void mma_tile_max(const float (&s)[4][4], float (&mx)[2]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float v = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < 4; ++n) v = fmaxf(v, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+    mx[h] = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+  }
+}
+
+// The online softmax over the tile's scores, then O += P·V (P rounded to
+// bf16 for its product, as flash-attention does; the sums stay in fp32).
+// vrow[kk]: the V row of key kk·16 + (lane % 16), for ldmatrix.trans.
+template <int D>
+__device__ __forceinline__ void mma_tile_accumulate(MmaState<D>& st, float (&s)[4][4],
+                                                    const unsigned char* const (&vrow)[2]) {
+  float pr[4][4];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) mx = fmaxf(mx, s[n][2 * h + c]);
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    const float m_new = fmaxf(st.m[h], mx);
+    const float corr = m_new == -INFINITY ? 0.0f : expf(__fsub_rn(st.m[h], m_new));
+    float sum = 0.0f;
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const float v = s[n][2 * h + c];
+        const float e = v == -INFINITY ? 0.0f : expf(__fsub_rn(v, m_new));
+        pr[n][2 * h + c] = e;
+        sum = __fadd_rn(sum, e);
+      }
+    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
+    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
+    st.l[h] = __fmaf_rn(st.l[h], corr, sum);
+    st.m[h] = m_new;
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) st.o[n][2 * h] = __fmul_rn(st.o[n][2 * h], corr),
+                                    st.o[n][2 * h + 1] = __fmul_rn(st.o[n][2 * h + 1], corr);
+  }
+  // O += P·V: two k-steps of 16 keys; P's C fragments are its A fragments.
+#pragma unroll
+  for (int kk = 0; kk < 2; ++kk) {
+    const uint32_t a0 = pack_bf16x2(pr[2 * kk][0], pr[2 * kk][1]), a1 = pack_bf16x2(pr[2 * kk][2], pr[2 * kk][3]);
+    const uint32_t a2 = pack_bf16x2(pr[2 * kk + 1][0], pr[2 * kk + 1][1]),
+                   a3 = pack_bf16x2(pr[2 * kk + 1][2], pr[2 * kk + 1][3]);
+#pragma unroll
+    for (int n = 0; n < D / 8; ++n) {
+      uint32_t b0, b1;
+      ldmatrix_x2_trans(b0, b1, vrow[kk] + n * 16);
+      mma_bf16_16816(st.o[n], a0, a1, a2, a3, b0, b1);
+    }
+  }
+}
+
+// Copies the K (and, with `with_v`, V) rows of keys j0 .. j0 + nv - 1 into a
+// warp's tile buffers (32 rows of RB bytes each); rows without a page and
+// rows nv.. are zeros. Returns the keys that have a row (bit per key).
+// Waits for the copies.
+template <int D>
+__device__ __forceinline__ unsigned stage_tile_warp(unsigned char* ks, unsigned char* vs, bool with_v,
+                                                    const KvArgs& a, const PlanDev& P, const RowSeq& rs, int64_t j0,
+                                                    int nv, int64_t kv_off, DeviceError* err, int op, int lane) {
+  constexpr int RB = mma_row_bytes<D>();
+  int64_t idx = -1;
+  bool fresh = false;
+  if (lane < nv) idx = key_row(a, P, rs, j0 + lane, kv_off, fresh, err, op);
+  const unsigned okmask = __ballot_sync(0xffffffffu, idx >= 0);  // keys with a row (bad pages: none)
+  __syncwarp();  // the previous tile's fragment reads are done
+  constexpr int kPieces = D / 8;  // 16-byte pieces per row
+#pragma unroll 4
+  for (int e = lane; e < 32 * kPieces; e += 32) {
+    const int key = e / kPieces, piece = e % kPieces;
+    const int64_t ki = __shfl_sync(0xffffffffu, idx, key);
+    const bool kf = __shfl_sync(0xffffffffu, fresh, key);
+    const bool ok = ki >= 0;
+    const __nv_bfloat16* kb = static_cast<const __nv_bfloat16*>(kf ? a.k_new : a.ck);
+    const __nv_bfloat16* vb = static_cast<const __nv_bfloat16*>(kf ? a.v_new : a.cv);
+    const int64_t off = ok ? ki + piece * 8 : 0;
+    cp_async16_att(ks + key * RB + piece * 16, kb + off, ok ? 16 : 0);
+    if (with_v) cp_async16_att(vs + key * RB + piece * 16, vb + off, ok ? 16 : 0);
+  }
+  asm volatile("cp.async.commit_group;");
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  __syncwarp();
+  return okmask;
+}
+
+// The rows of a tile in a warp's own buffers: key i at base + i·RB.
+template <int D>
+__device__ __forceinline__ void tile_rows(const unsigned char* ks, const unsigned char* vs, int lane,
+                                          const unsigned char* (&krow)[4], const unsigned char* (&vrow)[2]) {
+  constexpr int RB = mma_row_bytes<D>();
+#pragma unroll
+  for (int n = 0; n < 4; ++n) krow[n] = ks + (n * 8 + (lane >> 2)) * RB;
+#pragma unroll
+  for (int kk = 0; kk < 2; ++kk) vrow[kk] = vs + (kk * 16 + (lane & 15)) * RB;
+}
+
+}  // namespace muse::cuda::attn
+
+namespace muse::cuda {
+
+// One attention call as the kernels see it.
+struct AttnCall {
+  void* out;
+  int odt;
+  int64_t ldo;
+  const void* q;
+  int qdt;
+  int64_t ldq;
+  attn::KvArgs a;
+  PlanDev P;
+  int64_t T;
+  int d, G, hq;
+  int64_t window;
+  float scale;
+  DeviceError* err;
+  int op;
+  int chunks;  // split path: chunk blocks per row (kMaxChunks, fewer when the plan says no row has more)
+};
+
+// cuda_attention_split.cu. The split path: chunk partials in `part`
+// (split_scratch_bytes), then the merge, slab after slab of rows. `vec`:
+// vector loads allowed; `mma`: the tensor-core kernel (BF16 everywhere, heads of 64
+// or 128: CudaBackend::attention decides).
+size_t split_scratch_bytes(int64_t T, int hq, int d);
+bool split_attention_covers(int G, int d);
+cudaError_t run_split_attention(cudaStream_t s, const AttnCall& c, float* part, bool vec, bool mma);
+
+// cuda_attention_prefill.cu: the same bits as run_split_attention(mma) for
+// every row, for steps of at least kPrefillMinRows rows with a sequence of
+// that many (CudaBackend::attention; cuda_attention_prefill.cu says why).
+constexpr int64_t kPrefillMinRows = 64;
+cudaError_t run_prefill_attention(cudaStream_t s, const AttnCall& c);
+
+}  // namespace muse::cuda

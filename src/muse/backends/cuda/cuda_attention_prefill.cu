@@ -1,0 +1,305 @@
+// Prefill attention: for steps of many rows (T >= kPrefillMinRows, and a
+// sequence with that many rows when the plan's max_seq_rows hint is set)
+// with q, k, v and the cache all BF16, heads of 64 or 128 and at most 16 q
+// heads per kv head, the same bits per row as the split path
+// (attention_mma_kernel's chunk partials merged by attention_merge_kernel).
+//
+// Why: for a prefill the split path makes every query row stage its own K/V
+// tiles (an 8K-token prompt: 8192 rows x 2 kv heads x ~4096 keys x 512 B,
+// ~34 GB from L2 per layer) and write, then read back, up to 128 chunk
+// partials of 16 x 130 floats per (row, kv head) (~17 GB per layer through
+// HBM, in 256 MiB slabs). Here a block owns 8 consecutive rows of one
+// sequence (one per warp) and one kv head; it stages each window of keys in
+// shared memory once for its 8 rows and folds each chunk into the row's
+// output as soon as the chunk is done, so no partial leaves the SM.
+//
+// Same bits. Each row walks exactly the split path's tiles (32 keys from
+// lo, chunks of chunk_keys(nkeys)) with the shared tile arithmetic of
+// cuda_attention.cuh: same Q and K fragments, same masks, same P·V
+// fragments (keys past the row's last one read a zero row, as the split
+// kernel's zero-filled copies), same ops in the same order. A chunk of the
+// split kernel is 4 warps, warp w taking tiles w, w + 4, ..., merged in warp
+// order; here one warp plays the 4 roles in turn (a role without tiles is
+// merged as the empty state, as a warp without tiles is). The merge kernel
+// needs the row's max over all chunks before it weighs any chunk, so a
+// first pass over the keys computes that max (the same scores, so the same
+// max); the second pass folds chunk z into out += acc_z · e^(m_z - M) in
+// chunk order and into the lane-(z % 32) sum of l_z · e^(m_z - M), as the
+// merge kernel's lanes do, and the end divides by their warp sum.
+//
+// Shared windows serve a block whose rows are all of one sequence and see
+// at most kWindowMaxKeys keys (chunks of at most 4 tiles, so a chunk's
+// roles are its tiles in key order). Any other block (rows of several
+// sequences, longer contexts) runs each warp's row on its own, staging one
+// tile at a time as the split kernel does: slower, the same bits.
+#include <algorithm>
+
+#include "muse/backends/cuda/cuda_attention.cuh"
+#include "muse/backends/cuda/cuda_mma.cuh"
+
+namespace muse::cuda {
+namespace {
+
+using namespace attn;
+
+constexpr int kRowsPerBlock = 8;  // one row per warp
+constexpr int kWinKeys = 128;     // keys per staged window (2 threads per key)
+constexpr int kWinStep = 96;      // sliding rows: windows 96 keys apart, so a tile starting in one ends in it
+constexpr int64_t kWindowMaxKeys = 32768;  // chunk_keys() <= 128: at most kMmaAttnWarps tiles per chunk
+static_assert(kRowsPerBlock * 32 == 2 * kWinKeys, "the staging gives each thread half a key row");
+static_assert(kWinStep + 32 <= kWinKeys, "a tile starting in a window's step must end inside it");
+
+// Dynamic shared memory, in bytes: K and V windows, double buffered (the
+// per-warp tiles of the unshared mode reuse them), then per warp the output
+// being folded (fp32, the C-fragment layout, lane-major: conflict-free
+// float4s) and the 32 lanes' sums per head, a zero row, the windows' key
+// flags.
+template <int D>
+struct PrefillSmem {
+  static constexpr int RB = mma_row_bytes<D>();
+  static constexpr size_t win = size_t(kWinKeys) * RB;  // one K or V window
+  static constexpr size_t ofin = 4 * win;               // [buffer][K, V]
+  static constexpr size_t lacc = ofin + size_t(kRowsPerBlock) * 16 * D * 4;
+  static constexpr size_t zero = lacc + size_t(kRowsPerBlock) * 16 * 32 * 4;
+  static constexpr size_t valid = zero + RB;
+  static constexpr size_t bytes = valid + 2 * kWinKeys;
+  static_assert(size_t(kRowsPerBlock) * 2 * 32 * RB <= 4 * win, "per-warp tiles fit in the windows");
+};
+
+template <int D>
+__global__ void __launch_bounds__(kRowsPerBlock * 32, 1)
+    attention_prefill_kernel(void* out, int odt, int64_t ldo, const __nv_bfloat16* __restrict__ q, int64_t ldq,
+                             KvArgs a, PlanDev P, int64_t T, int G, int64_t window, float scale, DeviceError* err,
+                             int op) {
+  using L = PrefillSmem<D>;
+  constexpr int RB = L::RB, NT = D / 8;
+  extern __shared__ __align__(16) unsigned char sm[];
+  __shared__ RowSeq s_rs;
+  __shared__ int64_t s_p0, s_lo0;
+  pdl_launch_dependents();  // the o projection waits for us
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
+  const int g = blockIdx.y;
+  // The last rows (the most keys) first: the long blocks start early.
+  const int64_t t0 = (int64_t(gridDim.x) - 1 - blockIdx.x) * kRowsPerBlock, t = t0 + warp;
+  const bool has_row = t < T;
+  RowSeq rs{};
+  const bool ok = has_row && row_sequence(P, t, T, rs, err, op, lane == 0);
+  const int64_t p = ok ? rs.pos_begin + (t - rs.row_begin) : 0;
+  const int64_t lo = window_lo(p, window), nkeys = p - lo + 1;
+  const int64_t tpc = chunk_keys(nkeys) / 32, ntiles = (nkeys + 31) / 32;  // tiles per chunk, per row
+  if (threadIdx.x == 0) s_rs = rs, s_p0 = p, s_lo0 = lo;  // warp 0 has row t0 < T
+  float4* ofin = reinterpret_cast<float4*>(sm + L::ofin) + size_t(warp) * NT * 32;
+  float* lacc = reinterpret_cast<float*>(sm + L::lacc) + warp * 16 * 32;
+  const unsigned char* zero = sm + L::zero;
+  unsigned char* valid = sm + L::valid;
+#pragma unroll
+  for (int n = 0; n < NT; ++n) ofin[n * 32 + lane] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int i = lane; i < 16 * 32; i += 32) lacc[i] = 0.0f;
+  for (int i = threadIdx.x; i < RB / 4; i += blockDim.x) reinterpret_cast<uint32_t*>(sm + L::zero)[i] = 0u;
+  __syncthreads();
+  const bool shared_keys =
+      __syncthreads_and(!has_row || (ok && rs.s == s_rs.s && nkeys <= kWindowMaxKeys)) != 0;
+
+  uint32_t qa[D / 16][4];
+  if (ok) load_q_frags<D>(qa, q, t, ldq, g, G, lane);
+  const int64_t kv_off = int64_t(g) * D;
+  float M[2] = {-INFINITY, -INFINITY};  // the row's max score per head row
+  MmaState<D> acc;                      // the chunk being built (its warp 0 role, then the others merged)
+  // Chunk z is done: fold it as the merge kernel does.
+  auto fold = [&](int64_t z) {
+    float w[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) w[h] = chunk_weight(acc.m[h], M[h]);
+#pragma unroll
+    for (int n = 0; n < NT; ++n) {
+      float4 v = ofin[n * 32 + lane];
+      v.x = chunk_fold(acc.o[n][0], w[0], v.x), v.y = chunk_fold(acc.o[n][1], w[0], v.y);
+      v.z = chunk_fold(acc.o[n][2], w[1], v.z), v.w = chunk_fold(acc.o[n][3], w[1], v.w);
+      ofin[n * 32 + lane] = v;
+    }
+    if (tq == 0)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float& l = lacc[(gr + 8 * h) * 32 + int(z & 31)];
+        l = chunk_fold(acc.l[h], w[h], l);
+      }
+  };
+
+  if (shared_keys) {
+    // Keys [kb0, p_last]: the block's rows' union (lo and p grow with the row).
+    const RowSeq srs = s_rs;
+    const int64_t kb0 = s_lo0, p_last = s_p0 + (std::min<int64_t>(T, t0 + kRowsPerBlock) - 1 - t0);
+    // Rows with one lo (full layers) have their tiles on one 32-key grid, so
+    // windows need not overlap; sliding rows' tiles start anywhere.
+    const int64_t step = window_lo(p_last, window) == kb0 ? kWinKeys : kWinStep;
+    const int64_t nwin = (p_last + 1 - kb0 + step - 1) / step;
+    // Thread i copies half of key i / 2's row (K, and V on the second pass);
+    // keys without a page are zeros and unflagged, as in the split kernel.
+    auto stage = [&](int buf, int64_t kb, bool with_v) {
+      const int key = threadIdx.x >> 1, half = threadIdx.x & 1;
+      const int64_t j = kb + key;
+      int64_t idx = -1;
+      bool fresh = false;
+      if (j <= p_last) idx = key_row(a, P, srs, j, kv_off, fresh, err, op);
+      if (half == 0) valid[buf * kWinKeys + key] = idx >= 0;
+      if (j > p_last) return;  // no row of the block sees it
+      const bool okr = idx >= 0;
+      const __nv_bfloat16* kb_ = static_cast<const __nv_bfloat16*>(fresh ? a.k_new : a.ck);
+      const __nv_bfloat16* vb_ = static_cast<const __nv_bfloat16*>(fresh ? a.v_new : a.cv);
+      unsigned char* kd = sm + size_t(2 * buf) * L::win + size_t(key) * RB;
+      unsigned char* vd = kd + L::win;
+      constexpr int kHalf = D / 16;  // 16-byte pieces per half row
+#pragma unroll
+      for (int pc = half * kHalf; pc < (half + 1) * kHalf; ++pc) {
+        const int64_t off = okr ? idx + pc * 8 : 0;
+        cp_async16_att(kd + pc * 16, kb_ + off, okr ? 16 : 0);
+        if (with_v) cp_async16_att(vd + pc * 16, vb_ + off, okr ? 16 : 0);
+      }
+    };
+    for (int pass = 0; pass < 2; ++pass) {  // 0: the max; 1: the chunks
+      stage(0, kb0, pass == 1);
+      asm volatile("cp.async.commit_group;");
+      for (int64_t wi = 0; wi < nwin; ++wi) {
+        const int buf = int(wi & 1);
+        const int64_t kb = kb0 + wi * step;
+        if (wi + 1 < nwin) {
+          stage(buf ^ 1, kb + step, pass == 1);
+          asm volatile("cp.async.commit_group;");
+          asm volatile("cp.async.wait_group 1;" ::: "memory");
+        } else {
+          asm volatile("cp.async.wait_group 0;" ::: "memory");
+        }
+        __syncthreads();
+        // This row's tiles that start in [kb, kb + step).
+        for (int64_t k = has_row ? (kb <= lo ? 0 : (kb - lo + 31) / 32) : ntiles;
+             k < ntiles && lo + 32 * k < kb + step; ++k) {
+          const int64_t j0 = lo + 32 * k;
+          const int nv = int(p + 1 - j0 < 32 ? p + 1 - j0 : 32), off = int(j0 - kb);
+          const unsigned char* kbase = sm + size_t(2 * buf) * L::win + size_t(off) * RB;
+          const unsigned char* vbase = kbase + L::win;
+          const unsigned char* krow[4];
+          const unsigned char* vrow[2];
+#pragma unroll
+          for (int n = 0; n < 4; ++n) {
+            const int key = n * 8 + gr;
+            krow[n] = key < nv ? kbase + key * RB : zero;
+          }
+#pragma unroll
+          for (int kk = 0; kk < 2; ++kk) {
+            const int key = kk * 16 + (lane & 15);
+            vrow[kk] = key < nv ? vbase + key * RB : zero;
+          }
+          const unsigned okmask = __ballot_sync(0xffffffffu, lane < nv && valid[buf * kWinKeys + off + lane]);
+          float s[4][4];
+          mma_tile_scores<D>(s, qa, krow, okmask, scale, lane);
+          if (pass == 0) {
+            float mx[2];
+            mma_tile_max(s, mx);
+            M[0] = fmaxf(M[0], mx[0]), M[1] = fmaxf(M[1], mx[1]);
+            continue;
+          }
+          // Tile i of chunk z is warp i's only tile in the split kernel.
+          const int64_t z = k / tpc, i = k - z * tpc;
+          if (i == 0) {
+            mma_state_init(acc);
+            mma_tile_accumulate<D>(acc, s, vrow);
+          } else {
+            MmaState<D> ro;
+            mma_state_init(ro);
+            mma_tile_accumulate<D>(ro, s, vrow);
+            mma_state_merge(acc, ro);
+          }
+          if (i == tpc - 1 || k == ntiles - 1) {
+            for (int64_t r = i + 1; r < kMmaAttnWarps; ++r) {  // the warps without a tile
+              MmaState<D> e;
+              mma_state_init(e);
+              mma_state_merge(acc, e);
+            }
+            fold(z);
+          }
+        }
+        __syncthreads();  // the buffer is restaged two windows on
+      }
+    }
+  } else if (ok) {
+    // The row alone, one tile at a time through the warp's own buffers.
+    unsigned char* ks = sm + size_t(warp) * 2 * 32 * RB;
+    unsigned char* vs = ks + 32 * RB;
+    const unsigned char* krow[4];
+    const unsigned char* vrow[2];
+    tile_rows<D>(ks, vs, lane, krow, vrow);
+    auto scores = [&](int64_t k, bool with_v, float (&s)[4][4]) {
+      const int64_t j0 = lo + 32 * k;
+      const int nv = int(p + 1 - j0 < 32 ? p + 1 - j0 : 32);
+      const unsigned okmask = stage_tile_warp<D>(ks, vs, with_v, a, P, rs, j0, nv, kv_off, err, op, lane);
+      mma_tile_scores<D>(s, qa, krow, okmask, scale, lane);
+    };
+    for (int64_t k = 0; k < ntiles; ++k) {
+      float s[4][4], mx[2];
+      scores(k, false, s);
+      mma_tile_max(s, mx);
+      M[0] = fmaxf(M[0], mx[0]), M[1] = fmaxf(M[1], mx[1]);
+    }
+    const int64_t nch = (ntiles + tpc - 1) / tpc;
+    for (int64_t z = 0; z < nch; ++z) {
+      const int64_t k0 = z * tpc, k1 = std::min(k0 + tpc, ntiles);
+      mma_state_init(acc);
+      for (int64_t k = k0; k < k1; k += kMmaAttnWarps) {
+        float s[4][4];
+        scores(k, true, s);
+        mma_tile_accumulate<D>(acc, s, vrow);
+      }
+      for (int r = 1; r < kMmaAttnWarps; ++r) {
+        MmaState<D> ro;
+        mma_state_init(ro);
+        for (int64_t k = k0 + r; k < k1; k += kMmaAttnWarps) {
+          float s[4][4];
+          scores(k, true, s);
+          mma_tile_accumulate<D>(ro, s, vrow);
+        }
+        mma_state_merge(acc, ro);
+      }
+      fold(z);
+    }
+  }
+  if (!ok) return;
+  __syncwarp();  // lane 4r's sums are read by every lane
+  float Lr[2] = {0.0f, 0.0f};
+  for (int hh = 0; hh < 16; ++hh) {
+    const float v = warp_sum(lacc[hh * 32 + lane]);
+    if (hh == gr) Lr[0] = v;
+    if (hh == gr + 8) Lr[1] = v;
+  }
+#pragma unroll
+  for (int n = 0; n < NT; ++n) {
+    const float4 v = ofin[n * 32 + lane];
+    const float o[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int head = gr + 8 * h;
+      if (head >= G) continue;
+#pragma unroll
+      for (int c = 0; c < 2; ++c)
+        st(out, odt, t * ldo + int64_t(g * G + head) * D + n * 8 + 2 * tq + c, chunk_out(o[2 * h + c], Lr[h]));
+    }
+  }
+}
+
+template <int D>
+cudaError_t launch_prefill(cudaStream_t s, const AttnCall& c) {
+  constexpr size_t smem = PrefillSmem<D>::bytes;
+  if (cudaError_t e = allow_dynamic_smem<attention_prefill_kernel<D>>(int(smem)); e != cudaSuccess) return e;
+  const dim3 grid(unsigned((c.T + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(c.hq / c.G));
+  attention_prefill_kernel<D><<<grid, kRowsPerBlock * 32, smem, s>>>(
+      c.out, c.odt, c.ldo, static_cast<const __nv_bfloat16*>(c.q), c.ldq, c.a, c.P, c.T, c.G, c.window, c.scale,
+      c.err, c.op);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+cudaError_t run_prefill_attention(cudaStream_t s, const AttnCall& c) {
+  return c.d == 64 ? launch_prefill<64>(s, c) : launch_prefill<128>(s, c);
+}
+
+}  // namespace muse::cuda

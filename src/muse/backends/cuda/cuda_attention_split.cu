@@ -1,0 +1,491 @@
+// Split-context attention (every row whose q-head group is at most 16 heads
+// and whose head is at most 256 wide: all the Muse shapes), and its merge.
+//
+// Why: one block per (row, q head) gives a batch-1 decode 32 blocks for 132
+// SMs and reads each K/V row once per q head. Here a block owns (row, kv
+// head, chunk of keys) and its 4 warps split the group's q heads, so they
+// share every K/V load (through L1), and the row's keys are cut into up to
+// kMaxChunks chunks so a long context spreads over the GPU
+// (flash-decoding). A second kernel merges the chunks.
+//
+// The order of operations depends only on the row's own key count: chunk
+// size = chunk_keys(nkeys); a warp walks its chunk's 32-key tiles in order;
+// each lane scores one key (a sequential fp32 dot over the head), the warp
+// keeps an online softmax per head and adds each tile's values in key order;
+// the chunks merge in chunk order. So a row's bits are the same alone or in
+// any batch, and however its prompt was chunked (positions, not rows, define
+// the chunks).
+#include <algorithm>
+
+#include "muse/backends/cuda/cuda_attention.cuh"
+#include "muse/backends/cuda/cuda_mma.cuh"
+
+namespace muse::cuda {
+namespace {
+
+using namespace attn;
+
+constexpr int kSplitWarps = 4;
+constexpr int kSplitMaxGroup = 16;
+
+
+// n consecutive values at element idx (n in {1, 2, 4, 8}; VEC: idx is a
+// multiple of n and the base 16-byte aligned).
+template <int N, bool VEC>
+__device__ __forceinline__ void load_n(const void* base, int dt, int64_t idx, float (&v)[N]) {
+  if constexpr (VEC && N >= 2) {
+    if (dt == kBF16) {
+      const __nv_bfloat16* p = static_cast<const __nv_bfloat16*>(base) + idx;
+      uint32_t w[N / 2];
+      if constexpr (N == 8) {
+        const uint4 u = *reinterpret_cast<const uint4*>(p);
+        w[0] = u.x, w[1] = u.y, w[2] = u.z, w[3] = u.w;
+      } else if constexpr (N == 4) {
+        const uint2 u = *reinterpret_cast<const uint2*>(p);
+        w[0] = u.x, w[1] = u.y;
+      } else {
+        w[0] = *reinterpret_cast<const uint32_t*>(p);
+      }
+#pragma unroll
+      for (int i = 0; i < N / 2; ++i) {
+        v[2 * i] = __uint_as_float(w[i] << 16);
+        v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+      }
+      return;
+    }
+    const float* p = static_cast<const float*>(base) + idx;
+    if constexpr (N >= 4) {
+#pragma unroll
+      for (int i = 0; i < N; i += 4) {
+        const float4 f = *reinterpret_cast<const float4*>(p + i);
+        v[i] = f.x, v[i + 1] = f.y, v[i + 2] = f.z, v[i + 3] = f.w;
+      }
+    } else {
+      const float2 f = *reinterpret_cast<const float2*>(p);
+      v[0] = f.x, v[1] = f.y;
+    }
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) v[i] = ld(base, dt, idx + i);
+  }
+}
+
+// part: per (slab row, q head, chunk) [m, l, acc[d]] in fp32. Warp w of the
+// block owns the group's heads w·HPW .. w·HPW + HPW - 1 over every tile of
+// the chunk, so a warp's result needs no merge with the others.
+template <int HPW, int DPL, bool VEC>
+__global__ void __launch_bounds__(kSplitWarps * 32)
+    attention_split_kernel(float* __restrict__ part, const void* q, int qdt, int64_t ldq, KvArgs a, PlanDev P,
+                           int64_t T, int64_t r0, int d, int G, int hq, int64_t window, float scale, DeviceError* err,
+                           int op) {
+  constexpr int DW = 32 * DPL;         // head dims a warp covers
+  constexpr int GB = kSplitWarps * HPW;  // heads a block covers
+  __shared__ __align__(16) float qs[GB][DW];
+  __shared__ float ps[kSplitWarps][32][HPW];
+  __shared__ int64_t vidx[kSplitWarps][32];
+  __shared__ unsigned char vfresh[kSplitWarps][32];
+  const int64_t t = r0 + blockIdx.x;
+  const int g = blockIdx.y, z = blockIdx.z;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  RowSeq rs;
+  if (!row_sequence(P, t, T, rs, err, op)) return;
+  const int64_t p = rs.pos_begin + (t - rs.row_begin);
+  const int64_t lo = window_lo(p, window);
+  const int64_t nkeys = p - lo + 1, C = chunk_keys(nkeys);
+  if (int64_t(z) * C >= nkeys) return;  // this row has fewer chunks
+  const int64_t k_begin = lo + int64_t(z) * C, k_end = p + 1 < k_begin + C ? p + 1 : k_begin + C;
+  {  // all of this thread's q loads first, then the stores (one latency, not one per value)
+    constexpr int kPer = (GB * DW + kSplitWarps * 32 - 1) / (kSplitWarps * 32);
+    float qv[kPer];
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int i = threadIdx.x + k * kSplitWarps * 32, hh = i / DW, dim = i % DW;
+      qv[k] = i < GB * DW && hh < G && dim < d ? ld(q, qdt, t * ldq + int64_t(g * G + hh) * d + dim) : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int i = threadIdx.x + k * kSplitWarps * 32;
+      if (i < GB * DW) qs[i / DW][i % DW] = qv[k];
+    }
+  }
+  __syncthreads();
+  const int h0 = warp * HPW;
+  if (h0 >= G) return;  // a group smaller than the block's heads: this warp has none
+  const int64_t kv_off = int64_t(g) * d;
+  float m[HPW], l[HPW], acc[HPW][DPL];
+#pragma unroll
+  for (int hh = 0; hh < HPW; ++hh) {
+    m[hh] = -INFINITY, l[hh] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) acc[hh][i] = 0.0f;
+  }
+  const int64_t ntiles = (k_end - k_begin + 31) / 32;
+  for (int64_t tile = 0; tile < ntiles; ++tile) {
+    const int64_t j0 = k_begin + tile * 32, j = j0 + lane;
+    bool valid = j < k_end, fresh = false;
+    int64_t idx = 0;
+    if (valid) {
+      if (j >= rs.pos_begin) {
+        fresh = true;
+        idx = (rs.row_begin + (j - rs.pos_begin)) * a.kv_dim + kv_off;
+      } else {
+        idx = cache_row(a, P, rs, j, err, op);
+        if (idx < 0) valid = false;
+        idx += kv_off;
+      }
+    }
+    float sc[HPW];
+#pragma unroll
+    for (int hh = 0; hh < HPW; ++hh) sc[hh] = 0.0f;
+    if (valid) {
+      const void* kb = fresh ? a.k_new : a.ck;
+      const int kdt = fresh ? a.ndt : a.cdt;
+      if constexpr (VEC) {
+        // The key's 16-byte pieces requested 4 at a time before they are used.
+        constexpr int kPieces = DW / 8 < 4 ? DW / 8 : 4;
+#pragma unroll
+        for (int c0 = 0; c0 < DW / 8; c0 += kPieces) {
+          if (8 * c0 >= d) break;
+          float kv[kPieces][8];
+#pragma unroll
+          for (int c = 0; c < kPieces; ++c)
+            if (8 * (c0 + c) < d) load_n<8, true>(kb, kdt, idx + 8 * (c0 + c), kv[c]);
+#pragma unroll
+          for (int c = 0; c < kPieces; ++c) {
+            const int i = 8 * (c0 + c);
+            if (i >= d) break;
+#pragma unroll
+            for (int hh = 0; hh < HPW; ++hh) {
+              const float4 q0 = *reinterpret_cast<const float4*>(&qs[h0 + hh][i]);
+              const float4 q1 = *reinterpret_cast<const float4*>(&qs[h0 + hh][i + 4]);
+              float s = sc[hh];
+              s = fmaf(q0.x, kv[c][0], s), s = fmaf(q0.y, kv[c][1], s), s = fmaf(q0.z, kv[c][2], s);
+              s = fmaf(q0.w, kv[c][3], s), s = fmaf(q1.x, kv[c][4], s), s = fmaf(q1.y, kv[c][5], s);
+              s = fmaf(q1.z, kv[c][6], s), s = fmaf(q1.w, kv[c][7], s);
+              sc[hh] = s;
+            }
+          }
+        }
+      } else {
+        for (int i = 0; i < d; ++i) {
+          const float kv = ld(kb, kdt, idx + i);
+#pragma unroll
+          for (int hh = 0; hh < HPW; ++hh) sc[hh] = fmaf(qs[h0 + hh][i], kv, sc[hh]);
+        }
+      }
+    }
+#pragma unroll
+    for (int hh = 0; hh < HPW; ++hh) {
+      const float score = valid ? sc[hh] * scale : -INFINITY;
+      const float m_new = fmaxf(m[hh], warp_max(score));
+      const float corr = m_new == -INFINITY ? 0.0f : expf(m[hh] - m_new);
+      const float pj = valid ? expf(score - m_new) : 0.0f;
+      l[hh] = l[hh] * corr + warp_sum(pj);
+#pragma unroll
+      for (int i = 0; i < DPL; ++i) acc[hh][i] *= corr;
+      m[hh] = m_new;
+      ps[warp][lane][hh] = pj;
+    }
+    vidx[warp][lane] = valid ? idx : -1;
+    vfresh[warp][lane] = fresh;
+    __syncwarp();
+    const int nv = int(k_end - j0 < 32 ? k_end - j0 : 32);
+    const int dim0 = lane * DPL;
+    if (dim0 < d) {
+      // Values in groups of keys (32 registers of them): the group's loads
+      // first, then its keys' products in key order.
+      constexpr int kGroup = 32 / DPL < 16 ? 32 / DPL : 16;
+      for (int src0 = 0; src0 < nv; src0 += kGroup) {
+        float vv[kGroup][DPL];
+#pragma unroll
+        for (int u = 0; u < kGroup; ++u) {
+          const int src = src0 + u;
+          const int64_t vi = src < nv ? vidx[warp][src] : -1;
+          if (vi < 0) {
+#pragma unroll
+            for (int i = 0; i < DPL; ++i) vv[u][i] = 0.0f;
+            continue;
+          }
+          const bool vf = vfresh[warp][src];
+          const void* vb = vf ? a.v_new : a.cv;
+          const int vdt = vf ? a.ndt : a.cdt;
+          if (VEC || dim0 + DPL <= d) {
+            load_n<DPL, VEC>(vb, vdt, vi + dim0, vv[u]);
+          } else {
+#pragma unroll
+            for (int i = 0; i < DPL; ++i) vv[u][i] = dim0 + i < d ? ld(vb, vdt, vi + dim0 + i) : 0.0f;
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kGroup; ++u) {
+          const int src = src0 + u;
+          if (src >= nv) break;
+#pragma unroll
+          for (int hh = 0; hh < HPW; ++hh) {
+            const float pw = ps[warp][src][hh];
+#pragma unroll
+            for (int i = 0; i < DPL; ++i) acc[hh][i] = fmaf(pw, vv[u][i], acc[hh][i]);
+          }
+        }
+      }
+    }
+    __syncwarp();  // ps / vidx are rewritten by the next tile
+  }
+  const int stride = d + 2;
+#pragma unroll
+  for (int hh = 0; hh < HPW; ++hh) {
+    if (h0 + hh >= G) break;
+    float* dst = part + ((int64_t(blockIdx.x) * hq + g * G + h0 + hh) * kMaxChunks + z) * stride;
+    if (lane == 0) dst[0] = m[hh], dst[1] = l[hh];
+#pragma unroll
+    for (int i = 0; i < DPL; ++i)
+      if (lane * DPL + i < d) dst[2 + lane * DPL + i] = acc[hh][i];
+  }
+}
+
+// out row t, q head h: the chunks of attention_split_kernel merged in chunk
+// order: M and L by warp 0 (lane z, z + 32, ... then the butterfly), then
+// every output dim Σ_z acc_z · e^(m_z - M) in chunk order, / L.
+__global__ void __launch_bounds__(128) attention_merge_kernel(void* out, int odt, int64_t ldo,
+                                                              const float* __restrict__ part, PlanDev P, int64_t T,
+                                                              int64_t r0, int d, int hq, int64_t window,
+                                                              int launched, DeviceError* err, int op) {
+  pdl_launch_dependents();  // the o projection waits for us
+  __shared__ float wz[kMaxChunks];
+  __shared__ float Ls;
+  const int64_t t = r0 + blockIdx.x;
+  const int h = blockIdx.y;
+  RowSeq rs;
+  if (!row_sequence(P, t, T, rs, err, op)) return;
+  const int64_t p = rs.pos_begin + (t - rs.row_begin);
+  const int64_t lo = window_lo(p, window);
+  const int64_t nkeys = p - lo + 1, C = chunk_keys(nkeys);
+  const int nch = int((nkeys + C - 1) / C);
+  if (nch > launched) {  // a wrong max_seq_end hint: chunks were not computed
+    if (threadIdx.x == 0) report_error(err, op, kErrChunkHint, int(t), nch);
+    return;
+  }
+  const int stride = d + 2;
+  const float* base = part + (int64_t(blockIdx.x) * hq + h) * kMaxChunks * stride;
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    float mv[kMaxChunks / 32], lv[kMaxChunks / 32];
+    float M = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < kMaxChunks / 32; ++k) {
+      const int zz = lane + 32 * k;
+      mv[k] = zz < nch ? base[zz * stride] : -INFINITY;
+      lv[k] = zz < nch ? base[zz * stride + 1] : 0.0f;
+      M = fmaxf(M, mv[k]);
+    }
+    M = warp_max(M);
+    float L = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kMaxChunks / 32; ++k) {
+      const int zz = lane + 32 * k;
+      const float w = chunk_weight(mv[k], M);
+      if (zz < nch) wz[zz] = w;
+      L = chunk_fold(lv[k], w, L);
+    }
+    L = warp_sum(L);
+    if (lane == 0) Ls = L;
+  }
+  __syncthreads();
+  const float L = Ls;
+  for (int i = threadIdx.x; i < d; i += blockDim.x) {
+    float o = 0.0f;
+    int zz = 0;
+    for (; zz + 8 <= nch; zz += 8) {  // 8 loads in flight, then the sums in chunk order
+      float v[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) v[u] = base[(zz + u) * stride + 2 + i];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) o = chunk_fold(v[u], wz[zz + u], o);
+    }
+    for (; zz < nch; ++zz) o = chunk_fold(base[zz * stride + 2 + i], wz[zz], o);
+    st(out, odt, t * ldo + int64_t(h) * d + i, chunk_out(o, L));
+  }
+}
+
+using SplitKernel = void (*)(float*, const void*, int, int64_t, KvArgs, PlanDev, int64_t, int64_t, int, int, int,
+                             int64_t, float, DeviceError*, int);
+template <int HPW, int DPL>
+SplitKernel split_kernel(bool vec) {
+  return vec ? attention_split_kernel<HPW, DPL, true> : attention_split_kernel<HPW, DPL, false>;
+}
+// The instance for a group of G heads of d dims; nullptr: not covered
+// (groups above 16, heads above 256).
+SplitKernel pick_split_kernel(int G, int d, bool vec) {
+  const int dpl = d <= 32 ? 1 : d <= 64 ? 2 : d <= 128 ? 4 : d <= 256 ? 8 : 0;
+  if (G < 1 || G > kSplitMaxGroup || dpl == 0) return nullptr;
+  const int hpw = G <= 4 ? 1 : G <= 8 ? 2 : 4;
+  switch (hpw * 10 + dpl) {
+    case 11: return split_kernel<1, 1>(vec);
+    case 12: return split_kernel<1, 2>(vec);
+    case 14: return split_kernel<1, 4>(vec);
+    case 18: return split_kernel<1, 8>(vec);
+    case 21: return split_kernel<2, 1>(vec);
+    case 22: return split_kernel<2, 2>(vec);
+    case 24: return split_kernel<2, 4>(vec);
+    case 28: return split_kernel<2, 8>(vec);
+    case 41: return split_kernel<4, 1>(vec);
+    case 42: return split_kernel<4, 2>(vec);
+    case 44: return split_kernel<4, 4>(vec);
+    case 48: return split_kernel<4, 8>(vec);
+  }
+  return nullptr;
+}
+
+// ---------------------------------------------------------------------------
+// Tensor-core attention (q, k, v and the cache all BF16, heads of 64 or 128,
+// groups of at most 16 q heads: every Muse checkpoint on the GPU).
+//
+// The same blocks, chunks and merges as attention_split_kernel, but the
+// group's q heads are the 16 rows of an mma.m16n8k16 tile: S = Q·Kᵀ and
+// O += P·V run on the tensor cores with fp32 accumulation (P rounded to
+// bf16 for its product, as flash-attention does; the softmax sums stay in
+// fp32). Warp w takes 32-key tiles w, w + 4, ... of the chunk; a tile's K
+// and V rows are copied into the warp's shared memory (cp.async; rows padded
+// by 16 bytes so fragment reads hit distinct banks), K read as B fragments
+// directly, V through ldmatrix.trans. Per head row the softmax max/sum run
+// over the lane's keys in tile order and then across the 4 lanes of the row
+// (butterfly); warps merge in warp order, chunks in chunk order. The order
+// depends only on the row's own keys: batch- and chunk-invariant.
+// ---------------------------------------------------------------------------
+template <int D>
+constexpr size_t mma_att_smem() {
+  // per warp: K and V tiles of 32 rows; after the loop, the warp merge
+  // (16 heads x D floats + m, l) reuses the same bytes.
+  const size_t tiles = size_t(kMmaAttnWarps) * 2 * 32 * mma_row_bytes<D>();
+  const size_t merge = (size_t(16) * D + 32) * sizeof(float);
+  return tiles > merge ? tiles : merge;
+}
+
+template <int D>
+__global__ void __launch_bounds__(kMmaAttnWarps * 32)
+    attention_mma_kernel(float* __restrict__ part, const __nv_bfloat16* __restrict__ q, int64_t ldq, KvArgs a,
+                         PlanDev P, int64_t T, int64_t r0, int G, int hq, int64_t window, float scale,
+                         DeviceError* err, int op) {
+  constexpr int RB = mma_row_bytes<D>();
+  constexpr int NT = D / 8;  // n-tiles of the output
+  extern __shared__ __align__(16) unsigned char att_smem[];
+  const int64_t t = r0 + blockIdx.x;
+  const int g = blockIdx.y, z = blockIdx.z;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
+  RowSeq rs;
+  if (!row_sequence(P, t, T, rs, err, op)) return;
+  const int64_t p = rs.pos_begin + (t - rs.row_begin);
+  const int64_t lo = window_lo(p, window);
+  const int64_t nkeys = p - lo + 1, C = chunk_keys(nkeys);
+  if (int64_t(z) * C >= nkeys) return;
+  const int64_t k_begin = lo + int64_t(z) * C, k_end = p + 1 < k_begin + C ? p + 1 : k_begin + C;
+  const int64_t kv_off = int64_t(g) * D;
+  uint32_t qa[D / 16][4];
+  load_q_frags<D>(qa, q, t, ldq, g, G, lane);
+  unsigned char* ks_base = att_smem + size_t(warp) * 2 * 32 * RB;  // this warp's K tile, then V tile
+  unsigned char* vs_base = ks_base + 32 * RB;
+  const unsigned char* krow[4];
+  const unsigned char* vrow[2];
+  tile_rows<D>(ks_base, vs_base, lane, krow, vrow);
+  MmaState<D> st;
+  mma_state_init(st);
+  const int64_t ntiles = (k_end - k_begin + 31) / 32;
+  for (int64_t tile = warp; tile < ntiles; tile += kMmaAttnWarps) {
+    const int64_t j0 = k_begin + tile * 32;
+    const int nv = int(k_end - j0 < 32 ? k_end - j0 : 32);
+    const unsigned okmask = stage_tile_warp<D>(ks_base, vs_base, true, a, P, rs, j0, nv, kv_off, err, op, lane);
+    float s[4][4];
+    mma_tile_scores<D>(s, qa, krow, okmask, scale, lane);
+    mma_tile_accumulate<D>(st, s, vrow);
+  }
+  // Merge the warps in warp order through shared memory (the tiles are done).
+  __syncthreads();
+  float* macc = reinterpret_cast<float*>(att_smem);  // [16][D]
+  float* mm = macc + 16 * D;                          // [16]
+  float* ml = mm + 16;                                // [16]
+  for (int w = 0; w < kMmaAttnWarps; ++w) {
+    if (warp == w) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = gr + 8 * h;
+        if (w == 0) {
+#pragma unroll
+          for (int n = 0; n < NT; ++n)
+            macc[row * D + n * 8 + 2 * tq] = st.o[n][2 * h], macc[row * D + n * 8 + 2 * tq + 1] = st.o[n][2 * h + 1];
+          if (tq == 0) mm[row] = st.m[h], ml[row] = st.l[h];
+        } else {
+          float M, c0, c1;
+          merge_weights(mm[row], st.m[h], M, c0, c1);
+          const float L0 = ml[row];
+#pragma unroll
+          for (int n = 0; n < NT; ++n)
+#pragma unroll
+            for (int c = 0; c < 2; ++c) {
+              float& sacc = macc[row * D + n * 8 + 2 * tq + c];
+              sacc = merge_value(sacc, st.o[n][2 * h + c], c0, c1);
+            }
+          __syncwarp();
+          if (tq == 0) mm[row] = M, ml[row] = merge_value(L0, st.l[h], c0, c1);
+        }
+      }
+    }
+    __syncthreads();
+  }
+  const int stride = D + 2;
+  for (int i = threadIdx.x; i < G * stride; i += blockDim.x) {
+    const int hh = i / stride, e = i % stride;
+    float* dst = part + ((int64_t(blockIdx.x) * hq + g * G + hh) * kMaxChunks + z) * stride;
+    dst[e] = e == 0 ? mm[hh] : e == 1 ? ml[hh] : macc[hh * D + e - 2];
+  }
+}
+
+template <int D>
+cudaError_t launch_attention_mma(cudaStream_t s, dim3 grid, float* part, const void* q, int64_t ldq, const KvArgs& a,
+                                 const PlanDev& P, int64_t T, int64_t r0, int G, int hq, int64_t window, float scale,
+                                 DeviceError* err, int op) {
+  constexpr size_t smem = mma_att_smem<D>();
+  if (cudaError_t e = allow_dynamic_smem<attention_mma_kernel<D>>(int(smem)); e != cudaSuccess) return e;
+  attention_mma_kernel<D><<<grid, kMmaAttnWarps * 32, smem, s>>>(
+      part, static_cast<const __nv_bfloat16*>(q), ldq, a, P, T, r0, G, hq, window, scale, err, op);
+  return cudaGetLastError();
+}
+
+// Rows per launch so the chunk partials stay within 256 MiB of scratch.
+int64_t split_slab_rows(int64_t T, int hq, int d) {
+  const int64_t per_row = int64_t(hq) * kMaxChunks * (d + 2) * 4;
+  return std::max<int64_t>(1, std::min<int64_t>(T, (int64_t(256) << 20) / per_row));
+}
+
+
+}  // namespace
+
+size_t split_scratch_bytes(int64_t T, int hq, int d) {
+  return size_t(split_slab_rows(T, hq, d)) * size_t(hq) * kMaxChunks * size_t(d + 2) * 4;
+}
+
+bool split_attention_covers(int G, int d) { return pick_split_kernel(G, d, false) != nullptr; }
+
+cudaError_t run_split_attention(cudaStream_t s, const AttnCall& c, float* part, bool vec, bool mma) {
+  const int64_t T = c.T, slab = split_slab_rows(T, c.hq, c.d);
+  const int hk = c.hq / c.G;
+  const SplitKernel split = mma ? nullptr : pick_split_kernel(c.G, c.d, vec);
+  for (int64_t r0 = 0; r0 < T; r0 += slab) {
+    const unsigned rows = unsigned(std::min(slab, T - r0));
+    const dim3 grid(rows, unsigned(hk), unsigned(c.chunks));
+    if (mma) {
+      cudaError_t e = c.d == 64 ? launch_attention_mma<64>(s, grid, part, c.q, c.ldq, c.a, c.P, T, r0, c.G, c.hq,
+                                                           c.window, c.scale, c.err, c.op)
+                                : launch_attention_mma<128>(s, grid, part, c.q, c.ldq, c.a, c.P, T, r0, c.G, c.hq,
+                                                            c.window, c.scale, c.err, c.op);
+      if (e != cudaSuccess) return e;
+    } else {
+      split<<<grid, kSplitWarps * 32, 0, s>>>(part, c.q, c.qdt, c.ldq, c.a, c.P, T, r0, c.d, c.G, c.hq, c.window,
+                                             c.scale, c.err, c.op);
+    }
+    attention_merge_kernel<<<dim3(rows, unsigned(c.hq)), 128, 0, s>>>(  // 128: its launch bound; dims loop
+        c.out, c.odt, c.ldo, part, c.P, T, r0, c.d, c.hq, c.window, c.chunks, c.err, c.op);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace muse::cuda
