@@ -115,12 +115,11 @@ cudaError_t launch_quant_tile(cudaStream_t s, const __nv_bfloat16* x, int64_t T,
 
 // The tile rule per format: the rings are sized so that a block stays near
 // 48-64 KB of shared memory (3-4 blocks, 12-16 warps per SM) while each warp
-// keeps 2-5 granules (9-18 KB) of codes in flight. FP4 and FP8 keep one
-// 16-row tile per warp up to T = 32: two tiles at T <= 16 (x fragments read
-// once per 32 rows) left an 8192-row product 256 blocks, under 2 per SM and
-// 8 warps, where T <= 8 (512 blocks, 16 warps) ran 1.5-1.8x faster for the
-// same codes (2026-12-01: 30 vs 46-55 us NVFP4); the re-read x fragments
-// are L1/L2 hits. INT4 works in 32-row groups. FP4 products of at most
+// keeps 2-5 granules (9-18 KB) of codes in flight. FP8 keeps one 16-row
+// tile per warp up to T = 32; FP4 above 2048 rows takes two tiles per warp
+// at 9 <= T <= 16 (x fragments read once per 32 rows): one tile there
+// measured 92 µs for 8192² NVFP4 at T 16 against 55 µs with two (H200,
+// 2026-12-01). INT4 works in 32-row groups. FP4 products of at most
 // 2048 rows (k/v-shaped: 128 blocks or fewer, under one per SM, so shared
 // memory does not bound them) take a fourth stage: at K = 8192 each warp's
 // 4 granules are then all in flight at once, one HBM latency per block
@@ -135,7 +134,7 @@ cudaError_t launch_quant_rows(cudaStream_t s, const __nv_bfloat16* x, int64_t T,
                  : launch_quant_tile<F, ALIGNED, BLOCK, 1, 1, 3>(s, x, T, w, out, odt, ldo);
     if (T <= 16)
       return few ? launch_quant_tile<F, ALIGNED, BLOCK, 2, 1, 4>(s, x, T, w, out, odt, ldo)
-                 : launch_quant_tile<F, ALIGNED, BLOCK, 2, 1, 3>(s, x, T, w, out, odt, ldo);
+                 : launch_quant_tile<F, ALIGNED, BLOCK, 2, 2, 2>(s, x, T, w, out, odt, ldo);
     if (T <= 32) return launch_quant_tile<F, ALIGNED, BLOCK, 4, 1, 3>(s, x, T, w, out, odt, ldo);
     return launch_quant_tile<F, ALIGNED, BLOCK, 8, 1, 3>(s, x, T, w, out, odt, ldo);
   } else if constexpr (F == QFmt::Fp8) {

@@ -179,19 +179,26 @@ __global__ void residual_then_norm_kernel(void* stream, int sdt, const void* upd
   pdl_wait();
   __shared__ float red[33];
   const int64_t base = int64_t(blockIdx.x) * H;
-  float x[PER], c[PER];
-  const float r = row_inv_rms<PER>(x, c, update, udt, base, gain, gdt, mode, H, eps, red);
-  float y[PER], c2[PER];
+  // The stream and the second gain are loaded with the update, before the
+  // first sum: one memory latency for the row, not two.
+  float sv[PER], c2[PER];
 #pragma unroll
   for (int k = 0; k < PER; ++k) {
     const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
-    y[k] = 0.0f, c2[k] = 1.0f;
+    sv[k] = i < H ? ld(stream, sdt, base + i) : 0.0f;
+    c2[k] = i < H && mode2 != kGainNone ? ld(gain2, g2dt, i) : 1.0f;
+  }
+  float x[PER], c[PER];
+  const float r = row_inv_rms<PER>(x, c, update, udt, base, gain, gdt, mode, H, eps, red);
+  float y[PER];
+#pragma unroll
+  for (int k = 0; k < PER; ++k) {
+    const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
+    y[k] = 0.0f;
     if (i < H) {
-      const float n = normed(x[k], c[k], mode, r, 1.0f);
-      const float v = residual_value(alpha, beta, i, ld(stream, sdt, base + i), n);
+      const float v = residual_value(alpha, beta, i, sv[k], normed(x[k], c[k], mode, r, 1.0f));
       st(stream, sdt, base + i, v);
       y[k] = as_stored(sdt, v);
-      if (mode2 != kGainNone) c2[k] = ld(gain2, g2dt, i);
     }
   }
   const float r2 = regs_inv_rms<PER>(y, c2, mode2, H, eps2, red);
