@@ -31,6 +31,7 @@
 #include "muse/backends/cuda/cuda_bench.h"
 #include "muse/core/json.h"
 #include "muse/engine/engine.h"
+#include "muse/loading/random_model.h"
 #include "muse/model/random_weights.h"
 #include "muse/model/weight_table.h"
 #include "muse/sampling/sampler.h"
@@ -207,13 +208,36 @@ Result<Tensor> QuantRandomSource::make_quantized(Backend& b, const WeightSpec& s
   return codes;
 }
 
+// The config of --model with --layers (default: all 52 / 4); empty if the name is unknown.
+std::string bench_model_json(const BenchOptions& o) {
+  if (o.model == "glimmer-30b") return glimmer_30b_json(o.layers_given ? o.layers : 52);
+  if (o.model == "spark-slice") return spark_slice_json(o.layers_given ? o.layers : 4);
+  return {};
+}
+
 }  // namespace
 
+int bench_write_random(const BenchOptions& o) {
+  const std::string json = bench_model_json(o);
+  if (json.empty()) return fail("bench", "--write-random: --model must be glimmer-30b or spark-slice");
+  auto parsed = Json::parse(json);
+  if (!parsed.ok()) return fail("bench", parsed.message());
+  auto config = parse_model_config(json, "bench config");
+  if (!config.ok()) return fail("bench", config.message());
+  RandomModelOptions ro;
+  ro.max_shard_bytes = uint64_t(4) << 30;
+  const double t0 = now_s();
+  if (Status st = write_random_model(o.write_random, *parsed, ro); !st.ok()) return fail("bench", st.message());
+  const int64_t params = count_parameters(describe_weights(*config));
+  std::printf("wrote %s: %s, %lld layers, %.2fB parameters (%.2f GB BF16) in %.1f s\n", o.write_random.c_str(),
+              o.model.c_str(), static_cast<long long>(config->num_layers), double(params) * 1e-9,
+              double(params) * 2e-9, now_s() - t0);
+  return 0;
+}
+
 int bench_cuda(const BenchOptions& o) {
-  std::string json;
-  if (o.model == "glimmer-30b") json = glimmer_30b_json(o.layers_given ? o.layers : 52);
-  else if (o.model == "spark-slice") json = spark_slice_json(o.layers_given ? o.layers : 4);
-  else return fail("bench", "--device cuda: --model must be glimmer-30b or spark-slice");
+  const std::string json = bench_model_json(o);
+  if (json.empty()) return fail("bench", "--device cuda: --model must be glimmer-30b or spark-slice");
   auto config = parse_model_config(json, "bench config");
   if (!config.ok()) return fail("bench", config.message());
   QuantKind quant = QuantKind::None;

@@ -54,10 +54,16 @@ struct BenchOptions {
   bool batches_given = false;
   // --device cuda --verify-widths A: the verify-width benchmark at per-position acceptance A (0: off).
   double verify_acceptance = 0;
+  // --write-random DIR: write the --model shape as a random checkpoint (boot timing).
+  std::string write_random;
 };
 
 // The GPU benchmark (muse bench --device cuda).
 int bench_cuda(const BenchOptions& o);
+// muse bench --write-random DIR: the --model shape (glimmer-30b or
+// spark-slice, --layers) as a random BF16 checkpoint in the Hugging Face
+// layout, for timing a boot from disk against reading the files.
+int bench_write_random(const BenchOptions& o);
 // The verify-width part of the GPU benchmark (bench_verify_width.cc).
 Result<Json> bench_verify_widths(Engine& e, const BenchOptions& o, double acceptance);
 // The speculative-decoding benchmark (muse bench --speculative DIR).

@@ -101,6 +101,10 @@ int bench_command(int argc, char** argv) {
   args.option("--speculative", &o.spec_target, "DIR",
               "speculative-decoding benchmark on this checkpoint (e.g. models/muse-tiny) and its drafter: greedy "
               "tokens/s without the drafter, with k = 1..4 and adaptive, at --batch (default 1,8), mean accepted length");
+  args.option("--write-random", &o.write_random, "DIR",
+              "write --model's shape (glimmer-30b or spark-slice, --layers) as a random BF16 checkpoint in DIR "
+              "(4 GiB shards) and exit: for boot timing (`muse run --model DIR --prompt-ids 1 --json` reports "
+              "load_seconds)");
   args.option("--drafter", &o.spec_drafter, "DIR", "--speculative: the drafter (default DIR/drafter)");
   args.option("--prompts", &o.spec_prompts, "FILE", "--speculative: prompt ids (default bench/data/muse_tiny_gate_prompts.json)");
   if (int rc = parse_flags(args, argc, argv, "bench"); rc >= 0) return rc;
@@ -126,6 +130,7 @@ int bench_command(int argc, char** argv) {
   auto device = parse_device(o.device);
   if (!device.ok()) return std::fprintf(stderr, "muse bench: %s\n", device.message().c_str()), 2;
   if (Status st = check_device(*device); !st.ok()) return std::fprintf(stderr, "muse bench: %s\n", st.message().c_str()), 2;
+  if (!o.write_random.empty()) return bench_write_random(o);
   if (!o.spec_target.empty()) return bench_spec(o);
   if (*device == Device::Cuda) return bench_cuda(o);
 
