@@ -348,8 +348,6 @@ int bench_cuda(const BenchOptions& o) {
 
   // Prefill: one sequence of --prefill tokens in one step.
   if (o.prefill > 0) {
-    auto s = e.new_session();
-    if (!s.ok()) return fail("bench", s.message());
     std::vector<int32_t> prompt;
     for (int64_t i = 0; i < o.prefill; ++i) prompt.push_back(int32_t(3 + (i * 7919) % 200000));
     std::vector<double> ts;
