@@ -87,14 +87,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(void* out, i
     bool fresh = false;
     int64_t idx = 0;
     if (valid) {
-      if (j >= rs.pos_begin) {
-        fresh = true;
-        idx = (rs.row_begin + (j - rs.pos_begin)) * a.kv_dim + kv_off;
-      } else {
-        idx = cache_row(a, P, rs, j, err, op);
-        if (idx < 0) valid = false;
-        idx += kv_off;
-      }
+      idx = key_row(a, P, rs, j, kv_off, fresh, err, op);
+      if (idx < 0) valid = false;
     }
     float score = -INFINITY;
     if (valid) score = dot_q<true>(qs, fresh ? a.k_new : a.ck, fresh ? a.ndt : a.cdt, idx, d) * scale;
