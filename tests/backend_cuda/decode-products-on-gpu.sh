@@ -5,21 +5,8 @@
 # tests under each tile variant and memcheck of them. Usage:
 #   tests/backend_cuda/decode-products-on-gpu.sh [path/to/test_backend_cuda]
 # Logs go to $OUT (or ./gpu-logs).
-set -uo pipefail
-cd "$(dirname "$0")/../.."
 B=${1:-build-cuda/test_backend_cuda}
-OUT=${OUT:-gpu-logs}
-mkdir -p "$OUT"
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
-CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-S="$OUT/summary.txt"
-nvidia-smi -L | tee "$S"
-step() {  # log, timeout, command...
-  local name=$1 limit=$2 t0=$SECONDS
-  shift 2
-  timeout "$limit" "$@" >>"$OUT/$name.log" 2>&1
-  echo "$name: rc=$? ($((SECONDS - t0)) s) $*" | tee -a "$S"
-}
+source "$(dirname "$0")/gpu_pass.sh"
 timing='--gtest_also_run_disabled_tests --gtest_filter=*DecodeProducts*'
 step tests 130 "$B"
 echo "== mma_gemv (default tiles)" >>"$OUT/timing.log"

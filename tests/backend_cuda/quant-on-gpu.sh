@@ -7,21 +7,8 @@
 #   tests/backend_cuda/quant-on-gpu.sh [build dir with test_backend_cuda, test_model_cuda, muse]
 # Logs go to $OUT (or ./gpu-logs); a summary is printed last. Each step is
 # bounded; the whole pass takes a few minutes.
-set -uo pipefail
-cd "$(dirname "$0")/../.."
 D=${1:-build-cuda}
-OUT=${OUT:-gpu-logs}
-mkdir -p "$OUT"
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
-CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-S="$OUT/summary.txt"
-nvidia-smi -L | tee "$S"
-step() {  # log, timeout, command...
-  local name=$1 limit=$2 t0=$SECONDS
-  shift 2
-  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
-  echo "$name: rc=$? ($((SECONDS - t0)) s)" | tee -a "$S"
-}
+source "$(dirname "$0")/gpu_pass.sh"
 step quant_tests 240 "$D/test_backend_cuda" --gtest_filter='QuantTest.*'
 step quant_model 120 "$D/test_model_cuda" --gtest_filter='Formats/CudaQuantModel.*'
 step quant_memcheck 150 "$CS" --tool memcheck --error-exitcode 9 "$D/test_backend_cuda" \

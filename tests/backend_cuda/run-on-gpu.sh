@@ -3,20 +3,8 @@
 # (build-cuda/test_backend_cuda, carried): the tests, the decode timings, and
 # compute-sanitizer memcheck, racecheck, initcheck and synccheck. Logs go to
 # $OUT (or ./gpu-logs); a summary is printed last.
-set -uo pipefail
-cd "$(dirname "$0")/../.."
 B=${1:-build-cuda/test_backend_cuda}
-OUT=${OUT:-gpu-logs}
-mkdir -p "$OUT"
-export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib:${LD_LIBRARY_PATH:-}
-CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
-nvidia-smi -L
-step() {  # name, timeout, command...
-  local name=$1 limit=$2 t0=$SECONDS
-  shift 2
-  timeout "$limit" "$@" >"$OUT/$name.log" 2>&1
-  echo "$name: rc=$? ($((SECONDS - t0)) s)" | tee -a "$OUT/summary.txt"
-}
+source "$(dirname "$0")/gpu_pass.sh"
 step tests 110 "$B"
 step timing 60 "$B" --gtest_also_run_disabled_tests --gtest_filter='*DISABLED_DecodeShapes*'
 small='-*LongContext*:*Timing*'
