@@ -222,7 +222,7 @@ int bench_write_random(const BenchOptions& o) {
   if (json.empty()) return fail("bench", "--write-random: --model must be glimmer-30b or spark-slice");
   auto parsed = Json::parse(json);
   if (!parsed.ok()) return fail("bench", parsed.message());
-  auto config = parse_model_config(json, "bench config");
+  auto config = parse_model_config(*parsed, "bench config");
   if (!config.ok()) return fail("bench", config.message());
   RandomModelOptions ro;
   ro.max_shard_bytes = uint64_t(4) << 30;
