@@ -100,7 +100,8 @@ TEST_P(Project, DecodeRowIsBatchInvariantAndDeterministic) {
 }
 
 // The decode-product kernel variants (CudaBackendOptions::gemv_variant:
-// register loads, the cp.async ring with 3, 4 or 6 stages) compute the same
+// register loads, the cp.async ring with 3, 4 or 6 stages, the wide kernel,
+// the prefill GEMM, the cluster kernel) compute the same
 // fragments in the same order: the same bits, on odd shapes and K tails.
 TEST(ProjectVariants, EveryGemvVariantGivesTheSameBits) {
 #if !(defined(MUSE_HAVE_CUDA) && MUSE_HAVE_CUDA)
@@ -131,16 +132,24 @@ TEST(ProjectVariants, EveryGemvVariantGivesTheSameBits) {
     return out;
   };
   uint32_t seed = 7000;
-  // Variant 7 is the prefill GEMM (the rule's choice above 64 rows): 128 × 128
-  // tiles, so also N and T across tile edges.
+  // Variant 7 is the prefill GEMM (the rule's choice above 64 rows) and 8, 9
+  // the cluster kernel: 128-row tiles, so also N and T across tile edges, K
+  // from one granule (slices without one) to whole slices.
+  struct Case {
+    int64_t T, N, K;
+  };
+  std::vector<Case> cases;
   for (int64_t T : {1, 5, 16, 29, 64, 130, 300})
-    for (int64_t K : {8, 136, 1000, 4168}) {
-      const int64_t N = T == 300 ? 333 : 77;
-      seed += 2;
-      const auto want = bytes_for(1, T, N, K, seed);
-      for (int v : {0, 2, 3, 4, 5, 6, 7})
-        EXPECT_EQ(want, bytes_for(v, T, N, K, seed)) << "variant " << v << " T " << T << " K " << K;
-    }
+    for (int64_t K : {8, 136, 1000, 4168}) cases.push_back({T, T == 300 ? 333 : 77, K});
+  for (const Case c : {Case{257, 129, 4096}, Case{65, 260, 384}, Case{200, 128, 640}, Case{129, 255, 520}})
+    cases.push_back(c);
+  for (const Case& c : cases) {
+    seed += 2;
+    const auto want = bytes_for(1, c.T, c.N, c.K, seed);
+    for (int v : {0, 2, 3, 4, 5, 6, 7, 8, 9})
+      EXPECT_EQ(want, bytes_for(v, c.T, c.N, c.K, seed))
+          << "variant " << v << " T " << c.T << " N " << c.N << " K " << c.K;
+  }
 #endif
 }
 
@@ -160,7 +169,7 @@ TEST(ProjectVariants, GroupedOutputsGiveTheBitsOfSeparateProducts) {
     return h;
   };
   uint32_t seed = 9100;
-  for (int variant : {0, 1, 2, 3, 5, 6})
+  for (int variant : {0, 1, 2, 3, 5, 6, 8, 9})
     for (int64_t T : {1, 5, 16, 29, 64})
       for (int64_t K : {136, 1000}) {
         CudaBackendOptions o;

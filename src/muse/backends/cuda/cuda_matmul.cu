@@ -405,22 +405,25 @@ cudaError_t launch_mma_nt(cudaStream_t s, const __nv_bfloat16* x, int64_t T, con
 }
 
 // The default rule's choice (see below).
-int gemv_rule(int64_t T, int64_t N) { return T > 64 ? 7 : T <= 8 ? 3 : T <= 16 && N >= 16384 ? 5 : 1; }
+int gemv_rule(int64_t T, int64_t N) { return T > 64 ? 7 : T <= 8 ? 3 : T <= 16 && N >= 16384 ? 5 : 8; }
 
 // variant: 0 the default rule; 1 the register kernel with its tile rule;
 // 2, 3, 4, 6 the ring with that many stages; 5 wide_gemv; 7 the tiled
-// prefill GEMM (cuda_mma_gemm.cu), the rule's choice above 64 rows (timing tests). Every variant
-// gives the same bits, so the rule may pick by shape freely. The rule, from
-// the H200 timings of every variant on Glimmer's shapes (bench/NOTES.md,
-// 2026-12-01): the 3-stage ring up to 8 rows (its 48 KB of shared memory
-// leave 4 blocks per SM: 64-90% of HBM); wide_gemv at 9..16 rows for the
-// long matrices (gate+up 77%, the head 93%, where the register kernel gives
-// 65% / 75%: it has N/64 >= 512 blocks to spread); the register kernel
-// otherwise (wide_gemv's 64-row blocks leave SMs idle on 6656-8704-row
-// matrices, and at 64 rows its 168 registers and 96 KB cost more than the
-// x traffic it saves: 14-32% against 23-33%). The wide kernel's bound was
-// N >= 32768 until gate and up (19,968 rows each) ran as one product; they
-// are now two chained launches, so it is 16384 (bench/NOTES.md, 2026-12-01).
+// prefill GEMM (cuda_mma_gemm.cu); 8 and 9 the cluster kernel
+// (cuda_mma_cluster.cu) with 3 or 4 stages. Every variant gives the same
+// bits, so the rule may pick by shape freely. The rule, from the H200
+// timings of every variant on Glimmer's shapes (tests/backend_cuda
+// Timing.DISABLED_DecodeProducts, bench/NOTES.md, 2026-12-01): the 3-stage
+// ring up to 8 rows (its 48 KB of shared memory leave 4 blocks per SM:
+// 64-90% of HBM at 1 row, the cluster kernel 57-78%); wide_gemv at 9..16
+// rows for the long matrices (gate+up 76%, the head 93%; the cluster kernel
+// 74% / 86%); the cluster kernel otherwise at 9..64 rows (at 16 rows: o 60%
+// and down 76% against 49-53% / 54-55% for the register kernel, qkv 52%
+// against 58-60%; at 64 rows 38-62% against 23-34%); the prefill GEMM above
+// 64 rows.
+// The wide kernel's bound was N >= 32768 until gate and up (19,968 rows
+// each) ran as one product; they are now two chained launches, so it is
+// 16384 (bench/NOTES.md, 2026-12-01).
 // chain: kChainNext / kChainXReady (cuda_mma.cuh) for the products of one
 // project() call; the prefill GEMM (variant 7) is never chained.
 cudaError_t launch_mma_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, const Tensor& out, int variant,
@@ -432,6 +435,7 @@ cudaError_t launch_mma_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, co
   const int64_t ldo = out.cols();
   if (variant == 0) variant = gemv_rule(T, N);
   if (variant == 7) return launch_mma_gemm(s, x, w, out);
+  if (variant == 8 || variant == 9) return launch_mma_cluster(s, x, w, out, variant == 9 ? 4 : 3, chain);
   if (variant == 1) {
     if (T <= 8) return launch_mma_nt<1>(s, xp, T, wp, N, K, out.data, odt, ldo, chain);
     if (T <= 16) return launch_mma_nt<2>(s, xp, T, wp, N, K, out.data, odt, ldo, chain);

@@ -240,8 +240,14 @@ __device__ __forceinline__ void ring_reduce(uint4* ring, int s, int lane, const 
   }
 }
 
-// The prefill product for T > 64 rows (cuda_mma_gemm.cu): the decode
-// kernels' bits, from 128 × 128 tiles staged in shared memory.
+// The prefill product for T > 64 rows (cuda_mma_gemm.cu, variant 7): the
+// decode kernels' bits, from 128 × 128 tiles staged in shared memory.
 cudaError_t launch_mma_gemm(cudaStream_t s, const Tensor& x, const Tensor& w, const Tensor& out);
+
+// The decode product for 9..64 rows (cuda_mma_cluster.cu): four blocks per
+// 128 weight rows, one K-slice each, the partials added across the cluster;
+// `stages` 3 (two blocks per SM, variant 8) or 4 (one, variant 9).
+cudaError_t launch_mma_cluster(cudaStream_t s, const Tensor& x, const Tensor& w, const Tensor& out, int stages,
+                               int chain);
 
 }  // namespace muse::cuda
