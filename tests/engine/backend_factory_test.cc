@@ -2,6 +2,8 @@
 // when the CUDA backend is not built in or no GPU is present.
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "engine_test_util.h"
 #include "muse/backends/factory/backend_factory.h"
 
@@ -24,6 +26,34 @@ TEST(BackendFactory, CpuAlwaysWorks) {
   auto b = create_backend(o);
   ASSERT_TRUE(b.ok()) << b.message();
   EXPECT_NE((*b)->name().find("cpu"), std::string::npos);
+}
+
+// Profiling can be switched per step (a benchmark times its runs with it
+// off and profiles one extra run): the report holds the steps run while it
+// was on, and nothing else.
+TEST(BackendFactory, ProfilingSwitchesBetweenSteps) {
+  BackendOptions o;
+  o.cpu.threads = 1;
+  auto made = create_backend(o);
+  ASSERT_TRUE(made.ok()) << made.message();
+  Backend& b = **made;
+  std::vector<float> v(64, 0.25f);
+  auto t = b.import_weight(DType::F32, {2, 32}, v.data(), false);
+  ASSERT_TRUE(t.ok()) << t.message();
+  b.softcap(*t, 0.5f, 10.0f);
+  ASSERT_TRUE(b.execute().ok());
+  EXPECT_TRUE(b.profile_report().empty()) << "created with profiling off";
+  b.set_profiling(true);
+  b.swiglu(*t, *t, *t);
+  ASSERT_TRUE(b.execute().ok());
+  b.set_profiling(false);
+  b.softcap(*t, 0.5f, 10.0f);
+  ASSERT_TRUE(b.execute().ok());
+  const std::string rep = b.profile_report();
+  EXPECT_NE(rep.find("swiglu"), std::string::npos) << rep;
+  EXPECT_EQ(rep.find("softcap"), std::string::npos) << "timed while profiling was off:\n" << rep;
+  b.profile_reset();
+  EXPECT_TRUE(b.profile_report().empty());
 }
 
 TEST(BackendFactory, CudaIsAClearErrorWhereItCannotRun) {

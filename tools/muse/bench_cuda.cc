@@ -262,7 +262,7 @@ int bench_cuda(const BenchOptions& o) {
   ro.matrices_on_backend = true;
   EngineOptions eo;
   eo.backend.device = Device::Cuda;
-  eo.backend.gpu_profile = o.profile;
+  eo.backend.gpu_profile = false;  // --profile: set_profiling around one extra run
   eo.max_sequences = max_batch;
   // Each timed run decodes --tokens more positions on the same sessions.
   eo.max_model_len = std::max(max_ctx, o.prefill) + int64_t(o.runs + 1) * o.tokens + 2;
@@ -316,8 +316,8 @@ int bench_cuda(const BenchOptions& o) {
       if (!st.ok()) return fail("bench", st.message());
       std::vector<double> step_s;
       const bool profile_here = o.profile && ctx == o.contexts.front() && batch == o.batches.front();
+      e.backend().set_profiling(false);  // the timed runs record no per-op events (they slow every step)
       for (int r = 0; r < o.runs; ++r) {
-        if (profile_here && r + 1 == o.runs) e.backend().profile_reset();
         const double t0 = now_s();
         for (int64_t k = 0; k < o.tokens; ++k) {
           st = e.step(items);
@@ -325,7 +325,14 @@ int bench_cuda(const BenchOptions& o) {
         }
         step_s.push_back((now_s() - t0) / double(o.tokens));
       }
-      if (profile_here) profile = e.backend().profile_report();
+      if (profile_here) {  // one more run, profiled and not timed
+        e.backend().set_profiling(true);
+        e.backend().profile_reset();
+        for (int64_t k = 0; k < o.tokens && st.ok(); ++k) st = e.step(items);
+        e.backend().set_profiling(false);
+        if (!st.ok()) return fail("bench", st.message());
+        profile = e.backend().profile_report();
+      }
       const double t = median_of(step_s);
       const double bytes = step_weight_bytes(*config, traffic, batch) + double(batch) * kv_bytes(*config, ctx, kv_elem);
       const double gbs = bytes / t / 1e9;
@@ -352,14 +359,18 @@ int bench_cuda(const BenchOptions& o) {
     for (int64_t i = 0; i < o.prefill; ++i) prompt.push_back(int32_t(3 + (i * 7919) % 200000));
     std::vector<double> ts;
     const int prefill_runs = std::max(2, o.runs / 2 + 1);
-    for (int r = 0; r < prefill_runs; ++r) {
+    // The first run is a warm-up; with --profile one more, profiled and not timed.
+    for (int r = 0; r < prefill_runs + (o.profile ? 1 : 0); ++r) {
       auto fresh = e.new_session();
       if (!fresh.ok()) return fail("bench", fresh.message());
-      if (o.profile && r + 1 == prefill_runs) e.backend().profile_reset();
+      const bool profiled = r == prefill_runs;
+      e.backend().set_profiling(profiled);
+      if (profiled) e.backend().profile_reset();
       const double t0 = now_s();
       auto l = (*fresh)->feed(prompt);
+      e.backend().set_profiling(false);
       if (!l.ok()) return fail("bench", l.message());
-      if (r > 0) ts.push_back(now_s() - t0);  // the first is a warm-up
+      if (r > 0 && !profiled) ts.push_back(now_s() - t0);
     }
     if (o.profile) prefill_profile = e.backend().profile_report();
     const double t = median_of(ts);
@@ -407,10 +418,12 @@ int bench_cuda(const BenchOptions& o) {
   } else {
     if (ceil1.ok())
       std::printf("ceilings after: HBM read %.0f GB/s, bf16 GEMM %.0f TFLOP/s\n", ceil1->hbm_read_gbps, ceil1->bf16_tflops);
-    if (!profile.empty()) std::printf("\nprofile (batch %lld, context %lld)\n%s", (long long)o.batches.front(),
-                                      (long long)o.contexts.front(), profile.c_str());
+    if (!profile.empty())
+      std::printf("\nprofile (batch %lld, context %lld; one extra run, not in the timings)\n%s",
+                  (long long)o.batches.front(), (long long)o.contexts.front(), profile.c_str());
     if (!prefill_profile.empty())
-      std::printf("\nprofile (prefill of %lld tokens, one run)\n%s", (long long)o.prefill, prefill_profile.c_str());
+      std::printf("\nprofile (prefill of %lld tokens; one extra run, not in the timings)\n%s", (long long)o.prefill,
+                  prefill_profile.c_str());
   }
   return 0;
 }

@@ -87,10 +87,15 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;  // e.g. "cpu (avx2, 16 threads)"
-  // Time per operation since creation, when the backend was created with
-  // profiling on; empty otherwise.
+  // Time per operation, over the steps executed while profiling was on
+  // (from creation when the backend was created with profiling on, or
+  // from set_profiling(true)); empty when none was. Profiling costs time
+  // (the CUDA backend records an event after every op, which also keeps
+  // consecutive kernels from overlapping), so a benchmark times its runs
+  // with it off and profiles one extra run.
   virtual std::string profile_report() const { return {}; }
   virtual void profile_reset() {}
+  virtual void set_profiling(bool on) { (void)on; }
 
   // Storage dtype of activations that the model does not define as fp32
   // (normed inputs, q/k/v/gate, attention and MLP outputs, the latent): F32

@@ -55,7 +55,9 @@ std::string CpuBackend::name() const {
   return std::string("cpu (") + isa_name(k_.isa) + ", " + std::to_string(pool_.size()) + " threads)";
 }
 
-std::string CpuBackend::profile_report() const { return profile_ ? profile_table(profile_times_) : std::string(); }
+std::string CpuBackend::profile_report() const {
+  return profile_times_.empty() ? std::string() : profile_table(profile_times_);
+}
 
 Result<Tensor> CpuBackend::alloc(DType dtype, std::initializer_list<int64_t> shape) {
   Tensor t;

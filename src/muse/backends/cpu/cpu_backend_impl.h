@@ -71,6 +71,7 @@ class CpuBackend final : public Backend {
   std::string profile_report() const override;
   bool supports_quant(QuantKind kind) const override { return true; }  // all four kinds (cpu_matmul.cc)
   void profile_reset() override { profile_times_.clear(); }
+  void set_profiling(bool on) override { profile_ = on; }
 
   Result<Tensor> alloc(DType dtype, std::initializer_list<int64_t> shape) override;
   Result<Tensor> import_weight(DType dtype, std::initializer_list<int64_t> shape, const void* host,

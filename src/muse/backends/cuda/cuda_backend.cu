@@ -116,7 +116,9 @@ Backend::Memory CudaBackend::memory() const {
   return {uint64_t(total), uint64_t(free)};
 }
 
-std::string CudaBackend::profile_report() const { return profile_ ? profile_table(profile_times_) : std::string(); }
+std::string CudaBackend::profile_report() const {
+  return profile_times_.empty() ? std::string() : profile_table(profile_times_);
+}
 
 // ---------------------------------------------------------------------------
 // Memory.

@@ -144,6 +144,7 @@ class CudaBackend final : public Backend {
   std::string name() const override { return name_; }
   std::string profile_report() const override;
   void profile_reset() override { profile_times_.clear(); }
+  void set_profiling(bool on) override { profile_ = on; }
   DType activation_dtype() const override { return DType::BF16; }
   DType kv_dtype() const override { return DType::BF16; }
   // Weight matrices are held in BF16 (an F32 checkpoint is rounded once, at load).
