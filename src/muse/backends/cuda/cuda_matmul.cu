@@ -560,9 +560,9 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
     }
   }
   if (x.rows() == 0) return;
-  // Every T goes through our fixed-order kernels (mma_gemv up to 64 rows,
-  // the tiled GEMM of cuda_mma_gemm.cu above: the same sum order, which
-  // depends only on K), so a row's bits do not depend
+  // Every T goes through our fixed-order kernels (mma_gemv and its ring,
+  // wide and cluster forms up to 64 rows, the tiled GEMM of cuda_mma_gemm.cu
+  // above: the same sum order, which depends only on K), so a row's bits do not depend
   // on how a prompt is chunked or what shares its step: prefix caching and
   // chunked prefill then give the same tokens as one whole prefill, as on the
   // CPU. cuBLASLt (kCublasLtAboveRows) is faster for long prefills but its
