@@ -251,9 +251,11 @@ int bench_cuda(const BenchOptions& o) {
   auto ceil0 = measure_gpu_ceilings(uint64_t(8) << 30, 8192, 5);
   if (!ceil0.ok()) return fail("bench", ceil0.message());
   if (!o.json)
-    std::fprintf(stderr, "muse bench: %s; HBM read %.0f GB/s, bf16 GEMM %.0f TFLOP/s; %.2fB parameters (%s, %s)\n",
+    std::fprintf(stderr, "muse bench: %s; HBM read %.0f GB/s, bf16 GEMM %.0f TFLOP/s; %.2fB parameters (%s, %s)%s\n",
                  ceil0->device.c_str(), ceil0->hbm_read_gbps, ceil0->bf16_tflops, double(params) / 1e9,
-                 o.model.c_str(), quant == QuantKind::None ? "bf16" : quant_kind_name(quant));
+                 o.model.c_str(), quant == QuantKind::None ? "bf16" : quant_kind_name(quant),
+                 o.product_kernel ? ("; every bf16 product through kernel " + std::to_string(o.product_kernel)).c_str()
+                                  : "");
 
   int64_t max_batch = 1, max_ctx = 1;
   for (int64_t b : o.batches) max_batch = std::max(max_batch, b);
@@ -263,6 +265,7 @@ int bench_cuda(const BenchOptions& o) {
   EngineOptions eo;
   eo.backend.device = Device::Cuda;
   eo.backend.gpu_profile = false;  // --profile: set_profiling around one extra run
+  eo.backend.gpu_product_kernel = o.product_kernel;
   eo.max_sequences = max_batch;
   // Each timed run decodes --tokens more positions on the same sessions.
   eo.max_model_len = std::max(max_ctx, o.prefill) + int64_t(o.runs + 1) * o.tokens + 2;
@@ -282,6 +285,7 @@ int bench_cuda(const BenchOptions& o) {
   out.set("model", o.model);
   out.set("layers", config->num_layers);
   out.set("quantization", quant == QuantKind::None ? "none" : quant_kind_name(quant));
+  out.set("product_kernel", o.product_kernel);
   out.set("parameters", params);
   out.set("weight_bytes", int64_t(traffic.dense_bytes + traffic.head_bytes) +
                               int64_t(double(traffic.expert_bytes) * double(config->num_experts) /

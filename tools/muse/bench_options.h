@@ -46,6 +46,7 @@ struct BenchOptions {
   std::vector<int64_t> batches{1, 4, 16, 64};
   std::vector<int64_t> contexts{1024, 32768};
   int64_t prefill = 8192;
+  int product_kernel = 0;  // --product-kernel: CudaBackendOptions::gemv_variant (0: the shape rule)
   // --speculative DIR (bench_spec.cc): a real checkpoint and its drafter,
   // tokens/s with and without speculative decoding on the gate prompts.
   std::string spec_target;

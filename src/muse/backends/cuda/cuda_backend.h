@@ -16,10 +16,12 @@ namespace muse {
 struct CudaBackendOptions {
   int device = 0;        // CUDA device ordinal
   bool profile = false;  // time every operation with device events (Backend::profile_report)
-  // The T <= 64 bf16 product kernel: 0 the default rule (cuda_matmul.cu);
+  // The bf16 product kernel: 0 the default rule (cuda_matmul.cu, by shape);
   // 1 the register-load kernel; 2, 3, 4, 6 the cp.async ring with that many
-  // stages; 5 the block-shared-x kernel for 9..64 rows. All give the same
-  // bits; the timing tests compare their speed.
+  // stages; 5 the block-shared-x kernel; 7 the tiled prefill GEMM; 8, 9 the
+  // cluster kernel with 3 or 4 stages; each forced for every row count. All
+  // give the same bits; the timing tests and `muse bench --product-kernel`
+  // compare their speed.
   int gemv_variant = 0;
 };
 

@@ -405,7 +405,9 @@ cudaError_t launch_mma_nt(cudaStream_t s, const __nv_bfloat16* x, int64_t T, con
 }
 
 // The default rule's choice (see below).
-int gemv_rule(int64_t T, int64_t N) { return T > 64 ? 7 : T <= 8 ? 3 : T <= 16 && N >= 16384 ? 5 : 8; }
+int gemv_rule(int64_t T, int64_t N) {
+  return T > 64 ? 7 : T <= 8 ? 3 : T <= 16 && N >= 16384 ? 5 : mma_cluster_built() ? 8 : 1;
+}
 
 // variant: 0 the default rule; 1 the register kernel with its tile rule;
 // 2, 3, 4, 6 the ring with that many stages; 5 wide_gemv; 7 the tiled
@@ -435,6 +437,7 @@ cudaError_t launch_mma_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, co
   const int64_t ldo = out.cols();
   if (variant == 0) variant = gemv_rule(T, N);
   if (variant == 7) return launch_mma_gemm(s, x, w, out);
+  if ((variant == 8 || variant == 9) && !mma_cluster_built()) variant = 1;  // the same bits, without clusters
   if (variant == 8 || variant == 9) return launch_mma_cluster(s, x, w, out, variant == 9 ? 4 : 3, chain);
   if (variant == 1) {
     if (T <= 8) return launch_mma_nt<1>(s, xp, T, wp, N, K, out.data, odt, ldo, chain);

@@ -38,6 +38,20 @@ constexpr bool mma_gemv_built() {
 #endif
 }
 
+// Thread-block clusters (the cluster product, cuda_mma_cluster.cu) need
+// device code built for sm_90 or newer only; otherwise the rule uses the
+// register kernel, which gives the same bits.
+constexpr bool mma_cluster_built() {
+#ifdef __CUDA_ARCH_LIST__
+  constexpr int archs[] = {__CUDA_ARCH_LIST__};
+  for (int a : archs)
+    if (a < 900) return false;
+  return true;
+#else
+  return false;
+#endif
+}
+
 constexpr int kSplit = 4;      // warps along K per row group
 constexpr int kGranule = 128;  // k per granule
 

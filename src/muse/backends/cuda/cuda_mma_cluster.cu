@@ -49,6 +49,7 @@ template <int STAGES>
 __global__ void __launch_bounds__(kCThreads)
     mma_cluster_kernel(const __nv_bfloat16* __restrict__ x, int64_t T, const __nv_bfloat16* __restrict__ w, int64_t N,
                        int64_t K, void* out, int odt, int64_t ldo, int chain) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ uint4 smem[];
   cg::cluster_group cluster = cg::this_cluster();
   const int s = int(cluster.block_rank());  // this block's K-slice
@@ -170,6 +171,9 @@ __global__ void __launch_bounds__(kCThreads)
   }
   cluster.sync();  // no block leaves while another reads its partial
   chain_end(chain);
+#elif defined(__CUDA_ARCH__)
+  __trap();  // never launched: mma_cluster_built() is false when any code is built below sm_90
+#endif
 }
 
 template <int STAGES>

@@ -22,6 +22,7 @@ struct BackendOptions {
   CpuBackendOptions cpu;  // threads, ISA, profiling (CPU backend)
   int gpu = 0;            // CUDA device index
   bool gpu_profile = false;
+  int gpu_product_kernel = 0;  // CudaBackendOptions::gemv_variant (0: the shape rule)
 };
 
 // The backend for `options.device`; a clear error when that backend is not
