@@ -4,6 +4,7 @@
 // agree bit for bit with the f32 kernel on the dequantized matrix (the
 // kernels promise it); INT4 (vectorized over N) within fp32 accumulation
 // error of a double reference. Odd shapes: tails in every direction.
+#include <cmath>
 #include <cstring>
 
 #include "backend_test_util.h"
@@ -154,6 +155,52 @@ TEST_P(QuantKernels, ProjectMatchesDequantizedReference) {
         auto r = fetch(b(), o1);
         EXPECT_EQ(0, std::memcmp(r.data(), got.data() + t * c.N, size_t(c.N) * 4)) << what << " row " << t;
       }
+    }
+    release_weights(b(), owner);
+  }
+}
+
+// FP8 rows whose scale is 2^8 or more take the plain decode (the kernels
+// fold 2^120 into smaller scales), rows of both kinds share register
+// blocks, and NaN codes (0x7F, 0xFF) give NaN exactly where the reference's
+// NaN weights do; everything else bit-identical to the f32 kernel on the
+// dequantized matrix.
+TEST_P(QuantKernels, Fp8LargeScalesAndNanCodes) {
+  const int64_t N = 37, K = 131;
+  auto w = random_floats(size_t(N * K), 31, 0.3f);
+  for (int64_t n = 0; n < N; n += 3)
+    for (int64_t k = 0; k < K; ++k) w[size_t(n * K + k)] *= 1e6f;  // per-channel scale ~ 670
+  const Case c{QuantKind::Fp8, false, N, K, "fp8 per-channel"};
+  for (bool nan_codes : {false, true}) {
+    HostQuantWeight q = make_quant(c, w, 1);
+    if (nan_codes)
+      for (int64_t i : {int64_t(5), int64_t(K + 17), int64_t(6 * K + 130), int64_t(20 * K)})
+        q.codes[size_t(i)] = i % 2 ? 0x7F : 0xFF;
+    std::vector<float> wd = dequantize(q, 1, N, K);
+    ModelWeights owner;
+    auto tq = import_quantized(b(), {N, K}, quant_view(q), false, owner);
+    ASSERT_TRUE(tq.ok()) << tq.message();
+    Tensor tf = upload(b(), DType::F32, {N, K}, wd);
+    for (int64_t T : {1, 3}) {
+      auto x = random_floats(size_t(T * K), 32 + uint32_t(T));
+      Tensor tx = upload(b(), DType::F32, {T, K}, x);
+      Tensor oq = zeros(b(), DType::F32, {T, N}), of = zeros(b(), DType::F32, {T, N});
+      b().matmul(oq, tx, *tq);
+      b().matmul(of, tx, tf);
+      run(b());
+      auto got = fetch(b(), oq), ref = fetch(b(), of);
+      int nans = 0;
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(std::isnan(got[i]), std::isnan(ref[i])) << "output " << i << " T " << T;
+        if (std::isnan(ref[i])) {
+          ++nans;
+          continue;
+        }
+        uint32_t a, r;
+        std::memcpy(&a, &got[i], 4), std::memcpy(&r, &ref[i], 4);
+        EXPECT_EQ(a, r) << "output " << i << " T " << T << (nan_codes ? " (NaN codes)" : "");
+      }
+      EXPECT_EQ(nans > 0, nan_codes);
     }
     release_weights(b(), owner);
   }

@@ -48,21 +48,26 @@ struct Avx2 {
     const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(idx, _mm256_set1_epi32(8)), 28);
     return _mm256_xor_ps(mag, _mm256_castsi256_ps(sign));
   }
-  // E4M3 as in kernels_avx512.cc: (v & 0x7F) << 20 times 2^120, sign, NaN.
-  static Reg fp8_lanes(__m256i v) {
-    const __m256i em = _mm256_and_si256(v, _mm256_set1_epi32(0x7F));
-    Reg mag = _mm256_mul_ps(_mm256_castsi256_ps(_mm256_slli_epi32(em, 20)), _mm256_set1_ps(0x1p120f));
-    mag = _mm256_blendv_ps(mag, _mm256_set1_ps(__builtin_nanf("")),
-                           _mm256_castsi256_ps(_mm256_cmpeq_epi32(em, _mm256_set1_epi32(0x7F))));
-    const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x80)), 24);
-    return _mm256_castsi256_ps(_mm256_or_si256(_mm256_castps_si256(mag), sign));
+  // E4M3 as in kernels_avx512.cc: sign-extended bytes, (v << 20) masked to
+  // the sign and bits 20-26 (the value times 2^-120), NaN for 0x7F/0xFF;
+  // fp8 multiplies by 2^120.
+  static Reg fp8_raw_lanes(__m256i v) {
+    const __m256i bits = _mm256_and_si256(_mm256_slli_epi32(v, 20), _mm256_set1_epi32(int(0x87F00000u)));
+    const __m256i nan = _mm256_cmpeq_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x7F)), _mm256_set1_epi32(0x7F));
+    const __m256i nan_bits =
+        _mm256_or_si256(_mm256_and_si256(bits, _mm256_set1_epi32(int(0x80000000u))), _mm256_set1_epi32(0x7FC00000));
+    return _mm256_castsi256_ps(_mm256_blendv_epi8(bits, nan_bits, nan));
   }
-  static Reg fp8(const uint8_t* p) { return fp8_lanes(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))); }
-  static Reg fp8_n(const uint8_t* p, int n) {
+  static Reg fp8_raw(const uint8_t* p) {
+    return fp8_raw_lanes(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+  }
+  static Reg fp8_raw_n(const uint8_t* p, int n) {
     alignas(16) uint8_t tmp[16] = {0};
     for (int i = 0; i < n; ++i) tmp[i] = p[i];
-    return fp8(tmp);
+    return fp8_raw(tmp);
   }
+  static Reg fp8(const uint8_t* p) { return _mm256_mul_ps(fp8_raw(p), _mm256_set1_ps(0x1p120f)); }
+  static Reg fp8_n(const uint8_t* p, int n) { return _mm256_mul_ps(fp8_raw_n(p, n), _mm256_set1_ps(0x1p120f)); }
   static IReg iload(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
   static IReg iload_n(const uint8_t* p, int n) { return _mm256_maskload_epi32(reinterpret_cast<const int*>(p), mask(n)); }
   static Reg fnmadd(Reg a, Reg b, Reg c) { return _mm256_fnmadd_ps(a, b, c); }

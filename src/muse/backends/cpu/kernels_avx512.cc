@@ -46,18 +46,26 @@ struct Avx512 {
     const __m512i idx = _mm512_srlv_epi32(dw, _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28));
     return _mm512_permutexvar_ps(idx, _mm512_loadu_ps(kE2M1));
   }
-  // E4M3 (e4m3fn) bytes in 32-bit lanes: (v & 0x7F) << 20 is an f32 whose
-  // exponent is 120 too small (subnormals included, exactly), so one
-  // multiply by 2^120 gives the value; then the sign; 0x7F/0xFF are NaN.
-  static Reg fp8_lanes(__m512i v) {
-    const __m512i em = _mm512_and_si512(v, _mm512_set1_epi32(0x7F));
-    Reg mag = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_slli_epi32(em, 20)), _mm512_set1_ps(0x1p120f));
-    mag = _mm512_mask_blend_ps(_mm512_cmpeq_epi32_mask(em, _mm512_set1_epi32(0x7F)), mag, _mm512_set1_ps(__builtin_nanf("")));
-    const __m512i sign = _mm512_slli_epi32(_mm512_and_si512(v, _mm512_set1_epi32(0x80)), 24);
-    return _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(mag), sign));
+  // E4M3 (e4m3fn) bytes sign-extended to 32-bit lanes: (v << 20) masked to
+  // the sign and bits 20-26 is the f32 of the value times 2^-120
+  // (subnormals included, exactly); 0x7F/0xFF become a quiet NaN with the
+  // sign. fp8_raw returns that (for a scale already multiplied by 2^120),
+  // fp8 the value (one multiply by 2^120, exact).
+  static Reg fp8_raw_lanes(__m512i v) {
+    __m512i bits = _mm512_and_si512(_mm512_slli_epi32(v, 20), _mm512_set1_epi32(int(0x87F00000u)));
+    const __mmask16 nan =
+        _mm512_cmpeq_epi32_mask(_mm512_and_si512(v, _mm512_set1_epi32(0x7F)), _mm512_set1_epi32(0x7F));
+    // (bits & sign) | quiet NaN, in the NaN lanes: vpternlogd 0xEA is (A & B) | C.
+    bits = _mm512_mask_ternarylogic_epi32(bits, nan, _mm512_set1_epi32(int(0x80000000u)), _mm512_set1_epi32(0x7FC00000),
+                                          0xEA);
+    return _mm512_castsi512_ps(bits);
   }
-  static Reg fp8(const uint8_t* p) { return fp8_lanes(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))); }
-  static Reg fp8_n(const uint8_t* p, int n) { return fp8_lanes(_mm512_cvtepu8_epi32(_mm_maskz_loadu_epi8(mask(n), p))); }
+  static Reg fp8_raw(const uint8_t* p) {
+    return fp8_raw_lanes(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  }
+  static Reg fp8_raw_n(const uint8_t* p, int n) { return fp8_raw_lanes(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask(n), p))); }
+  static Reg fp8(const uint8_t* p) { return _mm512_mul_ps(fp8_raw(p), _mm512_set1_ps(0x1p120f)); }
+  static Reg fp8_n(const uint8_t* p, int n) { return _mm512_mul_ps(fp8_raw_n(p, n), _mm512_set1_ps(0x1p120f)); }
   static IReg iload(const uint8_t* p) { return _mm512_loadu_si512(p); }
   static IReg iload_n(const uint8_t* p, int n) { return _mm512_maskz_loadu_epi32(mask(n), p); }
   static Reg fnmadd(Reg a, Reg b, Reg c) { return _mm512_fnmadd_ps(a, b, c); }
