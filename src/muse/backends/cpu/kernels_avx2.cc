@@ -66,6 +66,20 @@ struct Avx2 {
     for (int i = 0; i < n; ++i) tmp[i] = p[i];
     return fp8_raw(tmp);
   }
+  static Reg fp8_raw_finite(const uint8_t* p) {
+    const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+    return _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(v, 20), _mm256_set1_epi32(int(0x87F00000u))));
+  }
+  static bool fp8_any_nan(const uint8_t* p, int64_t n) {
+    const __m256i m7f = _mm256_set1_epi8(0x7F);
+    int any = 0;
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+      any |= _mm256_movemask_epi8(
+          _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)), m7f), m7f));
+    for (; i < n; ++i) any |= (p[i] & 0x7F) == 0x7F;
+    return any != 0;
+  }
   static Reg fp8(const uint8_t* p) { return _mm256_mul_ps(fp8_raw(p), _mm256_set1_ps(0x1p120f)); }
   static Reg fp8_n(const uint8_t* p, int n) { return _mm256_mul_ps(fp8_raw_n(p, n), _mm256_set1_ps(0x1p120f)); }
   static IReg iload(const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }

@@ -64,6 +64,23 @@ struct Avx512 {
     return fp8_raw_lanes(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
   }
   static Reg fp8_raw_n(const uint8_t* p, int n) { return fp8_raw_lanes(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask(n), p))); }
+  // fp8_raw for codes known not to be NaN (fp8_any_nan false): no NaN lanes.
+  static Reg fp8_raw_finite(const uint8_t* p) {
+    const __m512i v = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    return _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(v, 20), _mm512_set1_epi32(int(0x87F00000u))));
+  }
+  // Whether any of the n codes at p is a NaN (0x7F or 0xFF).
+  static bool fp8_any_nan(const uint8_t* p, int64_t n) {
+    const __m512i m7f = _mm512_set1_epi8(0x7F);
+    __mmask64 any = 0;
+    int64_t i = 0;
+    for (; i + 64 <= n; i += 64) any |= _mm512_cmpeq_epi8_mask(_mm512_and_si512(_mm512_loadu_si512(p + i), m7f), m7f);
+    if (i < n) {
+      const __mmask64 tail = ~0ull >> (64 - (n - i));  // n - i in 1..63
+      any |= _mm512_mask_cmpeq_epi8_mask(tail, _mm512_and_si512(_mm512_maskz_loadu_epi8(tail, p + i), m7f), m7f);
+    }
+    return any != 0;
+  }
   static Reg fp8(const uint8_t* p) { return _mm512_mul_ps(fp8_raw(p), _mm512_set1_ps(0x1p120f)); }
   static Reg fp8_n(const uint8_t* p, int n) { return _mm512_mul_ps(fp8_raw_n(p, n), _mm512_set1_ps(0x1p120f)); }
   static IReg iload(const uint8_t* p) { return _mm512_loadu_si512(p); }
