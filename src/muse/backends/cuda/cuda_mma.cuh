@@ -23,34 +23,29 @@
 
 namespace muse::cuda {
 
-// The bf16 mma needs device code built for sm_80 or newer (a build for the
-// nvcc default, sm_75, runs on the H200 from PTX): otherwise the warp dot.
-// __CUDA_ARCH_LIST__ (nvcc >= 11.5) names every architecture built, on the
-// host pass too.
-constexpr bool mma_gemv_built() {
+// Whether every architecture this file's device code is built for is
+// sm_<min_arch / 10> or newer. __CUDA_ARCH_LIST__ (nvcc >= 11.5) names every
+// architecture built, on the host pass too.
+constexpr bool built_for_at_least(int min_arch) {
 #ifdef __CUDA_ARCH_LIST__
   constexpr int archs[] = {__CUDA_ARCH_LIST__};
   for (int a : archs)
-    if (a < 800) return false;
+    if (a < min_arch) return false;
   return true;
 #else
+  (void)min_arch;
   return false;
 #endif
 }
 
+// The bf16 mma needs device code built for sm_80 or newer (a build for the
+// nvcc default, sm_75, runs on the H200 from PTX): otherwise the warp dot.
+constexpr bool mma_gemv_built() { return built_for_at_least(800); }
+
 // Thread-block clusters (the cluster product, cuda_mma_cluster.cu) need
 // device code built for sm_90 or newer only; otherwise the rule uses the
 // register kernel, which gives the same bits.
-constexpr bool mma_cluster_built() {
-#ifdef __CUDA_ARCH_LIST__
-  constexpr int archs[] = {__CUDA_ARCH_LIST__};
-  for (int a : archs)
-    if (a < 900) return false;
-  return true;
-#else
-  return false;
-#endif
-}
+constexpr bool mma_cluster_built() { return built_for_at_least(900); }
 
 constexpr int kSplit = 4;      // warps along K per row group
 constexpr int kGranule = 128;  // k per granule
