@@ -264,7 +264,6 @@ int bench_cuda(const BenchOptions& o) {
   ro.matrices_on_backend = true;
   EngineOptions eo;
   eo.backend.device = Device::Cuda;
-  eo.backend.gpu_profile = false;  // --profile: set_profiling around one extra run
   eo.backend.gpu_product_kernel = o.product_kernel;
   eo.max_sequences = max_batch;
   // Each timed run decodes --tokens more positions on the same sessions.

@@ -158,7 +158,6 @@ int bench_command(int argc, char** argv) {
   const double gen_s = now_s() - t0;
   EngineOptions eo;
   eo.backend.cpu.threads = threads;
-  eo.backend.cpu.profile = false;  // --profile: set_profiling around one extra run
   eo.quantization = quantize;
   eo.max_batch_tokens = std::max<int64_t>(o.prompt, 1);
   eo.max_model_len = o.prompt + o.tokens + 1;
@@ -180,12 +179,9 @@ int bench_command(int argc, char** argv) {
     auto logits = (*s)->feed(prompt);
     if (!logits.ok()) return 0;
     *prefill_tps = double(o.prompt) / (now_s() - a);
-    (*engine)->backend().set_profiling(profile_this_run);  // the decode only, and only in the extra run
+    // --profile: the decode of the extra run only (a failed run ends the bench).
+    (*engine)->backend().set_profiling(profile_this_run);
     if (profile_this_run) (*engine)->backend().profile_reset();
-    struct Off {
-      Engine& e;
-      ~Off() { e.backend().set_profiling(false); }
-    } off{**engine};
     a = now_s();
     for (int64_t i = 0; i < o.tokens; ++i) {
       int32_t t = argmax(*logits, config->vocab_size);

@@ -51,8 +51,11 @@ struct Avx2 {
   // E4M3 as in kernels_avx512.cc: sign-extended bytes, (v << 20) masked to
   // the sign and bits 20-26 (the value times 2^-120), NaN for 0x7F/0xFF;
   // fp8 multiplies by 2^120.
+  static __m256i fp8_finite_bits(__m256i v) {  // codes known not to be NaN
+    return _mm256_and_si256(_mm256_slli_epi32(v, 20), _mm256_set1_epi32(int(0x87F00000u)));
+  }
   static Reg fp8_raw_lanes(__m256i v) {
-    const __m256i bits = _mm256_and_si256(_mm256_slli_epi32(v, 20), _mm256_set1_epi32(int(0x87F00000u)));
+    const __m256i bits = fp8_finite_bits(v);
     const __m256i nan = _mm256_cmpeq_epi32(_mm256_and_si256(v, _mm256_set1_epi32(0x7F)), _mm256_set1_epi32(0x7F));
     const __m256i nan_bits =
         _mm256_or_si256(_mm256_and_si256(bits, _mm256_set1_epi32(int(0x80000000u))), _mm256_set1_epi32(0x7FC00000));
@@ -67,8 +70,7 @@ struct Avx2 {
     return fp8_raw(tmp);
   }
   static Reg fp8_raw_finite(const uint8_t* p) {
-    const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
-    return _mm256_castsi256_ps(_mm256_and_si256(_mm256_slli_epi32(v, 20), _mm256_set1_epi32(int(0x87F00000u))));
+    return _mm256_castsi256_ps(fp8_finite_bits(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)))));
   }
   static bool fp8_any_nan(const uint8_t* p, int64_t n) {
     const __m256i m7f = _mm256_set1_epi8(0x7F);

@@ -51,8 +51,11 @@ struct Avx512 {
   // (subnormals included, exactly); 0x7F/0xFF become a quiet NaN with the
   // sign. fp8_raw returns that (for a scale already multiplied by 2^120),
   // fp8 the value (one multiply by 2^120, exact).
+  static __m512i fp8_finite_bits(__m512i v) {  // codes known not to be NaN
+    return _mm512_and_si512(_mm512_slli_epi32(v, 20), _mm512_set1_epi32(int(0x87F00000u)));
+  }
   static Reg fp8_raw_lanes(__m512i v) {
-    __m512i bits = _mm512_and_si512(_mm512_slli_epi32(v, 20), _mm512_set1_epi32(int(0x87F00000u)));
+    __m512i bits = fp8_finite_bits(v);
     const __mmask16 nan =
         _mm512_cmpeq_epi32_mask(_mm512_and_si512(v, _mm512_set1_epi32(0x7F)), _mm512_set1_epi32(0x7F));
     // (bits & sign) | quiet NaN, in the NaN lanes: vpternlogd 0xEA is (A & B) | C.
@@ -66,8 +69,7 @@ struct Avx512 {
   static Reg fp8_raw_n(const uint8_t* p, int n) { return fp8_raw_lanes(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mask(n), p))); }
   // fp8_raw for codes known not to be NaN (fp8_any_nan false): no NaN lanes.
   static Reg fp8_raw_finite(const uint8_t* p) {
-    const __m512i v = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-    return _mm512_castsi512_ps(_mm512_and_si512(_mm512_slli_epi32(v, 20), _mm512_set1_epi32(int(0x87F00000u))));
+    return _mm512_castsi512_ps(fp8_finite_bits(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)))));
   }
   // Whether any of the n codes at p is a NaN (0x7F or 0xFF).
   static bool fp8_any_nan(const uint8_t* p, int64_t n) {
