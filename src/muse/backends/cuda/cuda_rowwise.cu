@@ -38,11 +38,14 @@ __global__ void embed_kernel(void* out, int odt, const void* table, int tdt, con
 // One block per group of n values. The CPU's sequence: Before: y = x ⊙ c,
 // r from y, y · (r·scale); otherwise y = x · r (⊙ c), then · scale.
 //
-// Thread j holds elements j, j + blockDim, ... (at most kNormPer) in
-// registers: all its loads are issued at once and read once, so a row costs
-// one memory latency, not one per element (a 6656-wide norm of one row ran
-// ~25 µs as a load-then-add loop). Rows wider than kNormPer · 1024 (none of
-// the Muse shapes) keep the loop.
+// Thread j holds the run of elements kNormPer·j .. kNormPer·j + kNormPer - 1
+// in registers, loaded with 16-byte loads where the run is whole and
+// aligned: a row costs one memory latency and a few instructions a thread.
+// (A 6656-wide norm of one row ran ~25 µs as a load-then-add loop, and
+// 13 µs fused with the residual when each thread held elements j,
+// j + blockDim, ...: 1,160 instructions a warp on the row's one SM, ncu
+// 2026-12-01.) Rows wider than kNormPer · 1024 (none of the Muse shapes)
+// keep the loop.
 constexpr int kNormPer = 8;
 constexpr int64_t kNormRegMax = int64_t(kNormPer) * 1024;
 
@@ -53,9 +56,81 @@ unsigned norm_threads(int64_t n) {
   return std::max<unsigned>(threads_for(n), unsigned(t));
 }
 
-// This thread's elements of the row at `base` into x (and the gain into c),
-// the sum of squares of (x ⊙ c when Before, else x) over the block; returns
-// 1/rms. PER = 0: no register cache (the loop form, any n).
+__device__ __forceinline__ bool aligned16_at(const void* p, int dt, int64_t at) {
+  return ((reinterpret_cast<uintptr_t>(p) + uintptr_t(at) * (dt == kBF16 ? 2u : 4u)) & 15u) == 0;
+}
+
+// v[k] = element at + k of p for k < count (count <= PER), else `fill`.
+template <int PER>
+__device__ __forceinline__ void ld_run(float (&v)[PER], const void* p, int dt, int64_t at, int64_t count,
+                                       float fill = 0.0f) {
+  static_assert(PER % 8 == 0, "runs of whole 16-byte pieces");
+  if (count == PER && aligned16_at(p, dt, at)) {
+    if (dt == kBF16) {
+      const uint4* q = reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(p) + at);
+#pragma unroll
+      for (int c = 0; c < PER / 8; ++c) {
+        const uint4 u = q[c];
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int h = 0; h < 4; ++h) {
+          v[8 * c + 2 * h] = __uint_as_float(w[h] << 16);
+          v[8 * c + 2 * h + 1] = __uint_as_float(w[h] & 0xffff0000u);
+        }
+      }
+    } else {
+      const float4* q = reinterpret_cast<const float4*>(static_cast<const float*>(p) + at);
+#pragma unroll
+      for (int c = 0; c < PER / 4; ++c) {
+        const float4 f = q[c];
+        v[4 * c] = f.x, v[4 * c + 1] = f.y, v[4 * c + 2] = f.z, v[4 * c + 3] = f.w;
+      }
+    }
+    return;
+  }
+#pragma unroll
+  for (int k = 0; k < PER; ++k) v[k] = k < count ? ld(p, dt, at + k) : fill;
+}
+
+// Elements at .. at + count - 1 of p = v[0 .. count - 1], stored as dt does.
+template <int PER>
+__device__ __forceinline__ void st_run(void* p, int dt, int64_t at, int64_t count, const float (&v)[PER]) {
+  if (count == PER && aligned16_at(p, dt, at)) {
+    if (dt == kBF16) {
+      uint4* q = reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p) + at);
+#pragma unroll
+      for (int c = 0; c < PER / 8; ++c) {
+        uint32_t w[4];
+#pragma unroll
+        for (int h = 0; h < 4; ++h) {
+          const __nv_bfloat162 b2 = __floats2bfloat162_rn(v[8 * c + 2 * h], v[8 * c + 2 * h + 1]);
+          w[h] = *reinterpret_cast<const uint32_t*>(&b2);
+        }
+        q[c] = make_uint4(w[0], w[1], w[2], w[3]);
+      }
+    } else {
+      float4* q = reinterpret_cast<float4*>(static_cast<float*>(p) + at);
+#pragma unroll
+      for (int c = 0; c < PER / 4; ++c) q[c] = make_float4(v[4 * c], v[4 * c + 1], v[4 * c + 2], v[4 * c + 3]);
+    }
+    return;
+  }
+#pragma unroll
+  for (int k = 0; k < PER; ++k)
+    if (k < count) st(p, dt, at + k, v[k]);
+}
+
+// This thread's run of a row of n: its first element and length.
+template <int PER>
+__device__ __forceinline__ int64_t run_start() {
+  return int64_t(PER) * threadIdx.x;
+}
+template <int PER>
+__device__ __forceinline__ int64_t run_count(int64_t n) {
+  const int64_t left = n - run_start<PER>();
+  return left <= 0 ? 0 : left < PER ? left : PER;
+}
+
 // 1/rms of a row held in registers as row_inv_rms loads it (x, and c the
 // gain or 1; elements past n are 0 and 1).
 template <int PER>
@@ -71,18 +146,22 @@ __device__ __forceinline__ float regs_inv_rms(const float (&x)[PER], const float
   return 1.0f / sqrtf(ss / float(n) + eps);
 }
 
+// This thread's elements of the row at `base` into x (and the gain into c),
+// the sum of squares of (x ⊙ c when Before, else x) over the block; returns
+// 1/rms. PER = 0: no register cache (the loop form, any n).
 template <int PER>
 __device__ __forceinline__ float row_inv_rms(float (&x)[PER ? PER : 1], float (&c)[PER ? PER : 1], const void* in,
                                              int idt, int64_t base, const void* gain, int gdt, int mode, int64_t n,
                                              float eps, float* red) {
   float ss = 0.0f;
   if constexpr (PER > 0) {
+    const int64_t i0 = run_start<PER>(), cnt = run_count<PER>(n);
+    ld_run<PER>(x, in, idt, base + i0, cnt);
+    if (mode != kGainNone)
+      ld_run<PER>(c, gain, gdt, i0, cnt, 1.0f);
+    else
 #pragma unroll
-    for (int k = 0; k < PER; ++k) {
-      const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
-      x[k] = i < n ? ld(in, idt, base + i) : 0.0f;
-      c[k] = i < n && mode != kGainNone ? ld(gain, gdt, i) : 1.0f;
-    }
+      for (int k = 0; k < PER; ++k) c[k] = 1.0f;
     return regs_inv_rms<PER>(x, c, mode, n, eps, red);
   } else {
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
@@ -105,8 +184,8 @@ __device__ __forceinline__ float normed(float x, float c, int mode, float r, flo
 }
 
 template <int PER>
-__global__ void rms_norm_kernel(void* out, int odt, const void* in, int idt, const void* gain, int gdt, int mode,
-                                float eps, int64_t g, float scale) {
+__global__ void __launch_bounds__(1024) rms_norm_kernel(void* out, int odt, const void* in, int idt, const void* gain,
+                                                        int gdt, int mode, float eps, int64_t g, float scale) {
   pdl_launch_dependents();  // a product may read our output: it waits for us
   pdl_wait();
   __shared__ float red[33];
@@ -114,11 +193,10 @@ __global__ void rms_norm_kernel(void* out, int odt, const void* in, int idt, con
   float x[PER ? PER : 1], c[PER ? PER : 1];
   const float r = row_inv_rms<PER>(x, c, in, idt, base, gain, gdt, mode, g, eps, red);
   if constexpr (PER > 0) {
+    float y[PER];
 #pragma unroll
-    for (int k = 0; k < PER; ++k) {
-      const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
-      if (i < g) st(out, odt, base + i, normed(x[k], c[k], mode, r, scale));
-    }
+    for (int k = 0; k < PER; ++k) y[k] = normed(x[k], c[k], mode, r, scale);
+    st_run<PER>(out, odt, base + run_start<PER>(), run_count<PER>(g), y);
   } else {
     for (int64_t i = threadIdx.x; i < g; i += blockDim.x)
       st(out, odt, base + i,
@@ -126,11 +204,11 @@ __global__ void rms_norm_kernel(void* out, int odt, const void* in, int idt, con
   }
 }
 
-// The new stream value from the old one and the normed update: alpha ⊙ s +
-// beta ⊙ n, or s + n (explicit roundings: both residual kernels give the
-// same bits).
-__device__ __forceinline__ float residual_value(const float* alpha, const float* beta, int64_t i, float s, float n) {
-  return alpha ? __fmaf_rn(alpha[i], s, __fmul_rn(beta[i], n)) : __fadd_rn(s, n);
+// The new stream value from the old one and the normed update: a ⊙ s + b ⊙ n
+// (alpha/beta given), or s + n (explicit roundings: both residual kernels
+// give the same bits).
+__device__ __forceinline__ float residual_value(bool ab, float a, float b, float s, float n) {
+  return ab ? __fmaf_rn(a, s, __fmul_rn(b, n)) : __fadd_rn(s, n);
 }
 
 // A value as the dtype dt stores it (what a later read of it gives).
@@ -140,28 +218,36 @@ __device__ __forceinline__ float as_stored(int dt, float v) {
 
 // stream += norm(update) (alpha/beta: stream = alpha ⊙ stream + beta ⊙ norm).
 template <int PER>
-__global__ void residual_norm_kernel(void* stream, int sdt, const void* update, int udt, const void* gain, int gdt,
-                                     int mode, const float* alpha, const float* beta, float eps, int64_t H) {
+__global__ void __launch_bounds__(1024)
+    residual_norm_kernel(void* stream, int sdt, const void* update, int udt, const void* gain, int gdt, int mode,
+                         const float* alpha, const float* beta, float eps, int64_t H) {
   pdl_launch_dependents();  // a product may read our output: it waits for us
   pdl_wait();
   __shared__ float red[33];
   const int64_t base = int64_t(blockIdx.x) * H;
-  float x[PER ? PER : 1], c[PER ? PER : 1];
-  const float r = row_inv_rms<PER>(x, c, update, udt, base, gain, gdt, mode, H, eps, red);
-  auto apply = [&](int64_t i, float xv, float cv) {
-    const float n = normed(xv, cv, mode, r, 1.0f);
-    const float s = ld(stream, sdt, base + i);
-    st(stream, sdt, base + i, residual_value(alpha, beta, i, s, n));
-  };
   if constexpr (PER > 0) {
+    // The stream (and alpha, beta) are loaded with the update, before the sum.
+    const int64_t i0 = run_start<PER>(), cnt = run_count<PER>(H);
+    float sv[PER], a[PER], b[PER];
+    ld_run<PER>(sv, stream, sdt, base + i0, cnt);
+    if (alpha) ld_run<PER>(a, alpha, kF32, i0, cnt), ld_run<PER>(b, beta, kF32, i0, cnt);
+    float x[PER], c[PER];
+    const float r = row_inv_rms<PER>(x, c, update, udt, base, gain, gdt, mode, H, eps, red);
+    float v[PER];
 #pragma unroll
-    for (int k = 0; k < PER; ++k) {
-      const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
-      if (i < H) apply(i, x[k], c[k]);
-    }
+    for (int k = 0; k < PER; ++k)
+      v[k] = residual_value(alpha != nullptr, alpha ? a[k] : 0.0f, alpha ? b[k] : 0.0f, sv[k],
+                            normed(x[k], c[k], mode, r, 1.0f));
+    st_run<PER>(stream, sdt, base + i0, cnt, v);
   } else {
-    for (int64_t i = threadIdx.x; i < H; i += blockDim.x)
-      apply(i, ld(update, udt, base + i), mode != kGainNone ? ld(gain, gdt, i) : 1.0f);
+    float x[1], c[1];
+    const float r = row_inv_rms<0>(x, c, update, udt, base, gain, gdt, mode, H, eps, red);
+    for (int64_t i = threadIdx.x; i < H; i += blockDim.x) {
+      const float n = normed(ld(update, udt, base + i), mode != kGainNone ? ld(gain, gdt, i) : 1.0f, mode, r, 1.0f);
+      const float sold = ld(stream, sdt, base + i);
+      st(stream, sdt, base + i,
+         residual_value(alpha != nullptr, alpha ? alpha[i] : 0.0f, alpha ? beta[i] : 0.0f, sold, n));
+    }
   }
 }
 
@@ -171,42 +257,49 @@ __global__ void residual_norm_kernel(void* stream, int sdt, const void* update, 
 // thread and the same sums), scale 1. The same bits as the two kernels, in
 // one launch and one read of the row.
 template <int PER>
-__global__ void residual_then_norm_kernel(void* stream, int sdt, const void* update, int udt, const void* gain,
-                                          int gdt, int mode, const float* alpha, const float* beta, float eps,
-                                          int64_t H, void* out, int odt, const void* gain2, int g2dt, int mode2,
-                                          float eps2) {
+__global__ void __launch_bounds__(1024)
+    residual_then_norm_kernel(void* stream, int sdt, const void* update, int udt, const void* gain, int gdt, int mode,
+                              const float* alpha, const float* beta, float eps, int64_t H, void* out, int odt,
+                              const void* gain2, int g2dt, int mode2, float eps2) {
   pdl_launch_dependents();  // a product may read our output: it waits for us
   pdl_wait();
   __shared__ float red[33];
   const int64_t base = int64_t(blockIdx.x) * H;
-  // The stream and the second gain are loaded with the update, before the
-  // first sum: one memory latency for the row, not two.
-  float sv[PER], c2[PER];
-#pragma unroll
-  for (int k = 0; k < PER; ++k) {
-    const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
-    sv[k] = i < H ? ld(stream, sdt, base + i) : 0.0f;
-    c2[k] = i < H && mode2 != kGainNone ? ld(gain2, g2dt, i) : 1.0f;
-  }
+  const int64_t i0 = run_start<PER>(), cnt = run_count<PER>(H);
+  // The stream is loaded with the update, before the first sum: one memory
+  // latency for the row. alpha/beta and the second gain (a few KB, from L2)
+  // come after it, so that no more than three runs are live at once (a
+  // 1024-thread block has 64 registers a thread).
+  float sv[PER];
+  ld_run<PER>(sv, stream, sdt, base + i0, cnt);
   float x[PER], c[PER];
   const float r = row_inv_rms<PER>(x, c, update, udt, base, gain, gdt, mode, H, eps, red);
   float y[PER];
 #pragma unroll
-  for (int k = 0; k < PER; ++k) {
-    const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
-    y[k] = 0.0f;
-    if (i < H) {
-      const float v = residual_value(alpha, beta, i, sv[k], normed(x[k], c[k], mode, r, 1.0f));
-      st(stream, sdt, base + i, v);
-      y[k] = as_stored(sdt, v);
-    }
-  }
-  const float r2 = regs_inv_rms<PER>(y, c2, mode2, H, eps2, red);
+  for (int k = 0; k < PER; ++k) y[k] = normed(x[k], c[k], mode, r, 1.0f);
+  if (alpha) {
+    float a[PER], b[PER];
+    ld_run<PER>(a, alpha, kF32, i0, cnt), ld_run<PER>(b, beta, kF32, i0, cnt);
 #pragma unroll
-  for (int k = 0; k < PER; ++k) {
-    const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
-    if (i < H) st(out, odt, base + i, normed(y[k], c2[k], mode2, r2, 1.0f));
+    for (int k = 0; k < PER; ++k) sv[k] = residual_value(true, a[k], b[k], sv[k], y[k]);
+  } else {
+#pragma unroll
+    for (int k = 0; k < PER; ++k) sv[k] = residual_value(false, 0.0f, 0.0f, sv[k], y[k]);
   }
+  st_run<PER>(stream, sdt, base + i0, cnt, sv);
+  float c2[PER];
+  if (mode2 != kGainNone)
+    ld_run<PER>(c2, gain2, g2dt, i0, cnt, 1.0f);
+  else
+#pragma unroll
+    for (int k = 0; k < PER; ++k) c2[k] = 1.0f;
+#pragma unroll
+  for (int k = 0; k < PER; ++k) y[k] = k < cnt ? as_stored(sdt, sv[k]) : 0.0f;
+  const float r2 = regs_inv_rms<PER>(y, c2, mode2, H, eps2, red);
+  float o[PER];
+#pragma unroll
+  for (int k = 0; k < PER; ++k) o[k] = normed(y[k], c2[k], mode2, r2, 1.0f);
+  st_run<PER>(out, odt, base + i0, cnt, o);
 }
 
 __global__ void rope_tables_kernel(float* cos_out, float* sin_out, const int32_t* positions, const float* inv,
