@@ -146,7 +146,7 @@ TEST(ProjectVariants, EveryGemvVariantGivesTheSameBits) {
   for (const Case& c : cases) {
     seed += 2;
     const auto want = bytes_for(1, c.T, c.N, c.K, seed);
-    for (int v : {0, 2, 3, 4, 5, 6, 7, 8, 9})
+    for (int v : {0, 2, 3, 4, 5, 6, 7, 8, 9, 10})
       EXPECT_EQ(want, bytes_for(v, c.T, c.N, c.K, seed))
           << "variant " << v << " T " << c.T << " N " << c.N << " K " << c.K;
   }
@@ -154,9 +154,11 @@ TEST(ProjectVariants, EveryGemvVariantGivesTheSameBits) {
 }
 
 // The outputs of one project() call launch as a chain of overlapping
-// products (kChainNext / kChainXReady): each output's bits must be those of
-// its own product, for every decode variant, with outputs of odd sizes, both
-// output dtypes, and five outputs in a row.
+// products (kChainNext / kChainXReady), or (two to four of them, at 9..64
+// rows or variant 10) as one grouped cluster launch: each output's bits must
+// be those of its own product, for every decode variant, with outputs of odd
+// sizes (tiles across the products' edges), both output dtypes, and five,
+// four or two outputs.
 TEST(ProjectVariants, GroupedOutputsGiveTheBitsOfSeparateProducts) {
 #if !(defined(MUSE_HAVE_CUDA) && MUSE_HAVE_CUDA)
   GTEST_SKIP() << "this build has no CUDA backend (configure with -DMUSE_CUDA=ON: scripts/test-cuda.sh)";
@@ -169,39 +171,40 @@ TEST(ProjectVariants, GroupedOutputsGiveTheBitsOfSeparateProducts) {
     return h;
   };
   uint32_t seed = 9100;
-  for (int variant : {0, 1, 2, 3, 5, 6, 8, 9})
+  for (int variant : {0, 1, 2, 3, 5, 6, 8, 9, 10})
     for (int64_t T : {1, 5, 16, 29, 64})
-      for (int64_t K : {136, 1000}) {
-        CudaBackendOptions o;
-        o.gemv_variant = variant;
-        auto r = create_cuda_backend(o);
-        ASSERT_TRUE(r.ok()) << r.message();
-        Backend& be = **r;
-        seed += 7;
-        const auto x = bf(random_floats(static_cast<size_t>(T * K), seed));
-        auto tx = be.import_weight(DType::BF16, {T, K}, x.data(), false);
-        ASSERT_TRUE(tx.ok());
-        std::vector<Tensor> ws, grouped, alone;
-        std::vector<Projection> ps;
-        for (size_t i = 0; i < std::size(Ns); ++i) {
-          const auto w = bf(random_floats(static_cast<size_t>(Ns[i] * K), seed + 1 + uint32_t(i), 0.05f));
-          auto tw = be.import_weight(DType::BF16, {Ns[i], K}, w.data(), false);
-          const DType odt = i % 2 ? DType::BF16 : DType::F32;
-          auto og = be.alloc(odt, {T, Ns[i]}), oa = be.alloc(odt, {T, Ns[i]});
-          ASSERT_TRUE(tw.ok() && og.ok() && oa.ok());
-          ws.push_back(*tw), grouped.push_back(*og), alone.push_back(*oa);
-          ps.push_back({*tw, *og});
+      for (int64_t K : {136, 1000})
+        for (size_t n_out : {size_t(5), size_t(4), size_t(2)}) {
+          CudaBackendOptions o;
+          o.gemv_variant = variant;
+          auto r = create_cuda_backend(o);
+          ASSERT_TRUE(r.ok()) << r.message();
+          Backend& be = **r;
+          seed += 7;
+          const auto x = bf(random_floats(static_cast<size_t>(T * K), seed));
+          auto tx = be.import_weight(DType::BF16, {T, K}, x.data(), false);
+          ASSERT_TRUE(tx.ok());
+          std::vector<Tensor> ws, grouped, alone;
+          std::vector<Projection> ps;
+          for (size_t i = 0; i < n_out; ++i) {
+            const auto w = bf(random_floats(static_cast<size_t>(Ns[i] * K), seed + 1 + uint32_t(i), 0.05f));
+            auto tw = be.import_weight(DType::BF16, {Ns[i], K}, w.data(), false);
+            const DType odt = i % 2 ? DType::BF16 : DType::F32;
+            auto og = be.alloc(odt, {T, Ns[i]}), oa = be.alloc(odt, {T, Ns[i]});
+            ASSERT_TRUE(tw.ok() && og.ok() && oa.ok());
+            ws.push_back(*tw), grouped.push_back(*og), alone.push_back(*oa);
+            ps.push_back({*tw, *og});
+          }
+          be.project(*tx, ps);
+          for (size_t i = 0; i < ws.size(); ++i) be.matmul(alone[i], *tx, ws[i]);
+          ASSERT_TRUE(be.execute().ok());
+          for (size_t i = 0; i < ws.size(); ++i) {
+            std::vector<char> a(static_cast<size_t>(grouped[i].bytes())), c(a.size());
+            ASSERT_TRUE(be.download(grouped[i], a.data()).ok() && be.download(alone[i], c.data()).ok());
+            EXPECT_EQ(a, c) << "output " << i << " of " << n_out << " (" << Ns[i] << " rows) variant " << variant
+                            << " T " << T << " K " << K;
+          }
         }
-        be.project(*tx, ps);
-        for (size_t i = 0; i < ws.size(); ++i) be.matmul(alone[i], *tx, ws[i]);
-        ASSERT_TRUE(be.execute().ok());
-        for (size_t i = 0; i < ws.size(); ++i) {
-          std::vector<char> a(static_cast<size_t>(grouped[i].bytes())), c(a.size());
-          ASSERT_TRUE(be.download(grouped[i], a.data()).ok() && be.download(alone[i], c.data()).ok());
-          EXPECT_EQ(a, c) << "output " << i << " (" << Ns[i] << " rows) variant " << variant << " T " << T << " K "
-                          << K;
-        }
-      }
 #endif
 }
 

@@ -155,6 +155,66 @@ TEST_F(Timing, DISABLED_DecodeProducts) {
   }
 }
 
+// The multi-output products of a Glimmer layer as the model calls them (one
+// project() with Q, K, V and the gate; one with gate and up): chained
+// launches (ring3, clus3) against one grouped cluster launch (variant 10) and
+// the rule, T = 1, 4, 16, 64, as a share of the HBM read of the same run.
+TEST_F(Timing, DISABLED_GroupedProducts) {
+  auto ceil = measure_gpu_ceilings(uint64_t(4) << 30, 2048, 5);
+  ASSERT_TRUE(ceil.ok()) << ceil.message();
+  const double hbm = ceil->hbm_read_gbps;
+  std::printf("HBM streaming read: %.1f GB/s (%s)\n", hbm, ceil->device.c_str());
+  struct Group {
+    const char* name;
+    std::vector<int64_t> Ns;
+    int64_t K;
+  };
+  const Group groups[] = {{"q,k,v,gate", {4096, 256, 256, 4096}, 6656}, {"gate,up", {19968, 19968}, 6656}};
+  const std::pair<int, const char*> variants[] = {{3, "ring3"}, {8, "clus3"}, {10, "group"}, {0, "rule"}};
+  uint64_t seed = 500;
+  for (const auto& [v, vname] : variants) {
+    CudaBackendOptions o;
+    o.gemv_variant = v;
+    auto r = create_cuda_backend(o);
+    ASSERT_TRUE(r.ok()) << r.message();
+    Backend& be = **r;
+    for (const Group& g : groups) {
+      std::vector<Tensor> ws;
+      double bytes = 0;
+      for (int64_t N : g.Ns) {
+        auto tw = be.alloc(DType::BF16, {N, g.K});
+        ASSERT_TRUE(tw.ok());
+        ASSERT_TRUE(be.fill_uniform(*tw, ++seed, 0.02f, 0.0f).ok());
+        ws.push_back(*tw);
+        bytes += double(N * g.K * 2);
+      }
+      for (int64_t T : {1, 4, 16, 64}) {
+        auto tx = be.alloc(DType::BF16, {T, g.K});
+        ASSERT_TRUE(tx.ok());
+        ASSERT_TRUE(be.fill_uniform(*tx, ++seed, 1.0f, 0.0f).ok());
+        std::vector<Projection> ps;
+        for (const Tensor& w : ws) {
+          auto out = be.alloc(DType::BF16, {T, w.rows()});
+          ASSERT_TRUE(out.ok());
+          ps.push_back({w, *out});
+        }
+        const int reps = std::max(5, int(2e9 / bytes));
+        be.project(*tx, ps);
+        ASSERT_TRUE(be.execute().ok());
+        auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < reps; ++i) be.project(*tx, ps);
+        ASSERT_TRUE(be.execute().ok());
+        const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+        std::printf("project %-5s %-10s T %2lld %9.1f us %8.1f GB/s %5.1f%% of HBM read\n", vname, g.name,
+                    (long long)T, sec * 1e6, bytes / sec * 1e-9, 100.0 * bytes / sec * 1e-9 / hbm);
+        be.release(*tx);
+        for (auto& p : ps) be.release(p.out);
+      }
+      for (auto& w : ws) be.release(w);
+    }
+  }
+}
+
 // The prefill GEMM (variant 7: the rule's choice above 64 rows), T = 4096
 // rows of Glimmer's shapes, in TFLOP/s and as a fraction of the cuBLASLt bf16
 // rate measured in the same run.

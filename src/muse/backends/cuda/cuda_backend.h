@@ -19,7 +19,8 @@ struct CudaBackendOptions {
   // The bf16 product kernel: 0 the default rule (cuda_matmul.cu, by shape);
   // 1 the register-load kernel; 2, 3, 4, 6 the cp.async ring with that many
   // stages; 5 the block-shared-x kernel; 7 the tiled prefill GEMM; 8, 9 the
-  // cluster kernel with 3 or 4 stages; each forced for every row count. All
+  // cluster kernel with 3 or 4 stages; 10 the cluster kernel with the
+  // products of one project() call in one launch; each forced for every row count. All
   // give the same bits; the timing tests and `muse bench --product-kernel`
   // compare their speed.
   int gemv_variant = 0;

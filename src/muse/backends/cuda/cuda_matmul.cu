@@ -41,22 +41,25 @@
 namespace muse::cuda {
 namespace {
 
-constexpr int kWarps = 8;        // warps per block
-constexpr int kRowsPerWarp = 4;  // weight rows per warp
-constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;
+constexpr int kWarps = 8;  // warps per block
 
+// Each warp computes `rows` weight rows (4, or 1 for short matrices such as
+// a 256-expert router, so that they still spread over the SMs: 8 blocks of 4
+// rows a warp left it at 72 µs for 8 MB). A row's bits depend only on its
+// own warp_dot, never on which warp or block holds it.
 template <typename XT, typename WT, bool VEC>
 __global__ void __launch_bounds__(256) gemv_kernel(const XT* __restrict__ x, int64_t ldx, int64_t T,
                                                    const WT* __restrict__ w, int64_t N, int64_t K, void* out, int odt,
-                                                   int64_t ldo) {
+                                                   int64_t ldo, int rows) {
+  pdl_wait();  // launched with PDL: x from the kernel before us; no early trigger (a heavy product)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t t0 = int64_t(blockIdx.y) * kRT;
   const int nr = int(T - t0 < kRT ? T - t0 : kRT);
   const XT* xr[kRT];
 #pragma unroll
   for (int r = 0; r < kRT; ++r) xr[r] = x + (t0 + min(r, nr - 1)) * ldx;
-  for (int j = 0; j < kRowsPerWarp; ++j) {
-    const int64_t n = int64_t(blockIdx.x) * kRowsPerBlock + warp * kRowsPerWarp + j;
+  for (int j = 0; j < rows; ++j) {
+    const int64_t n = (int64_t(blockIdx.x) * kWarps + warp) * rows + j;
     if (n >= N) break;
     float acc[kRT];
     warp_dot<XT, WT, VEC>(w + n * K, xr, nr, K, lane, acc);
@@ -69,14 +72,17 @@ __global__ void __launch_bounds__(256) gemv_kernel(const XT* __restrict__ x, int
 template <typename XT, typename WT>
 void launch_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, const Tensor& out) {
   const int64_t T = x.rows(), K = x.cols(), N = w.rows();
-  const dim3 grid(blocks_for(N, kRowsPerBlock), blocks_for(T, kRT));
+  const int rows = N >= 8192 ? 4 : 1;
+  const dim3 grid(blocks_for(N, kWarps * rows), blocks_for(T, kRT));
   const bool vec = K % 8 == 0 && aligned16(x.data) && aligned16(w.data);
   auto* xp = static_cast<const XT*>(x.data);
   auto* wp = static_cast<const WT*>(w.data);
   if (vec)
-    gemv_kernel<XT, WT, true><<<grid, 256, 0, s>>>(xp, K, T, wp, N, K, out.data, dt_code(out.dtype), out.cols());
+    launch_pdl<gemv_kernel<XT, WT, true>>(s, grid, dim3(256), 0, xp, int64_t(K), T, wp, N, K, out.data,
+                                          dt_code(out.dtype), out.cols(), rows);
   else
-    gemv_kernel<XT, WT, false><<<grid, 256, 0, s>>>(xp, K, T, wp, N, K, out.data, dt_code(out.dtype), out.cols());
+    launch_pdl<gemv_kernel<XT, WT, false>>(s, grid, dim3(256), 0, xp, int64_t(K), T, wp, N, K, out.data,
+                                           dt_code(out.dtype), out.cols(), rows);
 }
 
 // ---------------------------------------------------------------------------
@@ -405,27 +411,29 @@ cudaError_t launch_mma_nt(cudaStream_t s, const __nv_bfloat16* x, int64_t T, con
 }
 
 // The default rule's choice (see below).
-int gemv_rule(int64_t T, int64_t N) {
-  return T > 64 ? 7 : T <= 8 ? 3 : T <= 16 && N >= 16384 ? 5 : mma_cluster_built() ? 8 : 1;
+int gemv_rule(int64_t T, int64_t K) {
+  if (T > 64) return 7;
+  if (T <= 8) return 3;
+  if (!mma_cluster_built()) return 1;
+  return T > 16 && K >= 16384 ? 9 : 8;
 }
 
 // variant: 0 the default rule; 1 the register kernel with its tile rule;
 // 2, 3, 4, 6 the ring with that many stages; 5 wide_gemv; 7 the tiled
 // prefill GEMM (cuda_mma_gemm.cu); 8 and 9 the cluster kernel
-// (cuda_mma_cluster.cu) with 3 or 4 stages. Every variant gives the same
-// bits, so the rule may pick by shape freely. The rule, from the H200
-// timings of every variant on Glimmer's shapes (tests/backend_cuda
-// Timing.DISABLED_DecodeProducts, bench/NOTES.md, 2026-12-01): the 3-stage
-// ring up to 8 rows (its 48 KB of shared memory leave 4 blocks per SM:
-// 64-90% of HBM at 1 row, the cluster kernel 57-78%); wide_gemv at 9..16
-// rows for the long matrices (gate+up 76%, the head 93%; the cluster kernel
-// 74% / 86%); the cluster kernel otherwise at 9..64 rows (at 16 rows: o 60%
-// and down 76% against 49-53% / 54-55% for the register kernel, qkv 52%
-// against 58-60%; at 64 rows 38-62% against 23-34%); the prefill GEMM above
-// 64 rows.
-// The wide kernel's bound was N >= 32768 until gate and up (19,968 rows
-// each) ran as one product; they are now two chained launches, so it is
-// 16384 (bench/NOTES.md, 2026-12-01).
+// (cuda_mma_cluster.cu) with 3 or 4 stages; 10 the cluster kernel with the
+// products of one project() call in one launch (grouped_rule). Every
+// variant gives the same bits, so the rule may pick by shape freely. The
+// rule, from the H200 timings of every variant on Glimmer's shapes
+// (tests/backend_cuda Timing.DISABLED_DecodeProducts and whole-model `muse
+// bench --product-kernel N`, bench/NOTES.md, 2026-12-01): the 3-stage ring
+// up to 8 rows (its 48 KB of shared memory leave 4 blocks per SM: 64-90% of
+// HBM at 1 row for one product alone); the cluster kernel at 9..64 rows, with
+// four stages where K >= 16384 above 16 rows (down at 64 rows: 57% against
+// 52%; elsewhere within 2 points), its products grouped; the prefill GEMM
+// above 64 rows. wide_gemv (once the rule at 9..16 rows for the long
+// matrices) lost on the whole model: batch 16 at 24.96 ms a step against
+// 19.00 for the cluster kernel.
 // chain: kChainNext / kChainXReady (cuda_mma.cuh) for the products of one
 // project() call; the prefill GEMM (variant 7) is never chained.
 cudaError_t launch_mma_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, const Tensor& out, int variant,
@@ -435,10 +443,11 @@ cudaError_t launch_mma_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, co
   auto* wp = static_cast<const __nv_bfloat16*>(w.data);
   const int odt = dt_code(out.dtype);
   const int64_t ldo = out.cols();
-  if (variant == 0) variant = gemv_rule(T, N);
+  if (variant == 0) variant = gemv_rule(T, K);
   if (variant == 7) return launch_mma_gemm(s, x, w, out);
-  if ((variant == 8 || variant == 9) && !mma_cluster_built()) variant = 1;  // the same bits, without clusters
-  if (variant == 8 || variant == 9) return launch_mma_cluster(s, x, w, out, variant == 9 ? 4 : 3, chain);
+  if (variant >= 8 && variant <= 10 && !mma_cluster_built()) variant = 1;  // the same bits, without clusters
+  if (variant >= 8 && variant <= 10)
+    return launch_mma_cluster(s, x, {&w, 1}, {&out, 1}, variant == 9 ? 4 : 3, chain);
   if (variant == 1) {
     if (T <= 8) return launch_mma_nt<1>(s, xp, T, wp, N, K, out.data, odt, ldo, chain);
     if (T <= 16) return launch_mma_nt<2>(s, xp, T, wp, N, K, out.data, odt, ldo, chain);
@@ -456,6 +465,21 @@ cudaError_t launch_mma_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, co
   if (T <= 16) return launch_ring_nt<2>(s, stages, xp, T, wp, N, K, out.data, odt, ldo, chain);
   if (T <= 32) return launch_ring_nt<4>(s, stages, xp, T, wp, N, K, out.data, odt, ldo, chain);
   return launch_ring_nt<8>(s, stages, xp, T, wp, N, K, out.data, odt, ldo, chain);
+}
+
+// Whether the products of one project() call (BF16, mma-eligible, two to
+// four of them; the smallest has min_n rows) run as one cluster launch, and
+// with how many stages (0: no). At 9..64 rows always (the cluster kernel is
+// the rule there). Up to 8 rows only where a product is too short for the
+// ring to fill the GPU (fewer than 2048 rows: under 128 ring blocks), as
+// K and V are beside Q and the gate: Glimmer's four at 1 / 4 rows 37 / 36 µs
+// grouped against 43 / 47 chained; gate and up (19,968 rows each) stay
+// chained on the ring (131 against 143 µs at 1 row; bench/NOTES.md).
+int grouped_rule(int variant, int64_t T, int64_t K, size_t count, int64_t min_n) {
+  if (count < 2 || count > 4 || !mma_cluster_built()) return 0;
+  if (variant == 10) return 3;
+  if (variant != 0 || T > 64 || (T <= 8 && min_n >= 2048)) return 0;
+  return gemv_rule(T, K) == 9 ? 4 : 3;
 }
 
 bool mma_gemv_usable() { return mma_gemv_built(); }
@@ -576,10 +600,23 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
   // the prefill GEMM) launch as a chain that overlaps (kChainNext /
   // kChainXReady, cuda_mma.cuh); each product's bits are its own launch's.
   std::vector<bool> chainable(outs.size());
-  for (size_t i = 0; i < outs.size(); ++i)
+  bool all = true;
+  int64_t min_n = INT64_MAX;
+  for (size_t i = 0; i < outs.size(); ++i) {
     chainable[i] = !lt && mma_eligible(x, outs[i].weight) &&
-                   (gemv_variant_ ? gemv_variant_ : gemv_rule(x.rows(), outs[i].weight.rows())) != 7;
-  enqueue("project", [this, x, outs, lt, chainable](cudaStream_t s) {
+                   (gemv_variant_ ? gemv_variant_ : gemv_rule(x.rows(), x.cols())) != 7;
+    all = all && chainable[i];
+    min_n = std::min(min_n, outs[i].weight.rows());
+  }
+  // All of them in one cluster launch where the rule says so (each row's
+  // bits are still its own product's).
+  const int grouped = all ? grouped_rule(gemv_variant_, x.rows(), x.cols(), outs.size(), min_n) : 0;
+  enqueue("project", [this, x, outs, lt, chainable, grouped](cudaStream_t s) {
+    if (grouped) {
+      Tensor ws[4], os[4];
+      for (size_t i = 0; i < outs.size(); ++i) ws[i] = outs[i].weight, os[i] = outs[i].out;
+      return launch_mma_cluster(s, x, {ws, outs.size()}, {os, outs.size()}, grouped, 0);
+    }
     for (size_t i = 0; i < outs.size(); ++i) {
       const Projection& p = outs[i];
       cudaError_t e;

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <atomic>
+#include <span>
 
 #include "muse/backends/cuda/cuda_impl.cuh"
 
@@ -101,10 +102,13 @@ cudaError_t allow_dynamic_smem(int bytes) {
 // may start while the kernel before it finishes, stream what no kernel
 // writes (weights, codes, scales) and wait (pdl_wait, griddepcontrol.wait)
 // before reading that kernel's output. `smem` bytes of dynamic shared memory
-// are allowed on the device first.
+// (above 48 KB: a size fixed per kernel) are allowed on the device first.
 template <auto Kernel, class... Args>
 cudaError_t launch_pdl(cudaStream_t s, dim3 grid, dim3 block, size_t smem, Args... args) {
-  if (smem > 0) {
+  // Only above the 48 KB every kernel may take: the attribute is set once
+  // per kernel and device and caps later launches, and kernels whose size
+  // varies with the call (the router's, the grouping's) stay below it.
+  if (smem > 48 * 1024) {
     if (cudaError_t e = allow_dynamic_smem<Kernel>(int(smem)); e != cudaSuccess) return e;
   }
   cudaLaunchConfig_t cfg{};
@@ -255,8 +259,10 @@ cudaError_t launch_mma_gemm(cudaStream_t s, const Tensor& x, const Tensor& w, co
 
 // The decode product for 9..64 rows (cuda_mma_cluster.cu): four blocks per
 // 128 weight rows, one K-slice each, the partials added across the cluster;
-// `stages` 3 (two blocks per SM, variant 8) or 4 (one, variant 9).
-cudaError_t launch_mma_cluster(cudaStream_t s, const Tensor& x, const Tensor& w, const Tensor& out, int stages,
-                               int chain);
+// `stages` 3 (three blocks per SM, variant 8) or 4 (two, variant 9). Up to
+// four products of the same x (ws[j] -> outs[j]) in one launch, each with
+// the bits of its own.
+cudaError_t launch_mma_cluster(cudaStream_t s, const Tensor& x, std::span<const Tensor> ws,
+                               std::span<const Tensor> outs, int stages, int chain);
 
 }  // namespace muse::cuda

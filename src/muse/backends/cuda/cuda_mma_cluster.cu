@@ -7,9 +7,9 @@
 // x's rows from L1/L2 for every granule, so at 64 rows they move 4 bytes of
 // x per byte of weight and reach 23-33% of HBM (bench/NOTES.md). Here a
 // block stages 128 weight rows and 64 activation rows of half a granule
-// (64 k; 36 KB with rows padded to 192 bytes) at a time: x costs half a
-// byte per weight byte, from L2. Three stages (108 KB: two blocks per SM,
-// variant 8) or four (144 KB: one block, variant 9).
+// (64 k, 24 KB; rows unpadded, pieces swizzled) at a time: x costs half a
+// byte per weight byte, from L2. Three stages (72 KB: three blocks per SM,
+// variant 8) or four (96 KB: two blocks, variant 9).
 //
 // The bits are the decode kernels' (cuda_mma.cuh): block s of the cluster
 // computes slice s's partial P_s over granules s, s + 4, ... with the same
@@ -31,9 +31,8 @@ namespace cg = cooperative_groups;
 constexpr int kCW = 128, kCT = 64;  // weight rows, activation rows per cluster tile
 constexpr int kCThreads = 256;      // 8 warps: 4 along the weights (32 rows) × 2 along x (32 rows)
 constexpr int kCPieces = 8;         // 16-byte pieces per staged row (64 k)
-constexpr int kCStride = 12;        // uint4 per staged row, padded: the two rows of a load phase hit distinct banks
 constexpr int kCRows = kCW + kCT;   // staged rows per stage
-constexpr size_t kCStageUnits = size_t(kCRows) * kCStride;
+constexpr size_t kCStageUnits = size_t(kCRows) * kCPieces;
 constexpr int kCCopies = kCRows * kCPieces / kCThreads;  // 16-byte copies per thread per stage (6)
 static_assert(kCRows * kCPieces % kCThreads == 0 && kCW % (kCThreads / kCPieces) == 0, "copy layout");
 constexpr size_t kCPartFloats = size_t(kCThreads) * 32;  // the block's partial: 32 floats a lane
@@ -45,10 +44,30 @@ constexpr size_t cluster_smem_bytes() {
   return stages > part ? stages : part;
 }
 
+// The products one launch computes: up to four weights of the same x, each
+// with its own output (Q, K, V and the gate; gate and up). Every tile of
+// 128 weight rows belongs to one of them (tiles tile_end[j-1] ..
+// tile_end[j] - 1 to product j), so each row's sum is the one its own
+// launch computes; one launch fills the GPU where the small products (K and
+// V: 2 tiles each) alone would leave it idle.
+constexpr int kClusterGroupMax = 4;
+struct ClusterGroup {
+  const __nv_bfloat16* w[kClusterGroupMax];
+  void* out[kClusterGroupMax];
+  int64_t n[kClusterGroupMax], ldo[kClusterGroupMax], tile_end[kClusterGroupMax];
+  int odt[kClusterGroupMax];
+  int count;
+  int64_t tiles_n;  // weight-row tiles of all the products
+};
+
+// Where piece p of a staged 128-byte row sits: the two rows a load phase
+// reads (g even and odd, the same 4 pieces) land in different halves of the
+// bank window.
+__device__ __forceinline__ int cswizzle(int row, int piece) { return piece ^ ((row & 1) << 2); }
+
 template <int STAGES>
-__global__ void __launch_bounds__(kCThreads)
-    mma_cluster_kernel(const __nv_bfloat16* __restrict__ x, int64_t T, const __nv_bfloat16* __restrict__ w, int64_t N,
-                       int64_t K, void* out, int odt, int64_t ldo, int chain) {
+__global__ void __launch_bounds__(kCThreads, STAGES == 3 ? 3 : 2)  // the blocks per SM its shared memory allows
+    mma_cluster_kernel(const __nv_bfloat16* __restrict__ x, int64_t T, int64_t K, const ClusterGroup grp, int chain) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   extern __shared__ uint4 smem[];
   cg::cluster_group cluster = cg::this_cluster();
@@ -56,8 +75,14 @@ __global__ void __launch_bounds__(kCThreads)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const int wm = warp & 3, wn = warp >> 2;  // weight rows 32·wm.., activation rows 32·wn..
   const int64_t tile = blockIdx.x / kSplit;
-  const int64_t tiles_n = (N + kCW - 1) / kCW;
-  const int64_t n0 = (tile % tiles_n) * kCW, t0 = (tile / tiles_n) * kCT;
+  const int64_t nt = tile % grp.tiles_n, t0 = (tile / grp.tiles_n) * kCT;
+  // The product this tile of weight rows belongs to (block-uniform).
+  int j = 0;
+#pragma unroll
+  for (int q = 0; q + 1 < kClusterGroupMax; ++q)
+    if (q + 1 < grp.count && nt >= grp.tile_end[q]) j = q + 1;
+  const __nv_bfloat16* __restrict__ w = grp.w[j];
+  const int64_t N = grp.n[j], n0 = (nt - (j ? grp.tile_end[j - 1] : 0)) * kCW;
   const int64_t ngran = (K + kGranule - 1) / kGranule;
   const int mine = s < ngran ? int((ngran - s + kSplit - 1) / kSplit) : 0;  // granules s, s + 4, ...
   const int units = 2 * mine;                                               // halves of them
@@ -77,7 +102,7 @@ __global__ void __launch_bounds__(kCThreads)
   auto unit_k = [&](int u) { return (int64_t(s) + int64_t(u >> 1) * kSplit) * kGranule + (u & 1) * 64; };
   // part 0: the weight rows, part 1: the activation rows (x may still be
   // being written by the kernel before until chain_start).
-  const int cpos = cr * kCStride + cp;
+  const int cpos = cr * kCPieces + cswizzle(cr, cp);  // rows cr + 32·i share cr's parity
   auto issue = [&](int u, int part) {
     uint4* dst = smem + size_t(u % STAGES) * kCStageUnits + cpos;
     const int64_t k = unit_k(u);
@@ -87,7 +112,7 @@ __global__ void __launch_bounds__(kCThreads)
       if ((i < kCW / 32) != (part == 0)) continue;
       const bool ok = k_ok && (ok_rows >> i & 1u);
       const __nv_bfloat16* p = i < kCW / 32 ? wsrc + i * step32 + k : xsrc + (i - kCW / 32) * step32 + k;
-      cp_async16(dst + 32 * i * kCStride, ok ? p : w, ok ? 16 : 0);
+      cp_async16(dst + 32 * i * kCPieces, ok ? p : w, ok ? 16 : 0);
     }
   };
 
@@ -117,7 +142,7 @@ __global__ void __launch_bounds__(kCThreads)
     if (u + STAGES - 1 < units) issue(u + STAGES - 1, 0), issue(u + STAGES - 1, 1);
     cp_async_commit();
     const uint4* sw = smem + size_t(u % STAGES) * kCStageUnits;
-    const uint4* sx = sw + kCW * kCStride;
+    const uint4* sx = sw + kCW * kCPieces;
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
       uint4 a[2][2];
@@ -126,13 +151,13 @@ __global__ void __launch_bounds__(kCThreads)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int row = 32 * wm + 16 * r + g + 8 * h;
-          a[r][h] = sw[row * kCStride + 4 * j + tq];
+          a[r][h] = sw[row * kCPieces + cswizzle(row, 4 * j + tq)];
         }
 #pragma unroll
       for (int c = 0; c < 4; ++c) {
         if (c >= live_c) break;
         const int row = 32 * wn + 8 * c + g;
-        const uint4 bv = sx[row * kCStride + 4 * j + tq];
+        const uint4 bv = sx[row * kCPieces + cswizzle(row, 4 * j + tq)];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           mma16816(acc[r][c], a[r][0].x, a[r][1].x, a[r][0].y, a[r][1].y, bv.x, bv.y);
@@ -167,7 +192,7 @@ __global__ void __launch_bounds__(kCThreads)
     float sum = parts[0][at];
 #pragma unroll
     for (int q = 1; q < kSplit; ++q) sum = __fadd_rn(sum, parts[q][at]);
-    st(out, odt, t * ldo + n, sum);
+    st(grp.out[j], grp.odt[j], t * grp.ldo[j] + n, sum);
   }
   cluster.sync();  // no block leaves while another reads its partial
   chain_end(chain);
@@ -177,11 +202,11 @@ __global__ void __launch_bounds__(kCThreads)
 }
 
 template <int STAGES>
-cudaError_t launch_cluster(cudaStream_t s, const __nv_bfloat16* x, int64_t T, const __nv_bfloat16* w, int64_t N,
-                           int64_t K, void* out, int odt, int64_t ldo, int chain) {
+cudaError_t launch_cluster(cudaStream_t s, const __nv_bfloat16* x, int64_t T, int64_t K, const ClusterGroup& grp,
+                           int chain) {
   constexpr size_t smem = cluster_smem_bytes<STAGES>();
   if (cudaError_t e = allow_dynamic_smem<mma_cluster_kernel<STAGES>>(int(smem)); e != cudaSuccess) return e;
-  const int64_t tiles = ((N + kCW - 1) / kCW) * ((T + kCT - 1) / kCT);
+  const int64_t tiles = grp.tiles_n * ((T + kCT - 1) / kCT);
   if (tiles * kSplit >= (int64_t(1) << 31)) return cudaErrorInvalidConfiguration;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(unsigned(tiles * kSplit));
@@ -197,18 +222,28 @@ cudaError_t launch_cluster(cudaStream_t s, const __nv_bfloat16* x, int64_t T, co
   attrs[1].val.clusterDim.z = 1;
   cfg.attrs = attrs;
   cfg.numAttrs = 2;
-  return cudaLaunchKernelEx(&cfg, mma_cluster_kernel<STAGES>, x, T, w, N, K, out, odt, ldo, chain);
+  return cudaLaunchKernelEx(&cfg, mma_cluster_kernel<STAGES>, x, T, K, grp, chain);
 }
 
 }  // namespace
 
-cudaError_t launch_mma_cluster(cudaStream_t s, const Tensor& x, const Tensor& w, const Tensor& out, int stages,
-                               int chain) {
+cudaError_t launch_mma_cluster(cudaStream_t s, const Tensor& x, std::span<const Tensor> ws,
+                               std::span<const Tensor> outs, int stages, int chain) {
+  if (ws.empty() || ws.size() != outs.size() || ws.size() > size_t(kClusterGroupMax)) return cudaErrorInvalidValue;
+  ClusterGroup grp{};
+  grp.count = int(ws.size());
+  for (size_t j = 0; j < ws.size(); ++j) {
+    grp.w[j] = static_cast<const __nv_bfloat16*>(ws[j].data);
+    grp.out[j] = outs[j].data;
+    grp.n[j] = ws[j].rows();
+    grp.ldo[j] = outs[j].cols();
+    grp.odt[j] = dt_code(outs[j].dtype);
+    grp.tiles_n += (grp.n[j] + kCW - 1) / kCW;
+    grp.tile_end[j] = grp.tiles_n;
+  }
   auto* xp = static_cast<const __nv_bfloat16*>(x.data);
-  auto* wp = static_cast<const __nv_bfloat16*>(w.data);
-  const int64_t T = x.rows(), K = x.cols(), N = w.rows();
-  if (stages == 4) return launch_cluster<4>(s, xp, T, wp, N, K, out.data, dt_code(out.dtype), out.cols(), chain);
-  return launch_cluster<3>(s, xp, T, wp, N, K, out.data, dt_code(out.dtype), out.cols(), chain);
+  if (stages == 4) return launch_cluster<4>(s, xp, x.rows(), x.cols(), grp, chain);
+  return launch_cluster<3>(s, xp, x.rows(), x.cols(), grp, chain);
 }
 
 }  // namespace muse::cuda

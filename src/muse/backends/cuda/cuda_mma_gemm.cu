@@ -18,14 +18,14 @@
 // operation.
 //
 // The pipeline (H200, 2026-12-01: 22% of the bf16 rate with one granule
-// in flight and div/mod address math per copy; 31% like this, bench/NOTES.md):
-// three stages of half a granule, two in flight while one is used, one
-// barrier a stage; each thread copies the same 8 rows at one piece position
-// for the whole tile from row pointers computed once (a copy is an add and a
-// cp.async); rows padded to 192 bytes so that the two rows of a load phase
-// hit distinct banks. The finished slices' total lives in shared memory
-// (64 floats a lane; in registers, with four stages, it spilled: 255
-// registers, 20%).
+// in flight and div/mod address math per copy; 31% with three padded stages,
+// bench/NOTES.md; this form, not yet run on a GPU): four stages of half a
+// granule, three in flight while one is used, one barrier a stage; each
+// thread copies the same 8 rows at one piece position for the whole tile
+// from row pointers computed once; rows are 128 bytes, unpadded, the piece
+// index XOR-swizzled by the row's parity so that the two rows of a load
+// phase hit distinct banks. The finished slices' total lives in shared
+// memory (64 floats a lane; in registers it spilled: 255 registers, 20%).
 //
 // Each weight and activation byte is loaded from global memory once per
 // 128 × 128 tile; blocks go in groups of 16 activation tiles per weight tile
@@ -40,11 +40,16 @@ constexpr int kTileW = 128, kTileT = 128;  // weight rows, activation rows per b
 constexpr int kStageRows = kTileW + kTileT;
 constexpr int kGroup = 16;     // activation tiles per weight tile, consecutive blocks
 constexpr int kThreads = 256;  // 8 warps: 4 along the weights × 2 along the activations
-constexpr int kStages = 3;
-constexpr int kRowStride = 12;  // uint4 per staged row: 8 pieces (64 k) and 4 of padding
+constexpr int kStages = 4;
+constexpr int kRowStride = 8;  // uint4 per staged row: 8 pieces (64 k), unpadded, swizzled
 constexpr size_t kStageUnits = size_t(kStageRows) * kRowStride;
 constexpr size_t kSmemBytes = size_t(kStages) * kStageUnits * sizeof(uint4) + size_t(kThreads) * 64 * sizeof(float);
 static_assert(kThreads * 8 == kStageRows * 8, "each thread copies 8 pieces a stage");
+
+// Where piece p (of 8) of a staged row sits: the two rows a load phase
+// reads (g even and odd, the same 4 pieces) land in different halves of the
+// 128-byte bank window.
+__device__ __forceinline__ int swizzle(int row, int piece) { return piece ^ ((row & 1) << 2); }
 
 // Position in the decode order: slice, granule, half (a unit is 64 k).
 struct Unit {
@@ -88,7 +93,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const __nv_bfloat16* wsrc = w + (n0 + cr) * K + 8 * cp;  // formed, read only where ok
   const __nv_bfloat16* xsrc = x + (t0 + cr) * K + 8 * cp;
   const int64_t step32 = 32 * K;
-  const int cpos = cr * kRowStride + cp;
+  const int cpos = cr * kRowStride + swizzle(cr, cp);  // rows cr + 32·i share cr's parity
   auto issue = [&](const Unit& u, int into) {
     uint4* dst = smem + size_t(into) * kStageUnits + cpos;
     const int64_t k = int64_t(u.gran) * kGranule + u.half * 64;  // this thread's piece starts at k + 8·cp
@@ -126,7 +131,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     cp_async_commit();
     const uint4* sw = smem + size_t(stage) * kStageUnits;
     const uint4* sx = sw + kTileW * kRowStride;
-#pragma unroll 1  // as measured (bench/NOTES.md, 2026-12-01)
+#pragma unroll
     for (int j = 0; j < 2; ++j) {
       uint4 a[2][2];
 #pragma unroll
@@ -134,12 +139,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int row = 32 * wm + 16 * r + g + 8 * h;
-          a[r][h] = sw[row * kRowStride + 4 * j + tq];
+          a[r][h] = sw[row * kRowStride + swizzle(row, 4 * j + tq)];
         }
 #pragma unroll
       for (int c = 0; c < 8; ++c) {
         const int row = 64 * wn + 8 * c + g;
-        const uint4 bv = sx[row * kRowStride + 4 * j + tq];
+        const uint4 bv = sx[row * kRowStride + swizzle(row, 4 * j + tq)];
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
           mma16816(acc[r][c], a[r][0].x, a[r][1].x, a[r][0].y, a[r][1].y, bv.x, bv.y);
