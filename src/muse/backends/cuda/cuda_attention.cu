@@ -134,6 +134,8 @@ __global__ void __launch_bounds__(kAttnWarps * 32) attention_kernel(void* out, i
 }
 
 __global__ void kv_store_kernel(KvArgs a, PlanDev P, DeviceError* err, int op) {
+  pdl_launch_dependents();  // light: the next kernel may launch; it waits for us
+  pdl_wait();               // launched with PDL
   const int64_t t = blockIdx.x;
   RowSeq rs;
   if (!row_sequence(P, t, gridDim.x, rs, err, op)) return;
@@ -243,7 +245,7 @@ void CudaBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_
     });
     return;
   }
-  reserve_scratch(split_scratch_bytes(T, hq, int(d)));
+  reserve_scratch(split_scratch_bytes(T, hq, int(d), chunks));
   enqueue("attention", [=, this](cudaStream_t s) {
     return run_split_attention(s, call, static_cast<float*>(scratch()), vec, use_mma);
   });
@@ -259,9 +261,8 @@ void CudaBackend::kv_store(const KvLayerStorage& cache, const Tensor& k_new, con
   const PlanDev P = plan_dev(plan);
   const int op = op_index();
   enqueue("kv_store", [=, this](cudaStream_t s) {
-    kv_store_kernel<<<unsigned(T), unsigned(std::min<int64_t>(256, (a.kv_dim + 31) / 32 * 32)), 0, s>>>(a, P, dev_error(),
-                                                                                                        op);
-    return cudaGetLastError();
+    return launch_pdl<kv_store_kernel>(s, dim3(unsigned(T)), dim3(unsigned(std::min<int64_t>(256, (a.kv_dim + 31) / 32 * 32))),
+                                       0, a, P, dev_error(), op);
   });
 }
 

@@ -392,7 +392,7 @@ struct AttnCall {
 // (split_scratch_bytes), then the merge, slab after slab of rows. `vec`:
 // vector loads allowed; `mma`: the tensor-core kernel (BF16 everywhere, heads of 64
 // or 128: CudaBackend::attention decides).
-size_t split_scratch_bytes(int64_t T, int hq, int d);
+size_t split_scratch_bytes(int64_t T, int hq, int d, int chunks);
 bool split_attention_covers(int G, int d);
 cudaError_t run_split_attention(cudaStream_t s, const AttnCall& c, float* part, bool vec, bool mma);
 

@@ -229,7 +229,7 @@ __global__ void __launch_bounds__(kSplitWarps * 32)
 #pragma unroll
   for (int hh = 0; hh < HPW; ++hh) {
     if (h0 + hh >= G) break;
-    float* dst = part + ((int64_t(blockIdx.x) * hq + g * G + h0 + hh) * kMaxChunks + z) * stride;
+    float* dst = part + ((int64_t(blockIdx.x) * hq + g * G + h0 + hh) * gridDim.z + z) * stride;
     if (lane == 0) dst[0] = m[hh], dst[1] = l[hh];
 #pragma unroll
     for (int i = 0; i < DPL; ++i)
@@ -244,7 +244,8 @@ __global__ void __launch_bounds__(128) attention_merge_kernel(void* out, int odt
                                                               const float* __restrict__ part, PlanDev P, int64_t T,
                                                               int64_t r0, int d, int hq, int64_t window,
                                                               int launched, DeviceError* err, int op) {
-  pdl_launch_dependents();  // the o projection waits for us
+  pdl_launch_dependents();  // light: the next kernel may launch; it waits for us
+  pdl_wait();                // launched with PDL: the chunk kernel before us
   __shared__ float wz[kMaxChunks];
   __shared__ float Ls;
   const int64_t t = r0 + blockIdx.x;
@@ -260,7 +261,7 @@ __global__ void __launch_bounds__(128) attention_merge_kernel(void* out, int odt
     return;
   }
   const int stride = d + 2;
-  const float* base = part + (int64_t(blockIdx.x) * hq + h) * kMaxChunks * stride;
+  const float* base = part + (int64_t(blockIdx.x) * hq + h) * launched * stride;  // the chunk kernel's gridDim.z
   if (threadIdx.x < 32) {
     const int lane = threadIdx.x;
     float mv[kMaxChunks / 32], lv[kMaxChunks / 32];
@@ -362,6 +363,7 @@ __global__ void __launch_bounds__(kMmaAttnWarps * 32)
                          DeviceError* err, int op) {
   constexpr int RB = mma_row_bytes<D>();
   constexpr int NT = D / 8;  // n-tiles of the output
+  pdl_wait();  // launched with PDL: q from the kernel before us; no early trigger (the merge waits anyway)
   extern __shared__ __align__(16) unsigned char att_smem[];
   const int64_t t = r0 + blockIdx.x;
   const int g = blockIdx.y, z = blockIdx.z;
@@ -428,7 +430,7 @@ __global__ void __launch_bounds__(kMmaAttnWarps * 32)
   const int stride = D + 2;
   for (int i = threadIdx.x; i < G * stride; i += blockDim.x) {
     const int hh = i / stride, e = i % stride;
-    float* dst = part + ((int64_t(blockIdx.x) * hq + g * G + hh) * kMaxChunks + z) * stride;
+    float* dst = part + ((int64_t(blockIdx.x) * hq + g * G + hh) * gridDim.z + z) * stride;
     dst[e] = e == 0 ? mm[hh] : e == 1 ? ml[hh] : macc[hh * D + e - 2];
   }
 }
@@ -439,28 +441,31 @@ cudaError_t launch_attention_mma(cudaStream_t s, dim3 grid, float* part, const v
                                  DeviceError* err, int op) {
   constexpr size_t smem = mma_att_smem<D>();
   if (cudaError_t e = allow_dynamic_smem<attention_mma_kernel<D>>(int(smem)); e != cudaSuccess) return e;
-  attention_mma_kernel<D><<<grid, kMmaAttnWarps * 32, smem, s>>>(
-      part, static_cast<const __nv_bfloat16*>(q), ldq, a, P, T, r0, G, hq, window, scale, err, op);
-  return cudaGetLastError();
+  return launch_pdl<attention_mma_kernel<D>>(s, grid, dim3(kMmaAttnWarps * 32), smem, part,
+                                             static_cast<const __nv_bfloat16*>(q), ldq, a, P, T, r0, G, hq, window,
+                                             scale, err, op);
 }
 
-// Rows per launch so the chunk partials stay within 256 MiB of scratch.
-int64_t split_slab_rows(int64_t T, int hq, int d) {
-  const int64_t per_row = int64_t(hq) * kMaxChunks * (d + 2) * 4;
+// Rows per launch so the chunk partials stay within 256 MiB of scratch. The
+// partials of a (row, head) are `chunks` apart, the chunks launched (64
+// Glimmer rows at 1K: 17 chunks, one launch; sized for all 256 they took
+// two, 63 rows then 1).
+int64_t split_slab_rows(int64_t T, int hq, int d, int chunks) {
+  const int64_t per_row = int64_t(hq) * chunks * (d + 2) * 4;
   return std::max<int64_t>(1, std::min<int64_t>(T, (int64_t(256) << 20) / per_row));
 }
 
 
 }  // namespace
 
-size_t split_scratch_bytes(int64_t T, int hq, int d) {
-  return size_t(split_slab_rows(T, hq, d)) * size_t(hq) * kMaxChunks * size_t(d + 2) * 4;
+size_t split_scratch_bytes(int64_t T, int hq, int d, int chunks) {
+  return size_t(split_slab_rows(T, hq, d, chunks)) * size_t(hq) * size_t(chunks) * size_t(d + 2) * 4;
 }
 
 bool split_attention_covers(int G, int d) { return pick_split_kernel(G, d, false) != nullptr; }
 
 cudaError_t run_split_attention(cudaStream_t s, const AttnCall& c, float* part, bool vec, bool mma) {
-  const int64_t T = c.T, slab = split_slab_rows(T, c.hq, c.d);
+  const int64_t T = c.T, slab = split_slab_rows(T, c.hq, c.d, c.chunks);
   const int hk = c.hq / c.G;
   const SplitKernel split = mma ? nullptr : pick_split_kernel(c.G, c.d, vec);
   for (int64_t r0 = 0; r0 < T; r0 += slab) {
@@ -476,8 +481,11 @@ cudaError_t run_split_attention(cudaStream_t s, const AttnCall& c, float* part, 
       split<<<grid, kSplitWarps * 32, 0, s>>>(part, c.q, c.qdt, c.ldq, c.a, c.P, T, r0, c.d, c.G, c.hq, c.window,
                                              c.scale, c.err, c.op);
     }
-    attention_merge_kernel<<<dim3(rows, unsigned(c.hq)), 128, 0, s>>>(  // 128: its launch bound; dims loop
-        c.out, c.odt, c.ldo, part, c.P, T, r0, c.d, c.hq, c.window, c.chunks, c.err, c.op);
+    if (cudaError_t e = launch_pdl<attention_merge_kernel>(s, dim3(rows, unsigned(c.hq)), dim3(128), 0,  // 128: its bound
+                                                           c.out, c.odt, c.ldo, static_cast<const float*>(part), c.P,
+                                                           T, r0, c.d, c.hq, c.window, c.chunks, c.err, c.op);
+        e != cudaSuccess)
+      return e;
   }
   return cudaGetLastError();
 }
