@@ -46,8 +46,25 @@ constexpr int kWarps = 8;  // warps per block
 // Each warp computes `rows` weight rows (4, or 1 for short matrices such as
 // a 256-expert router, so that they still spread over the SMs: 8 blocks of 4
 // rows a warp left it at 72 µs for 8 MB). A row's bits depend only on its
-// own warp_dot, never on which warp or block holds it.
-template <typename XT, typename WT, bool VEC>
+// own dot product, never on which warp or block holds it.
+//
+// Ring path (RING: one activation row, BF16 weights, the vector layout;
+// sm_80+): the warp's weight pieces (lane l: elements 8l..8l+7
+// of each 256) stream through a per-warp cp.async ring of kGemvStages
+// slots, so a warp keeps that many 512-byte reads in flight without holding
+// them in registers (the fp32-activation head of Spark, 202,048 × 8192: 42%
+// of HBM with one read a warp in flight, 58% with four in registers). Each
+// lane reads back only the slots it filled (no barrier), and folds the
+// pieces in warp_dot's order (pieces ascending, activation rows, then the 8
+// elements; the butterfly last): the same bits as warp_dot. Only for one
+// row: its 32 KB of ring a block leave too little L1 for 8 fp32 activation
+// rows (Spark slice at batch 16 went from 86% to 69% of HBM with it).
+template <typename WT>
+constexpr int gemv_stages() {
+  return sizeof(WT) == 2 ? 8 : 4;  // 32 KB of ring a block either way
+}
+
+template <typename XT, typename WT, bool VEC, bool RING>
 __global__ void __launch_bounds__(256) gemv_kernel(const XT* __restrict__ x, int64_t ldx, int64_t T,
                                                    const WT* __restrict__ w, int64_t N, int64_t K, void* out, int odt,
                                                    int64_t ldo, int rows) {
@@ -58,14 +75,78 @@ __global__ void __launch_bounds__(256) gemv_kernel(const XT* __restrict__ x, int
   const XT* xr[kRT];
 #pragma unroll
   for (int r = 0; r < kRT; ++r) xr[r] = x + (t0 + min(r, nr - 1)) * ldx;
-  for (int j = 0; j < rows; ++j) {
-    const int64_t n = (int64_t(blockIdx.x) * kWarps + warp) * rows + j;
-    if (n >= N) break;
-    float acc[kRT];
-    warp_dot<XT, WT, VEC>(w + n * K, xr, nr, K, lane, acc);
+  const int64_t n_first = (int64_t(blockIdx.x) * kWarps + warp) * rows;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  constexpr bool ring_path = VEC && RING;  // cp.async needs sm_80
+#else
+  constexpr bool ring_path = false;
+#endif
+  if constexpr (ring_path) {
+    constexpr int PU = int(8 * sizeof(WT) / 16), S = gemv_stages<WT>();
+    __shared__ uint4 ring[kWarps][S][32 * PU];
+    const int64_t my_rows = N - n_first < rows ? (N - n_first > 0 ? N - n_first : 0) : rows;
+    const int64_t P = (K + 255) / 256, units = my_rows * P;
+    int64_t ij = 0, ip = 0, issued = 0;  // the next piece to copy: row ij, piece ip
+    auto issue_next = [&]() {
+      if (ij < my_rows) {
+        const int64_t k0 = int64_t(lane) * 8 + 256 * ip;
+        const bool ok = k0 < K;
+        const WT* src = w + (n_first + ij) * K + (ok ? k0 : 0);
+        uint4* dst = &ring[warp][issued % S][lane * PU];
 #pragma unroll
-    for (int r = 0; r < kRT; ++r)
-      if (r < nr && lane == r) st(out, odt, (t0 + r) * ldo + n, acc[r]);
+        for (int q = 0; q < PU; ++q) cp_async16(dst + q, reinterpret_cast<const uint4*>(src) + q, ok ? 16 : 0);
+        if (++ip == P) ip = 0, ++ij;
+      }
+      cp_async_commit();  // empty groups too: the wait below counts groups
+      ++issued;
+    };
+#pragma unroll
+    for (int i = 0; i < S - 1; ++i) issue_next();
+    float acc[kRT];
+#pragma unroll
+    for (int r = 0; r < kRT; ++r) acc[r] = 0.0f;
+    int64_t p = 0, j = 0;
+    for (int64_t u = 0; u < units; ++u) {
+      cp_async_wait<S - 2>();  // this lane's copies of unit u have landed
+      issue_next();            // into the slot of unit u - 1, which this lane has read
+      const int64_t k0 = int64_t(lane) * 8 + 256 * p;
+      if (k0 < K) {
+        float wv[8];
+        load8(reinterpret_cast<const WT*>(&ring[warp][u % S][lane * PU]), wv);
+#pragma unroll
+        for (int r = 0; r < kRT; ++r) {
+          if (r < nr) {
+            float xv[8];
+            load8(xr[r] + k0, xv);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) acc[r] = fmaf(wv[e], xv[e], acc[r]);
+          }
+        }
+      }
+      if (++p == P) {  // row n_first + j is complete
+#pragma unroll
+        for (int r = 0; r < kRT; ++r)
+          if (r < nr) acc[r] = warp_sum(acc[r]);
+        const int64_t n = n_first + j;
+#pragma unroll
+        for (int r = 0; r < kRT; ++r) {
+          if (r < nr && lane == r) st(out, odt, (t0 + r) * ldo + n, acc[r]);
+          acc[r] = 0.0f;
+        }
+        p = 0, ++j;
+      }
+    }
+    cp_async_wait<0>();
+  } else {
+    for (int j = 0; j < rows; ++j) {
+      const int64_t n = n_first + j;
+      if (n >= N) break;
+      float acc[kRT];
+      warp_dot<XT, WT, VEC>(w + n * K, xr, nr, K, lane, acc);
+#pragma unroll
+      for (int r = 0; r < kRT; ++r)
+        if (r < nr && lane == r) st(out, odt, (t0 + r) * ldo + n, acc[r]);
+    }
   }
 }
 
@@ -77,12 +158,20 @@ void launch_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, const Tensor&
   const bool vec = K % 8 == 0 && aligned16(x.data) && aligned16(w.data);
   auto* xp = static_cast<const XT*>(x.data);
   auto* wp = static_cast<const WT*>(w.data);
+  const int odt = dt_code(out.dtype);
+  if constexpr (sizeof(WT) == 2) {
+    if (vec && T == 1) {
+      launch_pdl<gemv_kernel<XT, WT, true, true>>(s, grid, dim3(256), 0, xp, int64_t(K), T, wp, N, K, out.data, odt,
+                                                  out.cols(), rows);
+      return;
+    }
+  }
   if (vec)
-    launch_pdl<gemv_kernel<XT, WT, true>>(s, grid, dim3(256), 0, xp, int64_t(K), T, wp, N, K, out.data,
-                                          dt_code(out.dtype), out.cols(), rows);
+    launch_pdl<gemv_kernel<XT, WT, true, false>>(s, grid, dim3(256), 0, xp, int64_t(K), T, wp, N, K, out.data, odt,
+                                                 out.cols(), rows);
   else
-    launch_pdl<gemv_kernel<XT, WT, false>>(s, grid, dim3(256), 0, xp, int64_t(K), T, wp, N, K, out.data,
-                                           dt_code(out.dtype), out.cols(), rows);
+    launch_pdl<gemv_kernel<XT, WT, false, false>>(s, grid, dim3(256), 0, xp, int64_t(K), T, wp, N, K, out.data, odt,
+                                                  out.cols(), rows);
 }
 
 // ---------------------------------------------------------------------------
