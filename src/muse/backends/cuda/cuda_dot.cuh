@@ -27,6 +27,23 @@ __device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&v)[8]) {
   }
 }
 
+// acc[r] += the lane's piece of weights wv (elements k0..k0+7) times the
+// same elements of activation row r, for r < nr, in element order: the one
+// fold every fixed-order warp dot uses.
+template <typename XT>
+__device__ __forceinline__ void fold_piece(const float (&wv)[8], const XT* const (&xr)[kRT], int nr, int64_t k0,
+                                           float (&acc)[kRT]) {
+#pragma unroll
+  for (int r = 0; r < kRT; ++r) {
+    if (r < nr) {
+      float xv[8];
+      load8(xr[r] + k0, xv);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) acc[r] = fmaf(wv[j], xv[j], acc[r]);
+    }
+  }
+}
+
 // acc[r] = Σ_k w[k] · xr[r][k] for r < nr (every lane returns the sums).
 template <typename XT, typename WT, bool VEC>
 __device__ __forceinline__ void warp_dot(const WT* __restrict__ w, const XT* const (&xr)[kRT], int nr, int64_t K,
@@ -45,29 +62,12 @@ __device__ __forceinline__ void warp_dot(const WT* __restrict__ w, const XT* con
 #pragma unroll
       for (int u = 0; u < kDotAhead; ++u) load8(w + k0 + 256 * u, wv[u]);
 #pragma unroll
-      for (int u = 0; u < kDotAhead; ++u)
-#pragma unroll
-        for (int r = 0; r < kRT; ++r) {
-          if (r < nr) {
-            float xv[8];
-            load8(xr[r] + k0 + 256 * u, xv);
-#pragma unroll
-            for (int j = 0; j < 8; ++j) acc[r] = fmaf(wv[u][j], xv[j], acc[r]);
-          }
-        }
+      for (int u = 0; u < kDotAhead; ++u) fold_piece(wv[u], xr, nr, k0 + 256 * u, acc);
     }
     for (; k0 < K; k0 += 256) {
       float wv[8];
       load8(w + k0, wv);
-#pragma unroll
-      for (int r = 0; r < kRT; ++r) {
-        if (r < nr) {
-          float xv[8];
-          load8(xr[r] + k0, xv);
-#pragma unroll
-          for (int j = 0; j < 8; ++j) acc[r] = fmaf(wv[j], xv[j], acc[r]);
-        }
-      }
+      fold_piece(wv, xr, nr, k0, acc);
     }
   } else {
     for (int64_t k = lane; k < K; k += 32) {

@@ -113,15 +113,7 @@ __global__ void __launch_bounds__(256) gemv_kernel(const XT* __restrict__ x, int
       if (k0 < K) {
         float wv[8];
         load8(reinterpret_cast<const WT*>(&ring[warp][u % S][lane * PU]), wv);
-#pragma unroll
-        for (int r = 0; r < kRT; ++r) {
-          if (r < nr) {
-            float xv[8];
-            load8(xr[r] + k0, xv);
-#pragma unroll
-            for (int e = 0; e < 8; ++e) acc[r] = fmaf(wv[e], xv[e], acc[r]);
-          }
-        }
+        fold_piece(wv, xr, nr, k0, acc);
       }
       if (++p == P) {  // row n_first + j is complete
 #pragma unroll
