@@ -18,6 +18,7 @@
 #pragma once
 
 #include <atomic>
+#include <mutex>
 #include <span>
 
 #include "muse/backends/cuda/cuda_impl.cuh"
@@ -85,16 +86,20 @@ __device__ __forceinline__ void cp_async_wait() {
 // default) on the current device: once per kernel and device (the attribute
 // belongs to the device's context; tensor-parallel ranks drive several GPUs
 // from one process).
+// The allowance only grows: a kernel whose size varies with the call (the
+// router's, the grouping's) may first ask for a few bytes, then for more.
 template <auto Kernel>
 cudaError_t allow_dynamic_smem(int bytes) {
-  static std::atomic<uint64_t> done{0};  // bit d: set on device d
+  static std::atomic<int> allowed[64] = {};  // bytes allowed so far, per device
+  static std::mutex raise;
   int dev = 0;
   cudaError_t e = cudaGetDevice(&dev);
   if (e != cudaSuccess) return e;
-  const uint64_t bit = dev < 64 ? uint64_t(1) << dev : 0;
-  if (bit && (done.load(std::memory_order_acquire) & bit)) return cudaSuccess;
+  if (dev < 64 && allowed[dev].load(std::memory_order_acquire) >= bytes) return cudaSuccess;
+  std::lock_guard<std::mutex> lock(raise);
+  if (dev < 64 && allowed[dev].load(std::memory_order_acquire) >= bytes) return cudaSuccess;
   e = cudaFuncSetAttribute(Kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  if (e == cudaSuccess) done.fetch_or(bit, std::memory_order_release);
+  if (e == cudaSuccess && dev < 64) allowed[dev].store(bytes, std::memory_order_release);
   return e;
 }
 
@@ -102,13 +107,10 @@ cudaError_t allow_dynamic_smem(int bytes) {
 // may start while the kernel before it finishes, stream what no kernel
 // writes (weights, codes, scales) and wait (pdl_wait, griddepcontrol.wait)
 // before reading that kernel's output. `smem` bytes of dynamic shared memory
-// (above 48 KB: a size fixed per kernel) are allowed on the device first.
+// are allowed on the device first.
 template <auto Kernel, class... Args>
 cudaError_t launch_pdl(cudaStream_t s, dim3 grid, dim3 block, size_t smem, Args... args) {
-  // Only above the 48 KB every kernel may take: the attribute is set once
-  // per kernel and device and caps later launches, and kernels whose size
-  // varies with the call (the router's, the grouping's) stay below it.
-  if (smem > 48 * 1024) {
+  if (smem > 0) {
     if (cudaError_t e = allow_dynamic_smem<Kernel>(int(smem)); e != cudaSuccess) return e;
   }
   cudaLaunchConfig_t cfg{};

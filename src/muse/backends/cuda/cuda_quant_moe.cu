@@ -141,7 +141,13 @@ __global__ void __launch_bounds__(32 * kSplit)
   constexpr int RW = Tiles::kDownRW;
   extern __shared__ uint4 ring[];
   __shared__ uint32_t lut[256];
-  if (int(blockIdx.y) >= *ntiles) return;
+  if (int(blockIdx.y) >= *ntiles) {
+    // Blocks with a tile wait for gate/up in the ring; with no tile at all
+    // (expert parallelism: every pair on another rank) one block waits, so
+    // that our completion still implies gate/up's (the combine waits on us).
+    if (*ntiles == 0 && blockIdx.x == 0 && blockIdx.y == 0) pdl_wait();
+    return;
+  }
   const int e = tiles[3 * blockIdx.y], g0 = tiles[3 * blockIdx.y + 1], nr = tiles[3 * blockIdx.y + 2];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const int64_t Hm = w.N, I = w.K, n0 = int64_t(blockIdx.x) * Tiles::kRows;
