@@ -51,7 +51,7 @@ constexpr int kWarps = 8;  // warps per block
 // Ring path (RING: one activation row, BF16 weights, the vector layout;
 // sm_80+): the warp's weight pieces (lane l: elements 8l..8l+7
 // of each 256) stream through a per-warp cp.async ring of kGemvStages
-// slots, so a warp keeps that many 512-byte reads in flight without holding
+// 16-byte slots a lane, so a warp keeps that many 512-byte reads in flight without holding
 // them in registers (the fp32-activation head of Spark, 202,048 × 8192: 42%
 // of HBM with one read a warp in flight, 58% with four in registers). Each
 // lane reads back only the slots it filled (no barrier), and folds the
@@ -59,10 +59,7 @@ constexpr int kWarps = 8;  // warps per block
 // elements; the butterfly last): the same bits as warp_dot. Only for one
 // row: its 32 KB of ring a block leave too little L1 for 8 fp32 activation
 // rows (Spark slice at batch 16 went from 86% to 69% of HBM with it).
-template <typename WT>
-constexpr int gemv_stages() {
-  return sizeof(WT) == 2 ? 8 : 4;  // 32 KB of ring a block either way
-}
+constexpr int kGemvStages = 8;  // 8 warps × 8 slots × 512 bytes: 32 KB of ring a block
 
 template <typename XT, typename WT, bool VEC, bool RING>
 __global__ void __launch_bounds__(256) gemv_kernel(const XT* __restrict__ x, int64_t ldx, int64_t T,
@@ -82,8 +79,9 @@ __global__ void __launch_bounds__(256) gemv_kernel(const XT* __restrict__ x, int
   constexpr bool ring_path = false;
 #endif
   if constexpr (ring_path) {
-    constexpr int PU = int(8 * sizeof(WT) / 16), S = gemv_stages<WT>();
-    __shared__ uint4 ring[kWarps][S][32 * PU];
+    static_assert(sizeof(WT) == 2, "the ring holds one 16-byte piece of 8 weights a lane");
+    constexpr int S = kGemvStages;
+    __shared__ uint4 ring[kWarps][S][32];
     const int64_t my_rows = N - n_first < rows ? (N - n_first > 0 ? N - n_first : 0) : rows;
     const int64_t P = (K + 255) / 256, units = my_rows * P;
     int64_t ij = 0, ip = 0, issued = 0;  // the next piece to copy: row ij, piece ip
@@ -92,9 +90,7 @@ __global__ void __launch_bounds__(256) gemv_kernel(const XT* __restrict__ x, int
         const int64_t k0 = int64_t(lane) * 8 + 256 * ip;
         const bool ok = k0 < K;
         const WT* src = w + (n_first + ij) * K + (ok ? k0 : 0);
-        uint4* dst = &ring[warp][issued % S][lane * PU];
-#pragma unroll
-        for (int q = 0; q < PU; ++q) cp_async16(dst + q, reinterpret_cast<const uint4*>(src) + q, ok ? 16 : 0);
+        cp_async16(&ring[warp][issued % S][lane], src, ok ? 16 : 0);
         if (++ip == P) ip = 0, ++ij;
       }
       cp_async_commit();  // empty groups too: the wait below counts groups
@@ -112,7 +108,7 @@ __global__ void __launch_bounds__(256) gemv_kernel(const XT* __restrict__ x, int
       const int64_t k0 = int64_t(lane) * 8 + 256 * p;
       if (k0 < K) {
         float wv[8];
-        load8(reinterpret_cast<const WT*>(&ring[warp][u % S][lane * PU]), wv);
+        load8(reinterpret_cast<const WT*>(&ring[warp][u % S][lane]), wv);
         fold_piece(wv, xr, nr, k0, acc);
       }
       if (++p == P) {  // row n_first + j is complete
@@ -681,11 +677,11 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
   // the prefill GEMM) launch as a chain that overlaps (kChainNext /
   // kChainXReady, cuda_mma.cuh); each product's bits are its own launch's.
   std::vector<bool> chainable(outs.size());
+  const bool gemm = (gemv_variant_ ? gemv_variant_ : gemv_rule(x.rows(), x.cols())) == 7;  // never chained
   bool all = true;
   int64_t min_n = INT64_MAX;
   for (size_t i = 0; i < outs.size(); ++i) {
-    chainable[i] = !lt && mma_eligible(x, outs[i].weight) &&
-                   (gemv_variant_ ? gemv_variant_ : gemv_rule(x.rows(), x.cols())) != 7;
+    chainable[i] = !lt && !gemm && mma_eligible(x, outs[i].weight);
     all = all && chainable[i];
     min_n = std::min(min_n, outs[i].weight.rows());
   }
