@@ -40,6 +40,32 @@ inline std::vector<float> as_stored(std::vector<float> v, DType dt) {
   return v;
 }
 
+// Two downloads of F32 outputs that should hold the same bits, told apart in
+// a line (a bit-equality failure's message: how many elements differ, the
+// first, and the largest difference relative to the largest |value|).
+inline std::string describe_f32_difference(const std::vector<char>& want, const std::vector<char>& got) {
+  if (want.size() != got.size())
+    return "sizes differ: " + std::to_string(want.size()) + " vs " + std::to_string(got.size()) + " bytes";
+  const size_t n = want.size() / sizeof(float);
+  std::vector<float> a(n), b(n);
+  std::memcpy(a.data(), want.data(), n * sizeof(float));
+  std::memcpy(b.data(), got.data(), n * sizeof(float));
+  size_t differ = 0, first = n;
+  double max_diff = 0, max_abs = 0;
+  for (size_t i = 0; i < n; ++i) {
+    max_abs = std::max(max_abs, double(std::fabs(a[i])));
+    if (std::memcmp(&a[i], &b[i], sizeof(float)) == 0) continue;
+    if (first == n) first = i;
+    ++differ;
+    max_diff = std::max(max_diff, std::fabs(double(a[i]) - double(b[i])));
+  }
+  if (differ == 0) return "same bits";
+  return std::to_string(differ) + " of " + std::to_string(n) + " elements differ; first [" + std::to_string(first) +
+         "] " + std::to_string(a[first]) + " vs " + std::to_string(b[first]) + "; max |difference| " +
+         std::to_string(max_diff) + " (" + std::to_string(max_abs > 0 ? max_diff / max_abs : 0.0) +
+         " of max |value|)";
+}
+
 // Per-op error summary, printed at the end of the run (the report's table).
 struct ErrorTable {
   struct Row {

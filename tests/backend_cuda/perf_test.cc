@@ -114,7 +114,7 @@ TEST_F(Timing, DISABLED_DecodeProducts) {
                           {"down", 6656, 19968},    {"lm_head", 202048, 6656}};
   // Each kernel variant on its own backend (CudaBackendOptions::gemv_variant).
   const std::pair<int, const char*> variants[] = {{1, "regs"},  {3, "ring3"}, {5, "wide"},
-                                                  {8, "clus3"}, {9, "clus4"}, {0, "rule"}};
+                                                  {8, "clus3"}, {9, "clus4"}, {12, "wgmma"}, {0, "rule"}};
   std::vector<std::unique_ptr<Backend>> backends;
   for (const auto& [v, name] : variants) {
     CudaBackendOptions o;
@@ -215,9 +215,9 @@ TEST_F(Timing, DISABLED_GroupedProducts) {
   }
 }
 
-// The prefill GEMM (variant 7: the rule's choice above 64 rows), T = 4096
-// rows of Glimmer's shapes, in TFLOP/s and as a fraction of the cuBLASLt bf16
-// rate measured in the same run.
+// The prefill GEMMs (variant 7, mma.sync; variant 11, wgmma: the rule's
+// choice above 64 rows on sm_90a), T = 4096 rows of Glimmer's shapes, in
+// TFLOP/s and as a fraction of the cuBLASLt bf16 rate measured in the same run.
 TEST_F(Timing, DISABLED_PrefillProducts) {
   auto ceil = measure_gpu_ceilings(uint64_t(1) << 30, 8192, 5);
   ASSERT_TRUE(ceil.ok()) << ceil.message();
@@ -227,26 +227,38 @@ TEST_F(Timing, DISABLED_PrefillProducts) {
     int64_t N, K;
   };
   const Shape shapes[] = {{"qkv+gate", 8704, 6656}, {"o", 6656, 4096}, {"gate", 19968, 6656}, {"down", 6656, 19968}};
+  const std::pair<int, const char*> variants[] = {{7, "mma"}, {11, "wgmma"}};
   const int64_t T = 4096;
-  uint64_t seed = 300;
-  for (const Shape& sh : shapes) {
-    auto tw = b().alloc(DType::BF16, {sh.N, sh.K});
-    auto tx = b().alloc(DType::BF16, {T, sh.K});
-    auto out = b().alloc(DType::BF16, {T, sh.N});
-    ASSERT_TRUE(tw.ok() && tx.ok() && out.ok());
-    ASSERT_TRUE(b().fill_uniform(*tw, seed + 1, 0.02f, 0.0f).ok());
-    ASSERT_TRUE(b().fill_uniform(*tx, seed + 2, 1.0f, 0.0f).ok());
-    b().matmul(*out, *tx, *tw);
-    run();
-    std::vector<double> runs;
-    for (int round = 0; round < 3; ++round) runs.push_back(time_op([&] { b().matmul(*out, *tx, *tw); }, 5));
-    std::sort(runs.begin(), runs.end());
-    const double s = runs[1], flops = 2.0 * double(T) * double(sh.N) * double(sh.K);
-    std::printf("prefill %-9s %6lldx%-6lld T %lld %9.1f us %7.1f TFLOP/s %5.1f%% of the bf16 rate\n", sh.name,
-                (long long)sh.N, (long long)sh.K, (long long)T, s * 1e6, flops / s * 1e-12,
-                100.0 * flops / s * 1e-12 / ceil->bf16_tflops);
-    for (auto* t : {&*tw, &*tx, &*out}) b().release(*t);
-    seed += 10;
+  for (const auto& [v, vname] : variants) {
+    CudaBackendOptions o;
+    o.gemv_variant = v;
+    auto r = create_cuda_backend(o);
+    ASSERT_TRUE(r.ok()) << r.message();
+    Backend& be = **r;
+    uint64_t seed = 300;
+    for (const Shape& sh : shapes) {
+      auto tw = be.alloc(DType::BF16, {sh.N, sh.K});
+      auto tx = be.alloc(DType::BF16, {T, sh.K});
+      auto out = be.alloc(DType::BF16, {T, sh.N});
+      ASSERT_TRUE(tw.ok() && tx.ok() && out.ok());
+      ASSERT_TRUE(be.fill_uniform(*tw, seed + 1, 0.02f, 0.0f).ok());
+      ASSERT_TRUE(be.fill_uniform(*tx, seed + 2, 1.0f, 0.0f).ok());
+      std::vector<double> runs;
+      for (int round = 0; round < 4; ++round) {
+        const int reps = round == 0 ? 1 : 5;  // round 0 warms up
+        auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < reps; ++i) be.matmul(*out, *tx, *tw);
+        ASSERT_TRUE(be.execute().ok());
+        if (round) runs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps);
+      }
+      std::sort(runs.begin(), runs.end());
+      const double s = runs[1], flops = 2.0 * double(T) * double(sh.N) * double(sh.K);
+      std::printf("prefill %-5s %-9s %6lldx%-6lld T %lld %9.1f us %7.1f TFLOP/s %5.1f%% of the bf16 rate\n", vname,
+                  sh.name, (long long)sh.N, (long long)sh.K, (long long)T, s * 1e6, flops / s * 1e-12,
+                  100.0 * flops / s * 1e-12 / ceil->bf16_tflops);
+      for (auto* t : {&*tw, &*tx, &*out}) be.release(*t);
+      seed += 10;
+    }
   }
 }
 

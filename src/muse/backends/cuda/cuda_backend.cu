@@ -212,21 +212,34 @@ Status CudaBackend::download(const Tensor& t, void* host) {
 }
 
 void CudaBackend::reserve_scratch(size_t bytes) {
-  if (bytes <= scratch_bytes_) return;
+  if (!try_reserve_scratch(bytes))
+    check(false, "scratch", "out of GPU memory for " + std::to_string(bytes >> 20) + " MiB of op scratch");
+}
+
+bool CudaBackend::try_reserve_scratch(size_t bytes) {
+  if (bytes <= scratch_bytes_) return true;
   use_device();
   // Nothing runs between steps (execute() ends synchronized), so the old
-  // buffer is idle; queued ops read scratch_ when they run.
+  // buffer is idle; queued ops read scratch_ when they run. Twice the old
+  // size where that fits (fewer regrowths), else just what is asked.
+  void* grown = nullptr;
+  size_t want = std::max(bytes, scratch_bytes_ * 2);
   if (scratch_) cudaFree(scratch_);
   scratch_ = nullptr;
+  const size_t had = scratch_bytes_;
   scratch_bytes_ = 0;
-  size_t want = std::max(bytes, scratch_bytes_ * 2);
-  if (cudaMalloc(&scratch_, want) != cudaSuccess) {
+  for (size_t size : {want, bytes}) {
+    if (cudaMalloc(&grown, size) == cudaSuccess) {
+      scratch_ = grown;
+      scratch_bytes_ = size;
+      return true;
+    }
     cudaGetLastError();
-    scratch_ = nullptr;
-    check(false, "scratch", "out of GPU memory for " + std::to_string(want >> 20) + " MiB of op scratch");
-    return;
   }
-  scratch_bytes_ = want;
+  // Not even `bytes`: keep what there was, for the ops that fit in it.
+  if (had && cudaMalloc(&grown, had) == cudaSuccess) scratch_ = grown, scratch_bytes_ = had;
+  cudaGetLastError();
+  return false;
 }
 
 const float* CudaBackend::inv_freq(double theta, int64_t head_dim) {

@@ -20,7 +20,9 @@ struct CudaBackendOptions {
   // 1 the register-load kernel; 2, 3, 4, 6 the cp.async ring with that many
   // stages; 5 the block-shared-x kernel; 7 the tiled prefill GEMM; 8, 9 the
   // cluster kernel with 3 or 4 stages; 10 the cluster kernel with the
-  // products of one project() call in one launch; each forced for every row count. All
+  // products of one project() call in one launch; 11 and 12 the wgmma
+  // kernels with 256 or 8..64 activation rows a tile (sm_90a; 7 elsewhere);
+  // each forced for every row count. All
   // give the same bits; the timing tests and `muse bench --product-kernel`
   // compare their speed.
   int gemv_variant = 0;

@@ -212,6 +212,9 @@ class CudaBackend final : public Backend {
   // Device scratch of at least `bytes`, valid while the step runs: ops read
   // scratch_ when they run, so growing it at a later enqueue is safe.
   void reserve_scratch(size_t bytes);
+  // The same, for scratch an op can do without (it takes a slower path):
+  // false, and no error, where the memory is not there.
+  bool try_reserve_scratch(size_t bytes);
   void* scratch() const { return scratch_; }
   // inv_freq for (theta, head_dim), on the device (uploaded once).
   const float* inv_freq(double theta, int64_t head_dim);

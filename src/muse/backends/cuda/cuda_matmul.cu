@@ -489,8 +489,9 @@ cudaError_t launch_mma_nt(cudaStream_t s, const __nv_bfloat16* x, int64_t T, con
 
 // The default rule's choice (see below).
 int gemv_rule(int64_t T, int64_t K) {
-  if (T > 64) return 7;
+  if (T > 64) return wgmma_gemm_usable() ? 11 : 7;
   if (T <= 8) return 3;
+  if (wgmma_gemm_usable()) return 12;
   if (!mma_cluster_built()) return 1;
   return T > 16 && K >= 16384 ? 9 : 8;
 }
@@ -499,7 +500,10 @@ int gemv_rule(int64_t T, int64_t K) {
 // 2, 3, 4, 6 the ring with that many stages; 5 wide_gemv; 7 the tiled
 // prefill GEMM (cuda_mma_gemm.cu); 8 and 9 the cluster kernel
 // (cuda_mma_cluster.cu) with 3 or 4 stages; 10 the cluster kernel with the
-// products of one project() call in one launch (grouped_rule). Every
+// products of one project() call in one launch (grouped_rule); 11 and 12
+// the wgmma kernels (cuda_wgmma_gemm.cu, sm_90a: 256 or 8..64 activation
+// rows a tile; the products of one project() call in one launch; variant 7
+// or the cluster rule where the device cannot run them). Every
 // variant gives the same bits, so the rule may pick by shape freely. The
 // rule, from the H200 timings of every variant on Glimmer's shapes
 // (tests/backend_cuda Timing.DISABLED_DecodeProducts and whole-model `muse
@@ -507,12 +511,13 @@ int gemv_rule(int64_t T, int64_t K) {
 // up to 8 rows (its 48 KB of shared memory leave 4 blocks per SM: 64-90% of
 // HBM at 1 row for one product alone); the cluster kernel at 9..64 rows, with
 // four stages where K >= 16384 above 16 rows (down at 64 rows: 57% against
-// 52%; elsewhere within 2 points), its products grouped; the prefill GEMM
-// above 64 rows. wide_gemv (once the rule at 9..16 rows for the long
-// matrices) lost on the whole model: batch 16 at 24.96 ms a step against
-// 19.00 for the cluster kernel.
+// 52%; elsewhere within 2 points), its products grouped; on sm_90a the
+// wgmma decode kernel at 9..64 rows instead, and the wgmma GEMM above 64
+// rows (the mma.sync GEMM, variant 7, elsewhere). wide_gemv (once the rule
+// at 9..16 rows for the long matrices) lost on the whole model: batch 16 at
+// 24.96 ms a step against 19.00 for the cluster kernel.
 // chain: kChainNext / kChainXReady (cuda_mma.cuh) for the products of one
-// project() call; the prefill GEMM (variant 7) is never chained.
+// project() call; the GEMMs (variants 7, 11 and 12) are never chained.
 cudaError_t launch_mma_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, const Tensor& out, int variant,
                             int chain) {
   const int64_t T = x.rows(), K = x.cols(), N = w.rows();
@@ -521,6 +526,8 @@ cudaError_t launch_mma_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, co
   const int odt = dt_code(out.dtype);
   const int64_t ldo = out.cols();
   if (variant == 0) variant = gemv_rule(T, K);
+  if ((variant == 11 || variant == 12) && !wgmma_gemm_usable()) variant = 7;  // the same bits, without wgmma
+  if (variant == 11 || variant == 12) return launch_wgmma_gemm(s, x, {&w, 1}, {&out, 1}, variant, nullptr, 0);
   if (variant == 7) return launch_mma_gemm(s, x, w, out);
   if (variant >= 8 && variant <= 10 && !mma_cluster_built()) variant = 1;  // the same bits, without clusters
   if (variant >= 8 && variant <= 10)
@@ -677,7 +684,9 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
   // the prefill GEMM) launch as a chain that overlaps (kChainNext /
   // kChainXReady, cuda_mma.cuh); each product's bits are its own launch's.
   std::vector<bool> chainable(outs.size());
-  const bool gemm = (gemv_variant_ ? gemv_variant_ : gemv_rule(x.rows(), x.cols())) == 7;  // never chained
+  const int variant = gemv_variant_ ? gemv_variant_ : gemv_rule(x.rows(), x.cols());
+  const bool wg = (variant == 11 || variant == 12) && wgmma_gemm_usable();
+  const bool gemm = variant == 7 || wg;  // never chained
   bool all = true;
   int64_t min_n = INT64_MAX;
   for (size_t i = 0; i < outs.size(); ++i) {
@@ -685,10 +694,32 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
     all = all && chainable[i];
     min_n = std::min(min_n, outs[i].weight.rows());
   }
+  // The wgmma kernels take every output of the call, four to a launch (each
+  // row's bits are its own product's); the prefill GEMM reads x in the mma's
+  // order from scratch, written once for all of them, where the scratch can
+  // be had (else it copies x's 4-byte pairs into place itself).
+  const bool wg_all = wg && std::all_of(outs.begin(), outs.end(), [&](const Projection& p) {
+                        return !lt && mma_eligible(x, p.weight);
+                      });
+  const bool xperm = wg_all && variant == 11 &&
+                     try_reserve_scratch(size_t(wgmma_xperm_elements(x.rows(), x.cols())) * sizeof(__nv_bfloat16));
   // All of them in one cluster launch where the rule says so (each row's
   // bits are still its own product's).
   const int grouped = all ? grouped_rule(gemv_variant_, x.rows(), x.cols(), outs.size(), min_n) : 0;
-  enqueue("project", [this, x, outs, lt, chainable, grouped](cudaStream_t s) {
+  enqueue("project", [this, x, outs, lt, chainable, grouped, wg_all, variant, xperm](cudaStream_t s) {
+    if (wg_all) {
+      if (xperm)
+        if (cudaError_t e = wgmma_permute_x(s, x, scratch()); e != cudaSuccess) return e;
+      for (size_t i = 0; i < outs.size(); i += 4) {
+        const size_t n = std::min<size_t>(4, outs.size() - i);
+        Tensor ws[4], os[4];
+        for (size_t q = 0; q < n; ++q) ws[q] = outs[i + q].weight, os[q] = outs[i + q].out;
+        if (cudaError_t e = launch_wgmma_gemm(s, x, {ws, n}, {os, n}, variant, xperm ? scratch() : nullptr, 0);
+            e != cudaSuccess)
+          return e;
+      }
+      return cudaSuccess;
+    }
     if (grouped) {
       Tensor ws[4], os[4];
       for (size_t i = 0; i < outs.size(); ++i) ws[i] = outs[i].weight, os[i] = outs[i].out;

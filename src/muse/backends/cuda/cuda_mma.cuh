@@ -255,6 +255,50 @@ __device__ __forceinline__ void ring_reduce(uint4* ring, int s, int lane, const 
   }
 }
 
+// The products one launch computes: up to four weights of the same x, each
+// with its own output (Q, K, V and the gate; gate and up). Every tile of
+// `tile_rows` weight rows belongs to one of them (tiles tile_end[j-1] ..
+// tile_end[j] - 1 to product j), so each row's sum is the one its own
+// launch computes; one launch fills the GPU where the small products (K and
+// V: 2 tiles each) alone would leave it idle. Used by the cluster kernel
+// (128-row tiles) and the wgmma GEMM (256-row tiles).
+constexpr int kClusterGroupMax = 4;
+struct ClusterGroup {
+  const __nv_bfloat16* w[kClusterGroupMax];
+  void* out[kClusterGroupMax];
+  int64_t n[kClusterGroupMax], ldo[kClusterGroupMax], tile_end[kClusterGroupMax];
+  int odt[kClusterGroupMax];
+  int count;
+  int64_t tiles_n;  // weight-row tiles of all the products
+};
+
+// Host: the group of ws[j] -> outs[j] in tiles of `tile_rows` weight rows
+// (count 0 when the spans are empty, unequal or longer than four).
+inline ClusterGroup make_cluster_group(std::span<const Tensor> ws, std::span<const Tensor> outs, int64_t tile_rows) {
+  ClusterGroup grp{};
+  if (ws.empty() || ws.size() != outs.size() || ws.size() > size_t(kClusterGroupMax)) return grp;
+  grp.count = int(ws.size());
+  for (size_t j = 0; j < ws.size(); ++j) {
+    grp.w[j] = static_cast<const __nv_bfloat16*>(ws[j].data);
+    grp.out[j] = outs[j].data;
+    grp.n[j] = ws[j].rows();
+    grp.ldo[j] = outs[j].cols();
+    grp.odt[j] = dt_code(outs[j].dtype);
+    grp.tiles_n += (grp.n[j] + tile_rows - 1) / tile_rows;
+    grp.tile_end[j] = grp.tiles_n;
+  }
+  return grp;
+}
+
+// Device: which product weight-row tile nt belongs to (block-uniform).
+__device__ __forceinline__ int group_product(const ClusterGroup& grp, int64_t nt) {
+  int j = 0;
+#pragma unroll
+  for (int q = 0; q + 1 < kClusterGroupMax; ++q)
+    if (q + 1 < grp.count && nt >= grp.tile_end[q]) j = q + 1;
+  return j;
+}
+
 // The prefill product for T > 64 rows (cuda_mma_gemm.cu, variant 7): the
 // decode kernels' bits, from 128 × 128 tiles staged in shared memory.
 cudaError_t launch_mma_gemm(cudaStream_t s, const Tensor& x, const Tensor& w, const Tensor& out);
@@ -266,5 +310,22 @@ cudaError_t launch_mma_gemm(cudaStream_t s, const Tensor& x, const Tensor& w, co
 // the bits of its own.
 cudaError_t launch_mma_cluster(cudaStream_t s, const Tensor& x, std::span<const Tensor> ws,
                                std::span<const Tensor> outs, int stages, int chain);
+
+// The products through Hopper's wgmma (cuda_wgmma_gemm.cu, sm_90a): the
+// decode kernels' bits, 128 weight rows × wgmma_tile_rows(variant, T)
+// activation rows a cluster tile, up to four products of the same x in one
+// launch. Variant 11: 256 activation rows a tile (the prefill GEMM); xperm,
+// where not null, holds x in the mma's order, as wgmma_permute_x wrote it
+// (wgmma_xperm_elements(T, K) bf16 values), so the GEMM stages it with
+// 16-byte copies instead of 4-byte ones. Variant 12: 8, 16, 32 or 64
+// activation rows a tile by T (decode; xperm unused).
+// wgmma_gemm_usable(): the current device runs its sm_90a code (compute
+// capability 9.0 exactly; otherwise the rule takes the mma.sync kernels).
+bool wgmma_gemm_usable();
+int64_t wgmma_xperm_elements(int64_t T, int64_t K);
+int wgmma_tile_rows(int variant, int64_t T);
+cudaError_t wgmma_permute_x(cudaStream_t s, const Tensor& x, void* xperm);
+cudaError_t launch_wgmma_gemm(cudaStream_t s, const Tensor& x, std::span<const Tensor> ws,
+                              std::span<const Tensor> outs, int variant, const void* xperm, int chain);
 
 }  // namespace muse::cuda

@@ -44,21 +44,6 @@ constexpr size_t cluster_smem_bytes() {
   return stages > part ? stages : part;
 }
 
-// The products one launch computes: up to four weights of the same x, each
-// with its own output (Q, K, V and the gate; gate and up). Every tile of
-// 128 weight rows belongs to one of them (tiles tile_end[j-1] ..
-// tile_end[j] - 1 to product j), so each row's sum is the one its own
-// launch computes; one launch fills the GPU where the small products (K and
-// V: 2 tiles each) alone would leave it idle.
-constexpr int kClusterGroupMax = 4;
-struct ClusterGroup {
-  const __nv_bfloat16* w[kClusterGroupMax];
-  void* out[kClusterGroupMax];
-  int64_t n[kClusterGroupMax], ldo[kClusterGroupMax], tile_end[kClusterGroupMax];
-  int odt[kClusterGroupMax];
-  int count;
-  int64_t tiles_n;  // weight-row tiles of all the products
-};
 
 // Where piece p of a staged 128-byte row sits: the two rows a load phase
 // reads (g even and odd, the same 4 pieces) land in different halves of the
@@ -76,11 +61,7 @@ __global__ void __launch_bounds__(kCThreads, STAGES == 3 ? 3 : 2)  // the blocks
   const int wm = warp & 3, wn = warp >> 2;  // weight rows 32·wm.., activation rows 32·wn..
   const int64_t tile = blockIdx.x / kSplit;
   const int64_t nt = tile % grp.tiles_n, t0 = (tile / grp.tiles_n) * kCT;
-  // The product this tile of weight rows belongs to (block-uniform).
-  int j = 0;
-#pragma unroll
-  for (int q = 0; q + 1 < kClusterGroupMax; ++q)
-    if (q + 1 < grp.count && nt >= grp.tile_end[q]) j = q + 1;
+  const int j = group_product(grp, nt);  // the product this tile of weight rows belongs to
   const __nv_bfloat16* __restrict__ w = grp.w[j];
   const int64_t N = grp.n[j], n0 = (nt - (j ? grp.tile_end[j - 1] : 0)) * kCW;
   const int64_t ngran = (K + kGranule - 1) / kGranule;
@@ -229,18 +210,8 @@ cudaError_t launch_cluster(cudaStream_t s, const __nv_bfloat16* x, int64_t T, in
 
 cudaError_t launch_mma_cluster(cudaStream_t s, const Tensor& x, std::span<const Tensor> ws,
                                std::span<const Tensor> outs, int stages, int chain) {
-  if (ws.empty() || ws.size() != outs.size() || ws.size() > size_t(kClusterGroupMax)) return cudaErrorInvalidValue;
-  ClusterGroup grp{};
-  grp.count = int(ws.size());
-  for (size_t j = 0; j < ws.size(); ++j) {
-    grp.w[j] = static_cast<const __nv_bfloat16*>(ws[j].data);
-    grp.out[j] = outs[j].data;
-    grp.n[j] = ws[j].rows();
-    grp.ldo[j] = outs[j].cols();
-    grp.odt[j] = dt_code(outs[j].dtype);
-    grp.tiles_n += (grp.n[j] + kCW - 1) / kCW;
-    grp.tile_end[j] = grp.tiles_n;
-  }
+  const ClusterGroup grp = make_cluster_group(ws, outs, kCW);
+  if (grp.count == 0) return cudaErrorInvalidValue;
   auto* xp = static_cast<const __nv_bfloat16*>(x.data);
   if (stages == 4) return launch_cluster<4>(s, xp, x.rows(), x.cols(), grp, chain);
   return launch_cluster<3>(s, xp, x.rows(), x.cols(), grp, chain);
