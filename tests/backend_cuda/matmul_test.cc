@@ -99,6 +99,34 @@ TEST_P(Project, DecodeRowIsBatchInvariantAndDeterministic) {
   }
 }
 
+#if defined(MUSE_HAVE_CUDA) && MUSE_HAVE_CUDA
+// The F32 output bytes of x (T x K) · w (N x K)ᵀ through product kernel `variant`.
+std::vector<char> product_bytes(int variant, int64_t T, int64_t N, int64_t K, uint32_t seed) {
+  CudaBackendOptions o;
+  o.gemv_variant = variant;
+  auto r = create_cuda_backend(o);
+  EXPECT_TRUE(r.ok()) << r.message();
+  if (!r.ok()) return {};
+  Backend& be = **r;
+  auto bf = [](const std::vector<float>& v) {
+    std::vector<uint16_t> h(v.size());
+    for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_bf16(v[i]);
+    return h;
+  };
+  const auto x = bf(random_floats(static_cast<size_t>(T * K), seed)),
+             w = bf(random_floats(static_cast<size_t>(N * K), seed + 1, 0.05f));
+  auto tx = be.import_weight(DType::BF16, {T, K}, x.data(), false);
+  auto tw = be.import_weight(DType::BF16, {N, K}, w.data(), false);
+  auto to = be.alloc(DType::F32, {T, N});
+  EXPECT_TRUE(tx.ok() && tw.ok() && to.ok());
+  be.matmul(*to, *tx, *tw);
+  EXPECT_TRUE(be.execute().ok());
+  std::vector<char> out(static_cast<size_t>(to->bytes()));
+  EXPECT_TRUE(be.download(*to, out.data()).ok());
+  return out;
+}
+#endif
+
 // The decode-product kernel variants (CudaBackendOptions::gemv_variant:
 // register loads, the cp.async ring with 3, 4 or 6 stages, the wide kernel,
 // the prefill GEMM, the cluster kernel) compute the same
@@ -108,29 +136,7 @@ TEST(ProjectVariants, EveryGemvVariantGivesTheSameBits) {
   GTEST_SKIP() << "this build has no CUDA backend (configure with -DMUSE_CUDA=ON: scripts/test-cuda.sh)";
 #else
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU on this machine: the CUDA backend is not tested here";
-  auto bytes_for = [](int variant, int64_t T, int64_t N, int64_t K, uint32_t seed) {
-    CudaBackendOptions o;
-    o.gemv_variant = variant;
-    auto r = create_cuda_backend(o);
-    EXPECT_TRUE(r.ok()) << r.message();
-    Backend& be = **r;
-    auto bf = [](const std::vector<float>& v) {
-      std::vector<uint16_t> h(v.size());
-      for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_bf16(v[i]);
-      return h;
-    };
-    const auto x = bf(random_floats(static_cast<size_t>(T * K), seed)),
-               w = bf(random_floats(static_cast<size_t>(N * K), seed + 1, 0.05f));
-    auto tx = be.import_weight(DType::BF16, {T, K}, x.data(), false);
-    auto tw = be.import_weight(DType::BF16, {N, K}, w.data(), false);
-    auto to = be.alloc(DType::F32, {T, N});
-    EXPECT_TRUE(tx.ok() && tw.ok() && to.ok());
-    be.matmul(*to, *tx, *tw);
-    EXPECT_TRUE(be.execute().ok());
-    std::vector<char> out(static_cast<size_t>(to->bytes()));
-    EXPECT_TRUE(be.download(*to, out.data()).ok());
-    return out;
-  };
+  auto bytes_for = product_bytes;
   uint32_t seed = 7000;
   // Variant 7 is the prefill GEMM (the rule's choice above 64 rows) and 8, 9
   // the cluster kernel: 128-row tiles, so also N and T across tile edges, K
@@ -149,6 +155,32 @@ TEST(ProjectVariants, EveryGemvVariantGivesTheSameBits) {
     const auto want = bytes_for(1, c.T, c.N, c.K, seed);
     for (int v : {0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}) {
       const auto got = bytes_for(v, c.T, c.N, c.K, seed);
+      EXPECT_TRUE(want == got) << "variant " << v << " T " << c.T << " N " << c.N << " K " << c.K << ": "
+                               << describe_f32_difference(want, got);
+    }
+  }
+#endif
+}
+
+// The wgmma kernels alone (variants 11 and 12, against the register kernel,
+// which uses no clusters): a small case list that compute-sanitizer's
+// racecheck can instrument in full (it fails on the mma.sync cluster kernel
+// when that kernel is left uninstrumented: bench/NOTES.md).
+TEST(ProjectVariants, WgmmaKernelsGiveTheSameBits) {
+#if !(defined(MUSE_HAVE_CUDA) && MUSE_HAVE_CUDA)
+  GTEST_SKIP() << "this build has no CUDA backend (configure with -DMUSE_CUDA=ON: scripts/test-cuda.sh)";
+#else
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU on this machine: the CUDA backend is not tested here";
+  uint32_t seed = 7700;
+  struct Case {
+    int64_t T, N, K;
+  };
+  for (const Case c : {Case{1, 77, 1000}, Case{9, 130, 136}, Case{33, 255, 520}, Case{64, 129, 4168},
+                       Case{65, 260, 384}, Case{300, 333, 1032}}) {
+    seed += 2;
+    const auto want = product_bytes(1, c.T, c.N, c.K, seed);
+    for (int v : {11, 12}) {
+      const auto got = product_bytes(v, c.T, c.N, c.K, seed);
       EXPECT_TRUE(want == got) << "variant " << v << " T " << c.T << " N " << c.N << " K " << c.K << ": "
                                << describe_f32_difference(want, got);
     }

@@ -113,8 +113,9 @@ TEST_F(Timing, DISABLED_DecodeProducts) {
   const Shape shapes[] = {{"qkv+gate", 8704, 6656}, {"o", 6656, 4096}, {"gate+up", 39936, 6656},
                           {"down", 6656, 19968},    {"lm_head", 202048, 6656}};
   // Each kernel variant on its own backend (CudaBackendOptions::gemv_variant).
-  const std::pair<int, const char*> variants[] = {{1, "regs"},  {3, "ring3"}, {5, "wide"},
-                                                  {8, "clus3"}, {9, "clus4"}, {12, "wgmma"}, {0, "rule"}};
+  // (regs, 1, and wide, 5, lost everywhere in the 2026-12-01 runs: not timed.)
+  const std::pair<int, const char*> variants[] = {
+      {3, "ring3"}, {8, "clus3"}, {9, "clus4"}, {12, "wgmma"}, {0, "rule"}};
   std::vector<std::unique_ptr<Backend>> backends;
   for (const auto& [v, name] : variants) {
     CudaBackendOptions o;
@@ -130,7 +131,7 @@ TEST_F(Timing, DISABLED_DecodeProducts) {
       auto tw = be.alloc(DType::BF16, {sh.N, sh.K});
       ASSERT_TRUE(tw.ok());
       ASSERT_TRUE(be.fill_uniform(*tw, seed + 1, 0.02f, 0.0f).ok());
-      for (int64_t T : {1, 4, 16, 64}) {
+      for (int64_t T : {1, 4, 16, 32, 64}) {
         auto tx = be.alloc(DType::BF16, {T, sh.K});
         auto out = be.alloc(DType::BF16, {T, sh.N});
         ASSERT_TRUE(tx.ok() && out.ok());

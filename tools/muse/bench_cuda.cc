@@ -60,11 +60,13 @@ std::string spark_slice_json(int64_t layers) {
     "final_logit_softcapping": 20.0, "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2}})";
 }
 
-// Weight bytes a step of `batch` decode rows reads.
-double step_weight_bytes(const ModelConfig& c, const DecodeTraffic& t, int64_t batch) {
+// Weight bytes a step of `batch` decode rows reads, with `distinct`
+// experts a sparse layer (measured; < 0: the expected count under uniform
+// routing, E·(1 − (1 − k/E)^b)).
+double step_weight_bytes(const ModelConfig& c, const DecodeTraffic& t, int64_t batch, double distinct = -1) {
   if (t.expert_bytes == 0) return double(t.total());
   const double E = double(c.num_experts), k = double(c.num_experts_per_tok);
-  const double distinct = E * (1.0 - std::pow(1.0 - k / E, double(batch)));
+  if (distinct < 0) distinct = E * (1.0 - std::pow(1.0 - k / E, double(batch)));
   return double(t.dense_bytes + t.head_bytes) + double(t.expert_bytes) * distinct / k;
 }
 
@@ -270,7 +272,9 @@ int bench_cuda(const BenchOptions& o) {
   eo.max_model_len = std::max(max_ctx, o.prefill) + int64_t(o.runs + 1) * o.tokens + 2;
   eo.max_batch_tokens = std::max(o.prefill, max_batch);
   eo.gpu_memory_utilization = 0.95;
-  eo.record_experts = o.verify_acceptance > 0;  // the distinct experts of each verify width
+  // The distinct experts each step routes to, measured (MoE models): the
+  // bytes a step reads count those, not an assumed spread.
+  eo.record_experts = config->num_experts > 0;
   const double t_load = now_s();
   auto engine = Engine::create(*config, std::make_unique<QuantRandomSource>(*config, ro, quant), eo);
   if (!engine.ok()) return fail("bench", engine.message());
@@ -298,7 +302,12 @@ int bench_cuda(const BenchOptions& o) {
   for (int64_t ctx : o.contexts) {
     for (int64_t batch : o.batches) {
       std::vector<std::unique_ptr<Session>> sessions;
-      std::vector<int32_t> next(size_t(batch), 5);
+      // A different token a row, so the rows' hidden states (and a MoE
+      // model's routing) differ, as a real batch's do: with one token for
+      // every row, all rows routed to the same 8 experts (until 2026-12-04,
+      // when the figures counted the uniform-routing expectation instead).
+      std::vector<int32_t> next(static_cast<size_t>(batch), 0);
+      for (int64_t i = 0; i < batch; ++i) next[size_t(i)] = int32_t(3 + (i * 7919) % (config->vocab_size - 3));
       bool ok = true;
       for (int64_t i = 0; i < batch && ok; ++i) {
         auto s = e.new_session();
@@ -318,6 +327,8 @@ int bench_cuda(const BenchOptions& o) {
       Status st = e.step(items);  // warm-up (first use of each kernel shape)
       if (!st.ok()) return fail("bench", st.message());
       std::vector<double> step_s;
+      double experts_sum = 0;  // measured distinct experts a sparse layer, summed over the timed steps
+      int64_t experts_steps = 0;
       const bool profile_here = o.profile && ctx == o.contexts.front() && batch == o.batches.front();
       e.backend().set_profiling(false);  // the timed runs record no per-op events (they slow every step)
       for (int r = 0; r < o.runs; ++r) {
@@ -325,6 +336,7 @@ int bench_cuda(const BenchOptions& o) {
         for (int64_t k = 0; k < o.tokens; ++k) {
           st = e.step(items);
           if (!st.ok()) return fail("bench", st.message());
+          experts_sum += e.distinct_experts(), ++experts_steps;
         }
         step_s.push_back((now_s() - t0) / double(o.tokens));
       }
@@ -337,7 +349,9 @@ int bench_cuda(const BenchOptions& o) {
         profile = e.backend().profile_report();
       }
       const double t = median_of(step_s);
-      const double bytes = step_weight_bytes(*config, traffic, batch) + double(batch) * kv_bytes(*config, ctx, kv_elem);
+      const double experts = config->num_experts > 0 && experts_steps ? experts_sum / double(experts_steps) : -1;
+      const double bytes =
+          step_weight_bytes(*config, traffic, batch, experts) + double(batch) * kv_bytes(*config, ctx, kv_elem);
       const double gbs = bytes / t / 1e9;
       Json r = Json::object();
       r.set("batch", batch);
@@ -347,10 +361,12 @@ int bench_cuda(const BenchOptions& o) {
       r.set("bytes_per_step", bytes);
       r.set("read_gb_per_second", gbs);
       r.set("fraction_of_hbm", gbs / ceil0->hbm_read_gbps);
+      if (experts >= 0) r.set("distinct_experts", experts);
       rows.push_back(r);
       if (!o.json)
-        std::printf("%-6lld %-8lld %10.3f %10.1f %12.3e %10.1f %7.1f%%\n", (long long)batch, (long long)ctx, t * 1e3,
-                    double(batch) / t, bytes, gbs, 100.0 * gbs / ceil0->hbm_read_gbps);
+        std::printf("%-6lld %-8lld %10.3f %10.1f %12.3e %10.1f %7.1f%%%s\n", (long long)batch, (long long)ctx, t * 1e3,
+                    double(batch) / t, bytes, gbs, 100.0 * gbs / ceil0->hbm_read_gbps,
+                    experts >= 0 ? ("   " + std::to_string(int(experts + 0.5)) + " experts").c_str() : "");
       std::fflush(stdout);
     }
   }

@@ -218,12 +218,13 @@ void CudaBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_
   // (a decode at 1K context: 16 chunk blocks per kv head, not 256). The
   // merge reports a row that needs more (a wrong hint).
   int chunks = kMaxChunks;
+  int64_t max_keys = 0;
   if (plan.max_seq_end > 0) {
-    const int64_t keys = window > 0 ? std::min(plan.max_seq_end, window) : plan.max_seq_end;
-    chunks = int(std::clamp<int64_t>((keys + kMinChunkKeys - 1) / kMinChunkKeys, 1, kMaxChunks));
+    max_keys = window > 0 ? std::min(plan.max_seq_end, window) : plan.max_seq_end;
+    chunks = int(std::clamp<int64_t>((max_keys + kMinChunkKeys - 1) / kMinChunkKeys, 1, kMaxChunks));
   }
   const AttnCall call{out.data, dt_code(out.dtype), out.cols(), q.data, dt_code(q.dtype), q.cols(), a, P, T, int(d),
-                      group, hq, window, scale, dev_error(), op, chunks};
+                      group, hq, window, scale, dev_error(), op, chunks, max_keys};
   // Many rows of one sequence (a prefill): the same bits as the split path
   // below, without its chunk partials and per-row K/V reads
   // (cuda_attention_prefill.cu). Choosing by the step's shape is allowed

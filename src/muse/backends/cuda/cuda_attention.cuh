@@ -386,6 +386,7 @@ struct AttnCall {
   DeviceError* err;
   int op;
   int chunks;  // split path: chunk blocks per row (kMaxChunks, fewer when the plan says no row has more)
+  int64_t max_keys;  // the most keys a row sees (0: not known)
 };
 
 // cuda_attention_split.cu. The split path: chunk partials in `part`

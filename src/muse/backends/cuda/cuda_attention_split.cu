@@ -347,20 +347,28 @@ SplitKernel pick_split_kernel(int G, int d, bool vec) {
 // (butterfly); warps merge in warp order, chunks in chunk order. The order
 // depends only on the row's own keys: batch- and chunk-invariant.
 // ---------------------------------------------------------------------------
-template <int D>
+//
+// WARPS: the block's warps, kMmaAttnWarps or (when no row of the launch has
+// chunks of more than two tiles: at most 16K keys) two, so twice the blocks
+// fit an SM beside each other (the block is latency-bound: page lookups,
+// one tile's copies, the merge). The merge still folds kMmaAttnWarps
+// states in warp order, the absent warps' as the empty state, as the
+// four-warp kernel does for its warps without a tile: the same bits.
+template <int D, int WARPS>
 constexpr size_t mma_att_smem() {
   // per warp: K and V tiles of 32 rows; after the loop, the warp merge
   // (16 heads x D floats + m, l) reuses the same bytes.
-  const size_t tiles = size_t(kMmaAttnWarps) * 2 * 32 * mma_row_bytes<D>();
+  const size_t tiles = size_t(WARPS) * 2 * 32 * mma_row_bytes<D>();
   const size_t merge = (size_t(16) * D + 32) * sizeof(float);
   return tiles > merge ? tiles : merge;
 }
 
-template <int D>
-__global__ void __launch_bounds__(kMmaAttnWarps * 32)
+template <int D, int WARPS>
+__global__ void __launch_bounds__(WARPS * 32)
     attention_mma_kernel(float* __restrict__ part, const __nv_bfloat16* __restrict__ q, int64_t ldq, KvArgs a,
                          PlanDev P, int64_t T, int64_t r0, int G, int hq, int64_t window, float scale,
                          DeviceError* err, int op) {
+  static_assert(WARPS == 2 || WARPS == kMmaAttnWarps, "two or all warps");
   constexpr int RB = mma_row_bytes<D>();
   constexpr int NT = D / 8;  // n-tiles of the output
   pdl_wait();  // launched with PDL: q from the kernel before us; no early trigger (the merge waits anyway)
@@ -386,6 +394,10 @@ __global__ void __launch_bounds__(kMmaAttnWarps * 32)
   MmaState<D> st;
   mma_state_init(st);
   const int64_t ntiles = (k_end - k_begin + 31) / 32;
+  if (WARPS < kMmaAttnWarps && ntiles > WARPS) {  // the host's max_keys was wrong: say so, compute nothing
+    if (threadIdx.x == 0) report_error(err, op, kErrChunkHint, int(t), int((nkeys + C - 1) / C));
+    return;
+  }
   for (int64_t tile = warp; tile < ntiles; tile += kMmaAttnWarps) {
     const int64_t j0 = k_begin + tile * 32;
     const int nv = int(k_end - j0 < 32 ? k_end - j0 : 32);
@@ -399,29 +411,33 @@ __global__ void __launch_bounds__(kMmaAttnWarps * 32)
   float* macc = reinterpret_cast<float*>(att_smem);  // [16][D]
   float* mm = macc + 16 * D;                          // [16]
   float* ml = mm + 16;                                // [16]
+  MmaState<D> empty;  // the state of a warp without tiles (warps WARPS.. do not exist here)
+  mma_state_init(empty);
+#pragma unroll  // w known at compile time: st_w names registers, not a local-memory copy
   for (int w = 0; w < kMmaAttnWarps; ++w) {
-    if (warp == w) {
+    if (warp == (w < WARPS ? w : 0)) {
+      const MmaState<D>& st_w = w < WARPS ? st : empty;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int row = gr + 8 * h;
         if (w == 0) {
 #pragma unroll
           for (int n = 0; n < NT; ++n)
-            macc[row * D + n * 8 + 2 * tq] = st.o[n][2 * h], macc[row * D + n * 8 + 2 * tq + 1] = st.o[n][2 * h + 1];
-          if (tq == 0) mm[row] = st.m[h], ml[row] = st.l[h];
+            macc[row * D + n * 8 + 2 * tq] = st_w.o[n][2 * h], macc[row * D + n * 8 + 2 * tq + 1] = st_w.o[n][2 * h + 1];
+          if (tq == 0) mm[row] = st_w.m[h], ml[row] = st_w.l[h];
         } else {
           float M, c0, c1;
-          merge_weights(mm[row], st.m[h], M, c0, c1);
+          merge_weights(mm[row], st_w.m[h], M, c0, c1);
           const float L0 = ml[row];
 #pragma unroll
           for (int n = 0; n < NT; ++n)
 #pragma unroll
             for (int c = 0; c < 2; ++c) {
               float& sacc = macc[row * D + n * 8 + 2 * tq + c];
-              sacc = merge_value(sacc, st.o[n][2 * h + c], c0, c1);
+              sacc = merge_value(sacc, st_w.o[n][2 * h + c], c0, c1);
             }
           __syncwarp();
-          if (tq == 0) mm[row] = M, ml[row] = merge_value(L0, st.l[h], c0, c1);
+          if (tq == 0) mm[row] = M, ml[row] = merge_value(L0, st_w.l[h], c0, c1);
         }
       }
     }
@@ -435,15 +451,21 @@ __global__ void __launch_bounds__(kMmaAttnWarps * 32)
   }
 }
 
-template <int D>
+template <int D, int WARPS>
 cudaError_t launch_attention_mma(cudaStream_t s, dim3 grid, float* part, const void* q, int64_t ldq, const KvArgs& a,
                                  const PlanDev& P, int64_t T, int64_t r0, int G, int hq, int64_t window, float scale,
                                  DeviceError* err, int op) {
-  constexpr size_t smem = mma_att_smem<D>();
-  if (cudaError_t e = allow_dynamic_smem<attention_mma_kernel<D>>(int(smem)); e != cudaSuccess) return e;
-  return launch_pdl<attention_mma_kernel<D>>(s, grid, dim3(kMmaAttnWarps * 32), smem, part,
-                                             static_cast<const __nv_bfloat16*>(q), ldq, a, P, T, r0, G, hq, window,
-                                             scale, err, op);
+  constexpr size_t smem = mma_att_smem<D, WARPS>();
+  if (cudaError_t e = allow_dynamic_smem<attention_mma_kernel<D, WARPS>>(int(smem)); e != cudaSuccess) return e;
+  return launch_pdl<attention_mma_kernel<D, WARPS>>(s, grid, dim3(WARPS * 32), smem, part,
+                                                    static_cast<const __nv_bfloat16*>(q), ldq, a, P, T, r0, G, hq,
+                                                    window, scale, err, op);
+}
+
+// The warps a launch needs: two where every row's chunks are at most 64
+// keys (chunk_keys() of up to 16K keys), else kMmaAttnWarps.
+int mma_attention_warps(int64_t max_keys) {
+  return max_keys > 0 && max_keys <= int64_t(kMaxChunks) * kMinChunkKeys ? 2 : kMmaAttnWarps;
 }
 
 // Rows per launch so the chunk partials stay within 256 MiB of scratch. The
@@ -468,14 +490,14 @@ cudaError_t run_split_attention(cudaStream_t s, const AttnCall& c, float* part, 
   const int64_t T = c.T, slab = split_slab_rows(T, c.hq, c.d, c.chunks);
   const int hk = c.hq / c.G;
   const SplitKernel split = mma ? nullptr : pick_split_kernel(c.G, c.d, vec);
+  const bool two = mma_attention_warps(c.max_keys) == 2;
   for (int64_t r0 = 0; r0 < T; r0 += slab) {
     const unsigned rows = unsigned(std::min(slab, T - r0));
     const dim3 grid(rows, unsigned(hk), unsigned(c.chunks));
     if (mma) {
-      cudaError_t e = c.d == 64 ? launch_attention_mma<64>(s, grid, part, c.q, c.ldq, c.a, c.P, T, r0, c.G, c.hq,
-                                                           c.window, c.scale, c.err, c.op)
-                                : launch_attention_mma<128>(s, grid, part, c.q, c.ldq, c.a, c.P, T, r0, c.G, c.hq,
-                                                            c.window, c.scale, c.err, c.op);
+      auto* launch = c.d == 64 ? (two ? launch_attention_mma<64, 2> : launch_attention_mma<64, kMmaAttnWarps>)
+                               : (two ? launch_attention_mma<128, 2> : launch_attention_mma<128, kMmaAttnWarps>);
+      cudaError_t e = launch(s, grid, part, c.q, c.ldq, c.a, c.P, T, r0, c.G, c.hq, c.window, c.scale, c.err, c.op);
       if (e != cudaSuccess) return e;
     } else {
       split<<<grid, kSplitWarps * 32, 0, s>>>(part, c.q, c.qdt, c.ldq, c.a, c.P, T, r0, c.d, c.G, c.hq, c.window,

@@ -491,7 +491,7 @@ cudaError_t launch_mma_nt(cudaStream_t s, const __nv_bfloat16* x, int64_t T, con
 int gemv_rule(int64_t T, int64_t K) {
   if (T > 64) return wgmma_gemm_usable() ? 11 : 7;
   if (T <= 8) return 3;
-  if (wgmma_gemm_usable()) return 12;
+  if (T > 16 && wgmma_gemm_usable()) return 12;
   if (!mma_cluster_built()) return 1;
   return T > 16 && K >= 16384 ? 9 : 8;
 }
@@ -512,8 +512,11 @@ int gemv_rule(int64_t T, int64_t K) {
 // HBM at 1 row for one product alone); the cluster kernel at 9..64 rows, with
 // four stages where K >= 16384 above 16 rows (down at 64 rows: 57% against
 // 52%; elsewhere within 2 points), its products grouped; on sm_90a the
-// wgmma decode kernel at 9..64 rows instead, and the wgmma GEMM above 64
-// rows (the mma.sync GEMM, variant 7, elsewhere). wide_gemv (once the rule
+// wgmma decode kernel at 17..64 rows instead (T = 64: 50-78% of HBM per
+// matrix against 41-67%; at T = 16 the cluster kernel won, on qkv+gate
+// 35 µs against 45, and the whole model, 17.85 ms a step against 18.22,
+// 2026-12-04), and the wgmma GEMM above 64 rows (the mma.sync GEMM,
+// variant 7, elsewhere). wide_gemv (once the rule
 // at 9..16 rows for the long matrices) lost on the whole model: batch 16 at
 // 24.96 ms a step against 19.00 for the cluster kernel.
 // chain: kChainNext / kChainXReady (cuda_mma.cuh) for the products of one
@@ -671,6 +674,33 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
     }
   }
   if (x.rows() == 0) return;
+  // fp32 activations with BF16 weights (Spark's head): through the bf16
+  // tensor-core products on x split into three bf16 rows
+  // (cuda_split_product.cu), at every T, so a row's bits never depend on the
+  // batch.
+  const bool split = x.dtype == DType::F32 && x.cols() % 8 == 0 && mma_gemv_usable() &&
+                     std::all_of(outs.begin(), outs.end(), [&](const Projection& p) {
+                       return !p.weight.quant && p.weight.dtype == DType::BF16 && aligned16(p.weight.data);
+                     });
+  if (split) {
+    const int64_t T = x.rows(), K = x.cols();
+    int64_t n_max = 0;
+    for (const auto& p : outs) n_max = std::max(n_max, p.weight.rows());
+    reserve_scratch(split_product_scratch_bytes(T, K, n_max));
+    enqueue("project", [this, x, outs, T, K](cudaStream_t s) {
+      char* base = static_cast<char*>(scratch());
+      Tensor xs{base, DType::BF16, 2, {3 * T, K}};
+      void* o3 = base + split_product_xs_bytes(T, K);
+      if (cudaError_t e = launch_split3(s, x, xs.data); e != cudaSuccess) return e;
+      for (const Projection& p : outs) {
+        const Tensor part{o3, DType::F32, 2, {3 * T, p.weight.rows()}};
+        if (cudaError_t e = launch_mma_gemv(s, xs, p.weight, part, gemv_variant_, 0); e != cudaSuccess) return e;
+        if (cudaError_t e = launch_combine3(s, o3, p.out); e != cudaSuccess) return e;
+      }
+      return cudaSuccess;
+    });
+    return;
+  }
   // Every T goes through our fixed-order kernels (mma_gemv and its ring,
   // wide and cluster forms up to 64 rows, the tiled GEMM of cuda_mma_gemm.cu
   // above: the same sum order, which depends only on K), so a row's bits do not depend

@@ -328,4 +328,13 @@ cudaError_t wgmma_permute_x(cudaStream_t s, const Tensor& x, void* xperm);
 cudaError_t launch_wgmma_gemm(cudaStream_t s, const Tensor& x, std::span<const Tensor> ws,
                               std::span<const Tensor> outs, int variant, const void* xperm, int chain);
 
+// fp32 activations × BF16 weights through the bf16 products
+// (cuda_split_product.cu): x split exactly into three bf16 rows a row
+// (launch_split3, into split_product_xs_bytes of scratch), each product on
+// 3T rows into fp32 partials, then out = (hi + mid) + lo (launch_combine3).
+size_t split_product_xs_bytes(int64_t T, int64_t K);
+size_t split_product_scratch_bytes(int64_t T, int64_t K, int64_t N);
+cudaError_t launch_split3(cudaStream_t s, const Tensor& x, void* xs);
+cudaError_t launch_combine3(cudaStream_t s, const void* o3, const Tensor& out);
+
 }  // namespace muse::cuda
