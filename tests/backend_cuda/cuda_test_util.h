@@ -40,6 +40,17 @@ inline std::vector<float> as_stored(std::vector<float> v, DType dt) {
   return v;
 }
 
+// A CUDA backend whose products all go through kernel `variant`
+// (CudaBackendOptions::gemv_variant; 0: the shape rule), or null with a
+// test failure saying why.
+inline std::unique_ptr<Backend> backend_with_product_kernel(int variant) {
+  CudaBackendOptions o;
+  o.gemv_variant = variant;
+  auto r = create_cuda_backend(o);
+  EXPECT_TRUE(r.ok()) << r.message();
+  return r.ok() ? std::move(r).value() : nullptr;
+}
+
 // Two downloads of F32 outputs that should hold the same bits, told apart in
 // a line (a bit-equality failure's message: how many elements differ, the
 // first, and the largest difference relative to the largest |value|).

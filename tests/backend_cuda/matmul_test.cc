@@ -102,12 +102,9 @@ TEST_P(Project, DecodeRowIsBatchInvariantAndDeterministic) {
 #if defined(MUSE_HAVE_CUDA) && MUSE_HAVE_CUDA
 // The F32 output bytes of x (T x K) · w (N x K)ᵀ through product kernel `variant`.
 std::vector<char> product_bytes(int variant, int64_t T, int64_t N, int64_t K, uint32_t seed) {
-  CudaBackendOptions o;
-  o.gemv_variant = variant;
-  auto r = create_cuda_backend(o);
-  EXPECT_TRUE(r.ok()) << r.message();
-  if (!r.ok()) return {};
-  Backend& be = **r;
+  auto bp = backend_with_product_kernel(variant);
+  if (!bp) return {};
+  Backend& be = *bp;
   auto bf = [](const std::vector<float>& v) {
     std::vector<uint16_t> h(v.size());
     for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_bf16(v[i]);
@@ -210,11 +207,9 @@ TEST(ProjectVariants, GroupedOutputsGiveTheBitsOfSeparateProducts) {
     for (int64_t T : {1, 5, 16, 29, 64, 200})
       for (int64_t K : {136, 1000})
         for (size_t n_out : {size_t(5), size_t(4), size_t(2)}) {
-          CudaBackendOptions o;
-          o.gemv_variant = variant;
-          auto r = create_cuda_backend(o);
-          ASSERT_TRUE(r.ok()) << r.message();
-          Backend& be = **r;
+          auto bp = backend_with_product_kernel(variant);
+          ASSERT_TRUE(bp);
+          Backend& be = *bp;
           seed += 7;
           const auto x = bf(random_floats(static_cast<size_t>(T * K), seed));
           auto tx = be.import_weight(DType::BF16, {T, K}, x.data(), false);

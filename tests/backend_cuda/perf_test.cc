@@ -118,11 +118,8 @@ TEST_F(Timing, DISABLED_DecodeProducts) {
       {3, "ring3"}, {8, "clus3"}, {9, "clus4"}, {12, "wgmma"}, {0, "rule"}};
   std::vector<std::unique_ptr<Backend>> backends;
   for (const auto& [v, name] : variants) {
-    CudaBackendOptions o;
-    o.gemv_variant = v;
-    auto r = create_cuda_backend(o);
-    ASSERT_TRUE(r.ok()) << r.message();
-    backends.push_back(std::move(r).value());
+    backends.push_back(backend_with_product_kernel(v));
+    ASSERT_TRUE(backends.back());
   }
   uint64_t seed = 100;
   for (const Shape& sh : shapes) {
@@ -174,11 +171,9 @@ TEST_F(Timing, DISABLED_GroupedProducts) {
   const std::pair<int, const char*> variants[] = {{3, "ring3"}, {8, "clus3"}, {10, "group"}, {0, "rule"}};
   uint64_t seed = 500;
   for (const auto& [v, vname] : variants) {
-    CudaBackendOptions o;
-    o.gemv_variant = v;
-    auto r = create_cuda_backend(o);
-    ASSERT_TRUE(r.ok()) << r.message();
-    Backend& be = **r;
+    auto bp = backend_with_product_kernel(v);
+    ASSERT_TRUE(bp);
+    Backend& be = *bp;
     for (const Group& g : groups) {
       std::vector<Tensor> ws;
       double bytes = 0;
@@ -231,11 +226,9 @@ TEST_F(Timing, DISABLED_PrefillProducts) {
   const std::pair<int, const char*> variants[] = {{7, "mma"}, {11, "wgmma"}};
   const int64_t T = 4096;
   for (const auto& [v, vname] : variants) {
-    CudaBackendOptions o;
-    o.gemv_variant = v;
-    auto r = create_cuda_backend(o);
-    ASSERT_TRUE(r.ok()) << r.message();
-    Backend& be = **r;
+    auto bp = backend_with_product_kernel(v);
+    ASSERT_TRUE(bp);
+    Backend& be = *bp;
     uint64_t seed = 300;
     for (const Shape& sh : shapes) {
       auto tw = be.alloc(DType::BF16, {sh.N, sh.K});

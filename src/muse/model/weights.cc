@@ -319,7 +319,9 @@ DecodeTraffic decode_traffic(const ModelConfig& config, const ModelWeights& w) {
       d.flops += 2.0 * double(lw.experts_gate_up.numel() + lw.experts_down.numel()) * frac;
     }
   }
+  const double flops_before_head = d.flops;
   add(d.head_bytes, w.lm_head);
+  d.head_flops = d.flops - flops_before_head;
   d.head_bytes += uint64_t(w.embed.cols()) * w.embed.element_bytes() + weight_bytes(w.final_norm);
   return d;
 }

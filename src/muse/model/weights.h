@@ -129,6 +129,7 @@ struct DecodeTraffic {
   uint64_t head_bytes = 0;      // lm_head + one embedding row
   uint64_t total() const { return dense_bytes + expert_bytes + head_bytes; }
   double flops = 0;             // 2 per multiply-add over the same weights
+  double head_flops = 0;        // the lm_head's part of flops (a prefill runs it on its last row only)
 };
 DecodeTraffic decode_traffic(const ModelConfig& config, const ModelWeights& weights);
 

@@ -220,25 +220,31 @@ bool CudaBackend::try_reserve_scratch(size_t bytes) {
   if (bytes <= scratch_bytes_) return true;
   use_device();
   // Nothing runs between steps (execute() ends synchronized), so the old
-  // buffer is idle; queued ops read scratch_ when they run. Twice the old
-  // size where that fits (fewer regrowths), else just what is asked.
-  void* grown = nullptr;
-  size_t want = std::max(bytes, scratch_bytes_ * 2);
-  if (scratch_) cudaFree(scratch_);
-  scratch_ = nullptr;
-  const size_t had = scratch_bytes_;
-  scratch_bytes_ = 0;
-  for (size_t size : {want, bytes}) {
-    if (cudaMalloc(&grown, size) == cudaSuccess) {
-      scratch_ = grown;
-      scratch_bytes_ = size;
-      return true;
+  // buffer is idle; queued ops read scratch_ when they run, and those
+  // enqueued earlier in this step asked for no more than scratch_bytes_.
+  // Twice the old size where that fits (fewer regrowths), else just what is
+  // asked; first beside the old buffer, then in its place.
+  auto take = [&](size_t size) {
+    void* grown = nullptr;
+    if (cudaMalloc(&grown, size) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
     }
-    cudaGetLastError();
-  }
-  // Not even `bytes`: keep what there was, for the ops that fit in it.
-  if (had && cudaMalloc(&grown, had) == cudaSuccess) scratch_ = grown, scratch_bytes_ = had;
-  cudaGetLastError();
+    if (scratch_) cudaFree(scratch_);
+    scratch_ = grown;
+    scratch_bytes_ = size;
+    return true;
+  };
+  const size_t had = scratch_bytes_;
+  if (take(std::max(bytes, had * 2)) || take(bytes)) return true;
+  if (!scratch_) return false;
+  cudaFree(scratch_);
+  scratch_ = nullptr;
+  scratch_bytes_ = 0;
+  if (take(bytes)) return true;
+  // Not even `bytes`: put back what the ops already queued may need.
+  if (!take(had))
+    check(false, "scratch", "lost " + std::to_string(had >> 20) + " MiB of op scratch while growing it (GPU memory)");
   return false;
 }
 

@@ -185,25 +185,9 @@ __global__ void __launch_bounds__(kCThreads, STAGES == 3 ? 3 : 2)  // the blocks
 template <int STAGES>
 cudaError_t launch_cluster(cudaStream_t s, const __nv_bfloat16* x, int64_t T, int64_t K, const ClusterGroup& grp,
                            int chain) {
-  constexpr size_t smem = cluster_smem_bytes<STAGES>();
-  if (cudaError_t e = allow_dynamic_smem<mma_cluster_kernel<STAGES>>(int(smem)); e != cudaSuccess) return e;
   const int64_t tiles = grp.tiles_n * ((T + kCT - 1) / kCT);
-  if (tiles * kSplit >= (int64_t(1) << 31)) return cudaErrorInvalidConfiguration;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned(tiles * kSplit));
-  cfg.blockDim = dim3(kCThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  cudaLaunchAttribute attrs[2];
-  attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attrs[0].val.programmaticStreamSerializationAllowed = 1;
-  attrs[1].id = cudaLaunchAttributeClusterDimension;
-  attrs[1].val.clusterDim.x = kSplit;
-  attrs[1].val.clusterDim.y = 1;
-  attrs[1].val.clusterDim.z = 1;
-  cfg.attrs = attrs;
-  cfg.numAttrs = 2;
-  return cudaLaunchKernelEx(&cfg, mma_cluster_kernel<STAGES>, x, T, K, grp, chain);
+  return launch_slice_clusters<mma_cluster_kernel<STAGES>>(s, tiles * kSplit, kCThreads, cluster_smem_bytes<STAGES>(),
+                                                           x, T, K, grp, chain);
 }
 
 }  // namespace

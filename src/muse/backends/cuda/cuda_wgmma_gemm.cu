@@ -284,32 +284,16 @@ __global__ void __launch_bounds__(kWgThreads, NX >= 256 ? 1 : NX >= 32 ? 2 : 3) 
 template <int NX, int STAGES, bool XPERM>
 cudaError_t launch_tiles(cudaStream_t s, const __nv_bfloat16* x, int64_t ldx, int64_t T, int64_t K,
                          const ClusterGroup& grp, int chain) {
-  constexpr auto kernel = wgmma_kernel<NX, STAGES, XPERM>;
-  constexpr size_t smem = wg_smem_bytes<NX, STAGES>();
   const int64_t tiles = grp.tiles_n * ((T + NX - 1) / NX);
-  if (tiles * kSplit >= (int64_t(1) << 31)) return cudaErrorInvalidConfiguration;
   // Activation tiles a group: about 24 MB of x (2 to 7 tiles of 256 rows at
   // Glimmer's widths), so a group's x and the weight tiles in flight fit
   // the 50 MB L2; with all 16 tiles of a 4096-row prefill in one group x
   // was refetched from HBM for every weight tile (ncu: DRAM 48% busy, L2
   // 80%, 2026-12-04).
   const int64_t t_group = std::clamp<int64_t>((int64_t(24) << 20) / (int64_t(NX) * K * 2), 1, 16);
-  if (cudaError_t e = allow_dynamic_smem<kernel>(int(smem)); e != cudaSuccess) return e;
-  cudaLaunchConfig_t cfg{};
-  cfg.gridDim = dim3(unsigned(tiles * kSplit));
-  cfg.blockDim = dim3(kWgThreads);
-  cfg.dynamicSmemBytes = smem;
-  cfg.stream = s;
-  cudaLaunchAttribute attrs[2];
-  attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attrs[0].val.programmaticStreamSerializationAllowed = 1;
-  attrs[1].id = cudaLaunchAttributeClusterDimension;
-  attrs[1].val.clusterDim.x = kSplit;
-  attrs[1].val.clusterDim.y = 1;
-  attrs[1].val.clusterDim.z = 1;
-  cfg.attrs = attrs;
-  cfg.numAttrs = 2;
-  return cudaLaunchKernelEx(&cfg, kernel, x, ldx, T, K, grp, t_group, chain);
+  return launch_slice_clusters<wgmma_kernel<NX, STAGES, XPERM>>(s, tiles * kSplit, kWgThreads,
+                                                                wg_smem_bytes<NX, STAGES>(), x, ldx, T, K, grp,
+                                                                t_group, chain);
 }
 
 }  // namespace
