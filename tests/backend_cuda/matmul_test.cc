@@ -122,6 +122,25 @@ std::vector<char> product_bytes(int variant, int64_t T, int64_t N, int64_t K, ui
   EXPECT_TRUE(be.download(*to, out.data()).ok());
   return out;
 }
+
+struct ProductCase {
+  int64_t T, N, K;
+};
+
+// Each case through the register kernel (variant 1) and through each of
+// `variants`: the same bytes. Seeds from `seed` + 2, + 4, ...
+void expect_variants_give_the_same_bits(const std::vector<ProductCase>& cases, std::initializer_list<int> variants,
+                                        uint32_t seed) {
+  for (const ProductCase& c : cases) {
+    seed += 2;
+    const auto want = product_bytes(1, c.T, c.N, c.K, seed);
+    for (int v : variants) {
+      const auto got = product_bytes(v, c.T, c.N, c.K, seed);
+      EXPECT_TRUE(want == got) << "variant " << v << " T " << c.T << " N " << c.N << " K " << c.K << ": "
+                               << describe_f32_difference(want, got);
+    }
+  }
+}
 #endif
 
 // The decode-product kernel variants (CudaBackendOptions::gemv_variant:
@@ -133,29 +152,16 @@ TEST(ProjectVariants, EveryGemvVariantGivesTheSameBits) {
   GTEST_SKIP() << "this build has no CUDA backend (configure with -DMUSE_CUDA=ON: scripts/test-cuda.sh)";
 #else
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU on this machine: the CUDA backend is not tested here";
-  auto bytes_for = product_bytes;
-  uint32_t seed = 7000;
   // Variant 7 is the prefill GEMM (the rule's choice above 64 rows) and 8, 9
   // the cluster kernel: 128-row tiles, so also N and T across tile edges, K
   // from one granule (slices without one) to whole slices.
-  struct Case {
-    int64_t T, N, K;
-  };
-  std::vector<Case> cases;
+  std::vector<ProductCase> cases;
   for (int64_t T : {1, 5, 16, 29, 64, 130, 300})
     for (int64_t K : {8, 136, 1000, 4168}) cases.push_back({T, T == 300 ? 333 : 77, K});
-  for (const Case c : {Case{257, 129, 4096}, Case{65, 260, 384}, Case{200, 128, 640}, Case{129, 255, 520},
-                       Case{2100, 513, 1032}})
+  for (const ProductCase c : {ProductCase{257, 129, 4096}, ProductCase{65, 260, 384}, ProductCase{200, 128, 640},
+                              ProductCase{129, 255, 520}, ProductCase{2100, 513, 1032}})
     cases.push_back(c);
-  for (const Case& c : cases) {
-    seed += 2;
-    const auto want = bytes_for(1, c.T, c.N, c.K, seed);
-    for (int v : {0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}) {
-      const auto got = bytes_for(v, c.T, c.N, c.K, seed);
-      EXPECT_TRUE(want == got) << "variant " << v << " T " << c.T << " N " << c.N << " K " << c.K << ": "
-                               << describe_f32_difference(want, got);
-    }
-  }
+  expect_variants_give_the_same_bits(cases, {0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}, 7000);
 #endif
 }
 
@@ -168,20 +174,9 @@ TEST(ProjectVariants, WgmmaKernelsGiveTheSameBits) {
   GTEST_SKIP() << "this build has no CUDA backend (configure with -DMUSE_CUDA=ON: scripts/test-cuda.sh)";
 #else
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU on this machine: the CUDA backend is not tested here";
-  uint32_t seed = 7700;
-  struct Case {
-    int64_t T, N, K;
-  };
-  for (const Case c : {Case{1, 77, 1000}, Case{9, 130, 136}, Case{33, 255, 520}, Case{64, 129, 4168},
-                       Case{65, 260, 384}, Case{300, 333, 1032}}) {
-    seed += 2;
-    const auto want = product_bytes(1, c.T, c.N, c.K, seed);
-    for (int v : {11, 12}) {
-      const auto got = product_bytes(v, c.T, c.N, c.K, seed);
-      EXPECT_TRUE(want == got) << "variant " << v << " T " << c.T << " N " << c.N << " K " << c.K << ": "
-                               << describe_f32_difference(want, got);
-    }
-  }
+  expect_variants_give_the_same_bits({{1, 77, 1000}, {9, 130, 136}, {33, 255, 520}, {64, 129, 4168},
+                                      {65, 260, 384}, {300, 333, 1032}},
+                                     {11, 12}, 7700);
 #endif
 }
 

@@ -728,8 +728,8 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
   // row's bits are its own product's); the prefill GEMM reads x in the mma's
   // order from scratch, written once for all of them, where the scratch can
   // be had (else it copies x's 4-byte pairs into place itself).
-  const bool wg_all = wg && std::all_of(outs.begin(), outs.end(), [&](const Projection& p) {
-                        return !lt && mma_eligible(x, p.weight);
+  const bool wg_all = wg && !lt && std::all_of(outs.begin(), outs.end(), [&](const Projection& p) {
+                        return mma_eligible(x, p.weight);
                       });
   const bool xperm = wg_all && variant == 11 &&
                      try_reserve_scratch(size_t(wgmma_xperm_elements(x.rows(), x.cols())) * sizeof(__nv_bfloat16));
@@ -740,9 +740,9 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
     if (wg_all) {
       if (xperm)
         if (cudaError_t e = wgmma_permute_x(s, x, scratch()); e != cudaSuccess) return e;
-      for (size_t i = 0; i < outs.size(); i += 4) {
-        const size_t n = std::min<size_t>(4, outs.size() - i);
-        Tensor ws[4], os[4];
+      for (size_t i = 0; i < outs.size(); i += kClusterGroupMax) {
+        const size_t n = std::min<size_t>(kClusterGroupMax, outs.size() - i);
+        Tensor ws[kClusterGroupMax], os[kClusterGroupMax];
         for (size_t q = 0; q < n; ++q) ws[q] = outs[i + q].weight, os[q] = outs[i + q].out;
         if (cudaError_t e = launch_wgmma_gemm(s, x, {ws, n}, {os, n}, variant, xperm ? scratch() : nullptr, 0);
             e != cudaSuccess)

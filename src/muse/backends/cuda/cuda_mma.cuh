@@ -285,7 +285,7 @@ __device__ __forceinline__ void ring_reduce(uint4* ring, int s, int lane, const 
 // tile_end[j] - 1 to product j), so each row's sum is the one its own
 // launch computes; one launch fills the GPU where the small products (K and
 // V: 2 tiles each) alone would leave it idle. Used by the cluster kernel
-// (128-row tiles) and the wgmma GEMM (256-row tiles).
+// and the wgmma products (both in tiles of 128 weight rows).
 constexpr int kClusterGroupMax = 4;
 struct ClusterGroup {
   const __nv_bfloat16* w[kClusterGroupMax];
@@ -336,7 +336,7 @@ cudaError_t launch_mma_cluster(cudaStream_t s, const Tensor& x, std::span<const 
                                std::span<const Tensor> outs, int stages, int chain);
 
 // The products through Hopper's wgmma (cuda_wgmma_gemm.cu, sm_90a): the
-// decode kernels' bits, 128 weight rows × wgmma_tile_rows(variant, T)
+// decode kernels' bits, 128 weight rows × (variant 11: 256, 12: 8..64)
 // activation rows a cluster tile, up to four products of the same x in one
 // launch. Variant 11: 256 activation rows a tile (the prefill GEMM); xperm,
 // where not null, holds x in the mma's order, as wgmma_permute_x wrote it
@@ -347,7 +347,6 @@ cudaError_t launch_mma_cluster(cudaStream_t s, const Tensor& x, std::span<const 
 // capability 9.0 exactly; otherwise the rule takes the mma.sync kernels).
 bool wgmma_gemm_usable();
 int64_t wgmma_xperm_elements(int64_t T, int64_t K);
-int wgmma_tile_rows(int variant, int64_t T);
 cudaError_t wgmma_permute_x(cudaStream_t s, const Tensor& x, void* xperm);
 cudaError_t launch_wgmma_gemm(cudaStream_t s, const Tensor& x, std::span<const Tensor> ws,
                               std::span<const Tensor> outs, int variant, const void* xperm, int chain);

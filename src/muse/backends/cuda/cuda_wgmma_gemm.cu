@@ -296,6 +296,13 @@ cudaError_t launch_tiles(cudaStream_t s, const __nv_bfloat16* x, int64_t ldx, in
                                                                 t_group, chain);
 }
 
+// Activation rows a tile: 256 for the prefill GEMM (variant 11), else the
+// fewest of 8, 16, 32, 64 that hold T.
+int wgmma_tile_rows(int variant, int64_t T) {
+  if (variant == 11) return 256;
+  return T <= 8 ? 8 : T <= 16 ? 16 : T <= 32 ? 32 : 64;
+}
+
 }  // namespace
 
 bool wgmma_gemm_usable() {
@@ -320,11 +327,6 @@ bool wgmma_gemm_usable() {
 }
 
 int64_t wgmma_xperm_elements(int64_t T, int64_t K) { return T * ((K + kGranule - 1) / kGranule * kGranule); }
-
-int wgmma_tile_rows(int variant, int64_t T) {
-  if (variant == 11) return 256;
-  return T <= 8 ? 8 : T <= 16 ? 16 : T <= 32 ? 32 : 64;
-}
 
 cudaError_t wgmma_permute_x(cudaStream_t s, const Tensor& x, void* xperm) {
   const int64_t T = x.rows(), K = x.cols(), Kp = wgmma_xperm_elements(1, K), blocks = T * (Kp / 32);
