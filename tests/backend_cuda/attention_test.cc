@@ -269,6 +269,53 @@ TEST_P(Attention, DecodeRowIsBatchInvariant) {
   }
 }
 
+// attention_store_gate (the split path's merge gating its outputs and
+// storing the step's k/v) against attention, kv_store and output_gate run
+// one after another: the same output and cache bytes, with and without the
+// head norm, paged and sliding, decode rows and a 5-row chunk.
+TEST_P(Attention, StoreGateFusedGivesTheSameBits) {
+  const int64_t d = 128, hq = 8, hk = 2, kvd = hk * d, qd = hq * d, B = 12, chunk = 5;
+  for (KvLayout layout : {KvLayout::Paged, KvLayout::Sliding})
+    for (bool head_norm : {false, true}) {
+      const bool paged = layout == KvLayout::Paged;
+      const int64_t per = 16, slots = 400, window = paged ? 0 : 96;
+      auto ck = random_floats(size_t(slots * per * kvd), 940), cv = random_floats(size_t(slots * per * kvd), 941);
+      KvLayerStorage c1, c2;
+      c1.layout = c2.layout = layout;
+      c1.k = up(kv(), {slots, 1, per, kvd}, ck), c1.v = up(kv(), {slots, 1, per, kvd}, cv);
+      c2.k = up(kv(), {slots, 1, per, kvd}, ck), c2.v = up(kv(), {slots, 1, per, kvd}, cv);
+      std::mt19937 rng(942);
+      StepPlanCapacity cap{B + chunk, B + 1, B + chunk, 64 * 40};
+      StepPlanBuilder pb(cap);
+      int64_t rows = 0, used = 0;
+      for (int64_t s = 0; s <= B; ++s) {
+        const int64_t n = s == B ? chunk : 1, len = s == 3 ? 0 : 1 + int64_t(rng() % 300);
+        std::vector<int32_t> tok(size_t(n), 1), bl;
+        for (int64_t i = 0; i < (len + n + per - 1) / per; ++i) bl.push_back(int32_t(used++ % slots));
+        const std::vector<int32_t> none;
+        pb.add(tok, len, paged ? bl : none, paged ? none : bl, 0, false, true);
+        rows += n;
+      }
+      auto q = random_floats(size_t(rows * qd), 943), k = random_floats(size_t(rows * kvd), 944),
+           v = random_floats(size_t(rows * kvd), 945), g = random_floats(size_t(rows * qd), 946, 3.0f);
+      Tensor tq = up(act(), {rows, qd}, q), tk = up(act(), {rows, kvd}, k), tv = up(act(), {rows, kvd}, v),
+             tg = up(act(), {rows, qd}, g);
+      Tensor buf;
+      StepPlanView view = plan_view(pb, buf, window, per);
+      view.max_seq_rows = pb.max_seq_rows(), view.max_seq_end = pb.max_seq_end();
+      Tensor o1 = poisoned(act(), {rows, qd}), o2 = poisoned(act(), {rows, qd});
+      b().attention(o1, tq, tk, tv, c1, view, d, window, 0.088f);
+      b().kv_store(c1, tk, tv, view);
+      b().output_gate(o1, tg, d, head_norm, 1e-6f);
+      b().attention_store_gate(o2, tq, tk, tv, c2, view, d, window, 0.088f, {tg, head_norm, 1e-6f});
+      run();
+      const std::string what = std::string(paged ? "paged" : "sliding") + (head_norm ? ", head norm" : "");
+      EXPECT_EQ(get_bytes(o1), get_bytes(o2)) << what << ": the fused output differs";
+      EXPECT_EQ(get_bytes(c1.k), get_bytes(c2.k)) << what << ": the fused K cache differs";
+      EXPECT_EQ(get_bytes(c1.v), get_bytes(c2.v)) << what << ": the fused V cache differs";
+    }
+}
+
 // Steps of at least 64 rows (all BF16) run the prefill kernel; the same
 // rows replayed as single-row sequences, fewer than 64 a step, run the
 // split kernels. Every row's bytes must be equal: chunked prefill and

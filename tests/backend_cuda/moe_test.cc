@@ -92,6 +92,45 @@ TEST_P(Moe, RouteRealShape256Top8) {
   expect_close("moe_route", gw, want_w, tol, false, "router weights 256/8");
 }
 
+// Past the one-warp router's 1024 experts, and rows with a NaN logit, the
+// block rounds pick: the same order on a clean row; valid ids on a NaN row.
+TEST_P(Moe, RouteWideAndNaNRowsTakeTheBlockRounds) {
+  const int64_t T = 3, E = 1500, K = 6;
+  // Logits a permutation of an even grid from -4 to 4: no two sigmoids tie.
+  std::vector<float> z(static_cast<size_t>(T * E));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t e = 0; e < E; ++e) z[size_t(t * E + e)] = float((e * 7919 + t * 31) % E) / float(E) * 8.0f - 4.0f;
+  z[size_t(2 * E + 17)] = std::nanf("");
+  Tensor tz = up(DType::F32, {T, E}, z);
+  Tensor ids = poisoned(DType::I32, {T, K}), w = poisoned(DType::F32, {T, K});
+  b().moe_route(ids, w, tz, Tensor{}, 1.0f, 1.0f);
+  auto z2 = std::vector<float>(z.begin(), z.begin() + 2 * 256);
+  Tensor tz2 = up(DType::F32, {2, 256}, z2);
+  z2[size_t(256 + 9)] = std::nanf("");
+  Tensor tz3 = up(DType::F32, {2, 256}, z2);
+  Tensor ids2 = poisoned(DType::I32, {2, K}), w2 = poisoned(DType::F32, {2, K});
+  Tensor ids3 = poisoned(DType::I32, {2, K}), w3 = poisoned(DType::F32, {2, K});
+  b().moe_route(ids2, w2, tz2, Tensor{}, 1.0f, 1.0f);
+  b().moe_route(ids3, w3, tz3, Tensor{}, 1.0f, 1.0f);
+  run();
+  auto gi = get_as<int32_t>(ids);
+  for (int64_t t = 0; t < 2; ++t) {
+    std::vector<int> order(static_cast<size_t>(E));
+    for (int e = 0; e < E; ++e) order[size_t(e)] = e;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int a, int c) { return z[size_t(t * E + a)] > z[size_t(t * E + c)]; });
+    for (int64_t k = 0; k < K; ++k) EXPECT_EQ(gi[size_t(t * K + k)], order[size_t(k)]) << "row " << t << " slot " << k;
+  }
+  for (int64_t k = 0; k < K; ++k) EXPECT_TRUE(gi[size_t(2 * K + k)] >= 0 && gi[size_t(2 * K + k)] < E) << "NaN row";
+  // Row 0 of the 256-wide pair is the same with and without a NaN in row 1
+  // (the NaN row takes the block rounds, the clean one the warp's).
+  auto a2 = get_as<int32_t>(ids2), a3 = get_as<int32_t>(ids3);
+  for (int64_t k = 0; k < K; ++k) {
+    EXPECT_EQ(a2[size_t(k)], a3[size_t(k)]) << "slot " << k;
+    EXPECT_TRUE(a3[size_t(K + k)] >= 0 && a3[size_t(K + k)] < 256) << "NaN row";
+  }
+}
+
 TEST_P(Moe, ExpertsOddShapesBothWeightDtypes) {
   const ExpertCase cases[] = {
       {1, 6, 3, 72, 40, DType::BF16}, {5, 6, 3, 72, 40, DType::F32},  {40, 6, 3, 67, 33, DType::BF16},

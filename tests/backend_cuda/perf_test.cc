@@ -115,7 +115,7 @@ TEST_F(Timing, DISABLED_DecodeProducts) {
   // Each kernel variant on its own backend (CudaBackendOptions::gemv_variant).
   // (regs, 1, and wide, 5, lost everywhere in the 2026-12-01 runs: not timed.)
   const std::pair<int, const char*> variants[] = {
-      {3, "ring3"}, {8, "clus3"}, {9, "clus4"}, {12, "wgmma"}, {0, "rule"}};
+      {3, "ring3"}, {8, "clus3"}, {9, "clus4"}, {12, "wgmma"}, {13, "wgperm"}, {0, "rule"}};
   std::vector<std::unique_ptr<Backend>> backends;
   for (const auto& [v, name] : variants) {
     backends.push_back(backend_with_product_kernel(v));

@@ -103,7 +103,8 @@ int bench_command(int argc, char** argv) {
               "--device cuda: force one bf16 product kernel for every row count, for A/B timing (the same bits): "
               "1 registers, 2/3/4/6 the ring with that many stages, 5 wide, 7 the prefill GEMM, 8/9 the cluster "
               "kernel with 3/4 stages, 10 the cluster kernel with a call's products in one launch, 11 / 12 the wgmma "
-              "kernels with 256 / 8..64 activation rows a tile (sm_90a); 0 (default) the shape rule");
+              "kernels with 256 / 8..64 activation rows a tile (sm_90a), 13 the 8..64-row wgmma kernel reading x "
+              "permuted into scratch first; 0 (default) the shape rule");
   args.option("--speculative", &o.spec_target, "DIR",
               "speculative-decoding benchmark on this checkpoint (e.g. models/muse-tiny) and its drafter: greedy "
               "tokens/s without the drafter, with k = 1..4 and adaptive, at --batch (default 1,8), mean accepted length");
@@ -125,8 +126,8 @@ int bench_command(int argc, char** argv) {
     if (v->empty()) return fail("bench", std::string(flag) + " is empty");
     *list = *v;
   }
-  if (o.product_kernel < 0 || o.product_kernel > 12)
-    return fail("bench", "--product-kernel is 0 (the shape rule) or a kernel 1..12, not " + std::to_string(o.product_kernel));
+  if (o.product_kernel < 0 || o.product_kernel > 13)
+    return fail("bench", "--product-kernel is 0 (the shape rule) or a kernel 1..13, not " + std::to_string(o.product_kernel));
   if (o.product_kernel != 0 && o.device != "cuda") return fail("bench", "--product-kernel needs --device cuda");
   if (o.runs < 1 || o.tokens < 2 || o.prompt < 1 || o.bandwidth_mib < 64 || o.threads < 0)
     return std::fprintf(stderr, "muse bench: --runs >= 1, --tokens >= 2, --prompt >= 1, --bandwidth-mib >= 64\n"), 2;

@@ -222,6 +222,23 @@ class Backend {
   // with `head_norm`, o ← rms_eps(o_h) ⊙ σ(g_h) per head (Spark).
   virtual void output_gate(const Tensor& o, const Tensor& g, int64_t head_dim, bool head_norm, float eps) = 0;
 
+  // attention, kv_store of the step's k/v, then output_gate on out, in that
+  // order and with their results: one call, so that a backend can do the last
+  // two inside attention's final pass (CUDA: the split path's merge) instead
+  // of two more passes on the critical path of every layer.
+  struct OutputGate {
+    const Tensor& gate;
+    bool head_norm;
+    float eps;
+  };
+  virtual void attention_store_gate(const Tensor& out, const Tensor& q, const Tensor& k_new, const Tensor& v_new,
+                                    const KvLayerStorage& cache, const StepPlanView& plan, int64_t head_dim,
+                                    int64_t window, float scale, const OutputGate& gate) {
+    attention(out, q, k_new, v_new, cache, plan, head_dim, window, scale);
+    kv_store(cache, k_new, v_new, plan);
+    output_gate(out, gate.gate, head_dim, gate.head_norm, gate.eps);
+  }
+
   // out = silu(gate) ⊙ up (out may alias gate).
   virtual void swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
 

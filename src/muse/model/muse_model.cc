@@ -234,9 +234,8 @@ void MuseModel::attention_block(const Step& s, int64_t l, const KvLayerStorage& 
   b.qk_norm_rope(s.q, s.k, rope ? s.cos : Tensor{}, rope ? s.sin : Tensor{}, c.head_dim, float(c.rms_norm_eps),
                  float(c.qk_scale_factor));
   const int64_t window = c.is_full(l) ? 0 : c.sliding_window;
-  b.attention(s.o, s.q, s.k, s.v, kv, *s.plan, c.head_dim, window, float(1.0 / std::sqrt(double(c.head_dim))));
-  b.kv_store(kv, s.k, s.v, *s.plan);
-  b.output_gate(s.o, s.g, c.head_dim, c.is_spark(), float(c.rms_norm_eps));
+  b.attention_store_gate(s.o, s.q, s.k, s.v, kv, *s.plan, c.head_dim, window,
+                         float(1.0 / std::sqrt(double(c.head_dim))), {s.g, c.is_spark(), float(c.rms_norm_eps)});
   b.matmul(s.a, s.o, w.o);
   reduce(s.a);  // o_proj is row-split: each rank holds its heads' part of the sum
 }

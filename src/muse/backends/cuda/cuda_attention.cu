@@ -184,9 +184,16 @@ KvArgs kv_args(const KvLayerStorage& c, const Tensor& k_new, const Tensor& v_new
 
 }  // namespace
 
-void CudaBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_new, const Tensor& v_new,
-                            const KvLayerStorage& cache, const StepPlanView& plan, int64_t head_dim, int64_t window,
-                            float scale) {
+// What attention() launches: the kernel path and its arguments.
+struct CudaBackend::AttentionLaunch {
+  enum class Path { Prefill, PerHead, Split } path = Path::Split;
+  AttnCall call{};
+  bool vec = false, mma = false;
+};
+
+bool CudaBackend::plan_attention(const Tensor& out, const Tensor& q, const Tensor& k_new, const Tensor& v_new,
+                                 const KvLayerStorage& cache, const StepPlanView& plan, int64_t head_dim,
+                                 int64_t window, float scale, AttentionLaunch& launch) {
   const int64_t d = head_dim;
   if (!check(d > 0 && d <= kMaxHeadDim && is_float_dtype(q.dtype) && is_float_dtype(out.dtype) &&
                  out.numel() == q.numel() && out.cols() == q.cols() && q.cols() % d == 0 && k_new.cols() % d == 0 &&
@@ -194,12 +201,11 @@ void CudaBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_
                  q.cols() / d < 65536,
              "attention", describe(q) + " k " + describe(k_new) + " cache " + describe(cache.k) + " head_dim " +
                               std::to_string(d)))
-    return;
+    return false;
   std::string bad = check_cache(cache, k_new, v_new, plan);
   if (bad.empty() && cache.layout == KvLayout::Sliding && window <= 0) bad = "a sliding layer needs window > 0";
-  if (!check(bad.empty(), "attention", bad)) return;
+  if (!check(bad.empty(), "attention", bad)) return false;
   const int64_t T = q.rows();
-  if (T == 0) return;
   const int hq = int(q.cols() / d), group = int(hq / (k_new.cols() / d));
   const KvArgs a = kv_args(cache, k_new, v_new);
   const PlanDev P = plan_dev(plan);
@@ -223,8 +229,10 @@ void CudaBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_
     max_keys = window > 0 ? std::min(plan.max_seq_end, window) : plan.max_seq_end;
     chunks = int(std::clamp<int64_t>((max_keys + kMinChunkKeys - 1) / kMinChunkKeys, 1, kMaxChunks));
   }
-  const AttnCall call{out.data, dt_code(out.dtype), out.cols(), q.data, dt_code(q.dtype), q.cols(), a, P, T, int(d),
-                      group, hq, window, scale, dev_error(), op, chunks, max_keys};
+  launch.call = AttnCall{out.data, dt_code(out.dtype), out.cols(), q.data, dt_code(q.dtype), q.cols(), a, P, T, int(d),
+                         group, hq, window, scale, dev_error(), op, chunks, max_keys};
+  launch.vec = vec;
+  launch.mma = use_mma;
   // Many rows of one sequence (a prefill): the same bits as the split path
   // below, without its chunk partials and per-row K/V reads
   // (cuda_attention_prefill.cu). Choosing by the step's shape is allowed
@@ -233,23 +241,75 @@ void CudaBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_
   // would walk each row's keys in one warp, without the split path's
   // spread over chunks.
   const bool long_runs = plan.max_seq_rows == 0 || plan.max_seq_rows >= kPrefillMinRows;
-  if (use_mma && T >= kPrefillMinRows && long_runs) {
-    enqueue("attention", [call](cudaStream_t s) { return run_prefill_attention(s, call); });
+  if (use_mma && T >= kPrefillMinRows && long_runs)
+    launch.path = AttentionLaunch::Path::Prefill;
+  else if (!use_mma && !split_attention_covers(group, int(d)))
+    launch.path = AttentionLaunch::Path::PerHead;
+  else
+    launch.path = AttentionLaunch::Path::Split;
+  return true;
+}
+
+void CudaBackend::enqueue_attention(const AttentionLaunch& launch) {
+  const AttnCall call = launch.call;
+  if (call.T == 0) return;
+  switch (launch.path) {
+    case AttentionLaunch::Path::Prefill:
+      enqueue("attention", [call](cudaStream_t s) { return run_prefill_attention(s, call); });
+      return;
+    case AttentionLaunch::Path::PerHead:
+      enqueue("attention", [=, this](cudaStream_t s) {
+        attention_kernel<<<dim3(unsigned(call.T), unsigned(call.hq)), kAttnWarps * 32, 0, s>>>(
+            call.out, call.odt, call.q, call.qdt, call.ldq, call.a, call.P, call.d, call.G, call.window, call.scale,
+            call.err, call.op);
+        return cudaGetLastError();
+      });
+      return;
+    case AttentionLaunch::Path::Split: {
+      reserve_scratch(split_scratch_bytes(call.T, call.hq, call.d, call.chunks));
+      const bool vec = launch.vec, mma = launch.mma;
+      enqueue("attention", [=, this](cudaStream_t s) {
+        return run_split_attention(s, call, static_cast<float*>(scratch()), vec, mma);
+      });
+      return;
+    }
+  }
+}
+
+void CudaBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_new, const Tensor& v_new,
+                            const KvLayerStorage& cache, const StepPlanView& plan, int64_t head_dim, int64_t window,
+                            float scale) {
+  AttentionLaunch launch;
+  if (plan_attention(out, q, k_new, v_new, cache, plan, head_dim, window, scale, launch)) enqueue_attention(launch);
+}
+
+// The split path's merge also gates its outputs and stores the step's k/v
+// (attention_merge_kernel), where all rows run in one chunk launch and the
+// output is contiguous rows of heads, as output_gate reads it; otherwise
+// the three ops. The same bits either way (tests/backend_cuda:
+// Attention.StoreGateFusedGivesTheSameBits).
+void CudaBackend::attention_store_gate(const Tensor& out, const Tensor& q, const Tensor& k_new, const Tensor& v_new,
+                                       const KvLayerStorage& cache, const StepPlanView& plan, int64_t head_dim,
+                                       int64_t window, float scale, const OutputGate& gate) {
+  AttentionLaunch launch;
+  if (!plan_attention(out, q, k_new, v_new, cache, plan, head_dim, window, scale, launch)) return;
+  const Tensor& g = gate.gate;
+  const AttnCall& c = launch.call;
+  const bool fuse = launch.path == AttentionLaunch::Path::Split && c.T > 0 && is_float_dtype(g.dtype) &&
+                    g.rows() == out.rows() && g.cols() == out.cols() && out.cols() == int64_t(c.hq) * c.d &&
+                    split_attention_one_slab(c.T, c.hq, c.d, c.chunks);
+  if (!fuse) {
+    enqueue_attention(launch);
+    kv_store(cache, k_new, v_new, plan);
+    output_gate(out, g, head_dim, gate.head_norm, gate.eps);
     return;
   }
-  if (!use_mma && !split_attention_covers(group, int(d))) {
-    enqueue("attention", [=, this](cudaStream_t s) {
-      attention_kernel<<<dim3(unsigned(T), unsigned(hq)), kAttnWarps * 32, 0, s>>>(
-          out.data, dt_code(out.dtype), q.data, dt_code(q.dtype), q.cols(), a, P, int(d), group, window, scale,
-          dev_error(), op);
-      return cudaGetLastError();
-    });
-    return;
-  }
-  reserve_scratch(split_scratch_bytes(T, hq, int(d), chunks));
-  enqueue("attention", [=, this](cudaStream_t s) {
-    return run_split_attention(s, call, static_cast<float*>(scratch()), vec, use_mma);
-  });
+  launch.call.gate = g.data;
+  launch.call.gdt = dt_code(g.dtype);
+  launch.call.head_norm = gate.head_norm;
+  launch.call.gate_eps = gate.eps;
+  launch.call.store_kv = true;
+  enqueue_attention(launch);
 }
 
 void CudaBackend::kv_store(const KvLayerStorage& cache, const Tensor& k_new, const Tensor& v_new,

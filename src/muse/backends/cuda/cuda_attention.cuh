@@ -387,6 +387,14 @@ struct AttnCall {
   int op;
   int chunks;  // split path: chunk blocks per row (kMaxChunks, fewer when the plan says no row has more)
   int64_t max_keys;  // the most keys a row sees (0: not known)
+  // Split path only: the merge also does output_gate on its output (gate
+  // non-null; g laid out as out) and kv_store of the step's k/v (store_kv),
+  // with their bits (CudaBackend::attention_store_gate).
+  const void* gate = nullptr;
+  int gdt = 0;
+  bool head_norm = false;
+  float gate_eps = 0.0f;
+  bool store_kv = false;
 };
 
 // cuda_attention_split.cu. The split path: chunk partials in `part`
@@ -394,6 +402,9 @@ struct AttnCall {
 // vector loads allowed; `mma`: the tensor-core kernel (BF16 everywhere, heads of 64
 // or 128: CudaBackend::attention decides).
 size_t split_scratch_bytes(int64_t T, int hq, int d, int chunks);
+// Whether the split path runs T rows in one chunk launch and one merge (so
+// the merge comes after every row's cache reads and may write the cache).
+bool split_attention_one_slab(int64_t T, int hq, int d, int chunks);
 bool split_attention_covers(int G, int d);
 cudaError_t run_split_attention(cudaStream_t s, const AttnCall& c, float* part, bool vec, bool mma);
 

@@ -237,17 +237,39 @@ __global__ void __launch_bounds__(kSplitWarps * 32)
   }
 }
 
+// What the merge does after its outputs (AttnCall's gate and store_kv).
+struct MergeTail {
+  const void* gate;  // null: plain attention
+  int gdt;
+  bool head_norm;
+  float eps;
+  bool store_kv;
+  int G;  // q heads per kv head
+  KvArgs a;
+};
+
 // out row t, q head h: the chunks of attention_split_kernel merged in chunk
 // order: M and L by warp 0 (lane z, z + 32, ... then the butterfly), then
 // every output dim Σ_z acc_z · e^(m_z - M) in chunk order, / L.
+//
+// With a gate (attention_store_gate), each output is then gated exactly as
+// output_gate_kernel does it from the stored value: o ← o ⊙ σ(g), or with
+// head_norm rms(o_h) ⊙ σ(g_h), the head's sum of squares by one warp in
+// output_gate's order (lane i, i + 32, ..., then the butterfly). With
+// store_kv, the block of a kv head's first q head then writes that head's
+// k/v of row t into the cache as kv_store_kernel does: every chunk block
+// has read the cache by now (this kernel waits for the chunk kernel, and
+// the caller runs all rows in one launch), so a sliding page may be reused.
 __global__ void __launch_bounds__(128) attention_merge_kernel(void* out, int odt, int64_t ldo,
                                                               const float* __restrict__ part, PlanDev P, int64_t T,
                                                               int64_t r0, int d, int hq, int64_t window,
-                                                              int launched, DeviceError* err, int op) {
+                                                              int launched, DeviceError* err, int op,
+                                                              MergeTail tail) {
   pdl_launch_dependents();  // light: the next kernel may launch; it waits for us
   pdl_wait();                // launched with PDL: the chunk kernel before us
   __shared__ float wz[kMaxChunks];
   __shared__ float Ls;
+  __shared__ float ov[kMaxHeadDim];  // head_norm: the head's stored outputs
   const int64_t t = r0 + blockIdx.x;
   const int h = blockIdx.y;
   RowSeq rs;
@@ -298,7 +320,41 @@ __global__ void __launch_bounds__(128) attention_merge_kernel(void* out, int odt
       for (int u = 0; u < 8; ++u) o = chunk_fold(v[u], wz[zz + u], o);
     }
     for (; zz < nch; ++zz) o = chunk_fold(base[zz * stride + 2 + i], wz[zz], o);
-    st(out, odt, t * ldo + int64_t(h) * d + i, chunk_out(o, L));
+    const int64_t at = t * ldo + int64_t(h) * d + i;
+    if (!tail.gate) {
+      st(out, odt, at, chunk_out(o, L));
+    } else {
+      const float x = as_stored(odt, chunk_out(o, L));
+      if (tail.head_norm) ov[i] = x;
+      else st(out, odt, at, x * sigmoidf_(ld(tail.gate, tail.gdt, at)));
+    }
+  }
+  if (tail.gate && tail.head_norm) {
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      float ss = 0.0f;
+      for (int i = threadIdx.x; i < d; i += 32) ss += ov[i] * ov[i];
+      ss = warp_sum(ss);
+      if (threadIdx.x == 0) Ls = 1.0f / sqrtf(ss / float(d) + tail.eps);
+    }
+    __syncthreads();
+    const float r = Ls;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+      const int64_t at = t * ldo + int64_t(h) * d + i;
+      st(out, odt, at, (ov[i] * r) * sigmoidf_(ld(tail.gate, tail.gdt, at)));
+    }
+  }
+  if (tail.store_kv && h % tail.G == 0) {
+    __shared__ int64_t dst;
+    if (threadIdx.x == 0) dst = cache_row(tail.a, P, rs, p, err, op, true);
+    __syncthreads();
+    if (dst < 0) return;  // -2: a sliding block the sequence does not keep
+    const KvArgs& a = tail.a;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+      const int64_t off = int64_t(h / tail.G) * d + i;
+      st(a.ck, a.cdt, dst + off, ld(a.k_new, a.ndt, t * a.kv_dim + off));
+      st(a.cv, a.cdt, dst + off, ld(a.v_new, a.ndt, t * a.kv_dim + off));
+    }
   }
 }
 
@@ -484,6 +540,10 @@ size_t split_scratch_bytes(int64_t T, int hq, int d, int chunks) {
   return size_t(split_slab_rows(T, hq, d, chunks)) * size_t(hq) * size_t(chunks) * size_t(d + 2) * 4;
 }
 
+bool split_attention_one_slab(int64_t T, int hq, int d, int chunks) {
+  return split_slab_rows(T, hq, d, chunks) >= T;
+}
+
 bool split_attention_covers(int G, int d) { return pick_split_kernel(G, d, false) != nullptr; }
 
 cudaError_t run_split_attention(cudaStream_t s, const AttnCall& c, float* part, bool vec, bool mma) {
@@ -505,7 +565,9 @@ cudaError_t run_split_attention(cudaStream_t s, const AttnCall& c, float* part, 
     }
     if (cudaError_t e = launch_pdl<attention_merge_kernel>(s, dim3(rows, unsigned(c.hq)), dim3(128), 0,  // 128: its bound
                                                            c.out, c.odt, c.ldo, static_cast<const float*>(part), c.P,
-                                                           T, r0, c.d, c.hq, c.window, c.chunks, c.err, c.op);
+                                                           T, r0, c.d, c.hq, c.window, c.chunks, c.err, c.op,
+                                                           MergeTail{c.gate, c.gdt, c.head_norm, c.gate_eps,
+                                                                     c.store_kv, c.G, c.a});
         e != cudaSuccess)
       return e;
   }

@@ -21,7 +21,8 @@ struct CudaBackendOptions {
   // stages; 5 the block-shared-x kernel; 7 the tiled prefill GEMM; 8, 9 the
   // cluster kernel with 3 or 4 stages; 10 the cluster kernel with the
   // products of one project() call in one launch; 11 and 12 the wgmma
-  // kernels with 256 or 8..64 activation rows a tile (sm_90a; 7 elsewhere);
+  // kernels with 256 or 8..64 activation rows a tile (sm_90a; 7 elsewhere),
+  // 13 the form of 12 that reads x permuted into scratch first;
   // each forced for every row count. All
   // give the same bits; the timing tests and `muse bench --product-kernel`
   // compare their speed.

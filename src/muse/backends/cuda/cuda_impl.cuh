@@ -123,6 +123,10 @@ __device__ __forceinline__ void pdl_launch_dependents() {
 }
 
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
+// A value as the dtype dt stores it (what a later read of it gives).
+__device__ __forceinline__ float as_stored(int dt, float v) {
+  return dt == kBF16 ? __bfloat162float(__float2bfloat16_rn(v)) : v;
+}
 
 // The step plan as kernels read it (StepPlanLayout offsets, capacities).
 struct PlanDev {
@@ -183,6 +187,9 @@ class CudaBackend final : public Backend {
                  float scale) override;
   void kv_store(const KvLayerStorage& cache, const Tensor& k_new, const Tensor& v_new,
                 const StepPlanView& plan) override;
+  void attention_store_gate(const Tensor& out, const Tensor& q, const Tensor& k_new, const Tensor& v_new,
+                            const KvLayerStorage& cache, const StepPlanView& plan, int64_t head_dim, int64_t window,
+                            float scale, const OutputGate& gate) override;
   void output_gate(const Tensor& o, const Tensor& g, int64_t head_dim, bool head_norm, float eps) override;
   void swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) override;
   void moe_route(const Tensor& ids, const Tensor& weights, const Tensor& logits, const Tensor& bias, float multiplier,
@@ -224,6 +231,13 @@ class CudaBackend final : public Backend {
   cudaError_t launch_project(cudaStream_t s, const Tensor& x, const Projection& p);
   cudaError_t launch_cublaslt(cudaStream_t s, const Tensor& x, const Projection& p);
   std::string cuda_failure(const char* what, cudaError_t e);
+  // attention's checks and choice of kernels (cuda_attention.cu); false
+  // where a check failed (the error is recorded).
+  struct AttentionLaunch;
+  bool plan_attention(const Tensor& out, const Tensor& q, const Tensor& k_new, const Tensor& v_new,
+                      const KvLayerStorage& cache, const StepPlanView& plan, int64_t head_dim, int64_t window,
+                      float scale, AttentionLaunch& launch);
+  void enqueue_attention(const AttentionLaunch& launch);
   void use_device() const;
 
   int device_ = 0;

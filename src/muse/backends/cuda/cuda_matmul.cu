@@ -491,7 +491,7 @@ cudaError_t launch_mma_nt(cudaStream_t s, const __nv_bfloat16* x, int64_t T, con
 int gemv_rule(int64_t T, int64_t K) {
   if (T > 64) return wgmma_gemm_usable() ? 11 : 7;
   if (T <= 8) return 3;
-  if (T > 16 && wgmma_gemm_usable()) return 12;
+  if (T > 16 && wgmma_gemm_usable()) return T > 32 ? 13 : 12;
   if (!mma_cluster_built()) return 1;
   return T > 16 && K >= 16384 ? 9 : 8;
 }
@@ -503,7 +503,8 @@ int gemv_rule(int64_t T, int64_t K) {
 // products of one project() call in one launch (grouped_rule); 11 and 12
 // the wgmma kernels (cuda_wgmma_gemm.cu, sm_90a: 256 or 8..64 activation
 // rows a tile; the products of one project() call in one launch; variant 7
-// or the cluster rule where the device cannot run them). Every
+// or the cluster rule where the device cannot run them; 13 is 12 reading x
+// permuted into scratch first above 16 rows, as 11 does). Every
 // variant gives the same bits, so the rule may pick by shape freely. The
 // rule, from the H200 timings of every variant on Glimmer's shapes
 // (tests/backend_cuda Timing.DISABLED_DecodeProducts and whole-model `muse
@@ -515,8 +516,12 @@ int gemv_rule(int64_t T, int64_t K) {
 // wgmma decode kernel at 17..64 rows instead (T = 64: 50-78% of HBM per
 // matrix against 41-67%; at T = 16 the cluster kernel won, on qkv+gate
 // 35 µs against 45, and the whole model, 17.85 ms a step against 18.22,
-// 2026-12-04), and the wgmma GEMM above 64 rows (the mma.sync GEMM,
-// variant 7, elsewhere). wide_gemv (once the rule
+// 2026-12-04), reading x permuted into scratch above 32 rows (variant 13:
+// 16-byte copies instead of 4-byte ones; at 64 rows gate+up 168 µs against
+// 177, down 85 against 91, the head 735 against 785, the whole batch-64
+// step 22.4 ms against 23.8; at 32 rows the extra launch lost on the short
+// matrices; Timing.DISABLED_DecodeProducts, 2026-12-04), and the wgmma GEMM above 64 rows (the
+// mma.sync GEMM, variant 7, elsewhere). wide_gemv (once the rule
 // at 9..16 rows for the long matrices) lost on the whole model: batch 16 at
 // 24.96 ms a step against 19.00 for the cluster kernel.
 // chain: kChainNext / kChainXReady (cuda_mma.cuh) for the products of one
@@ -529,8 +534,8 @@ cudaError_t launch_mma_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, co
   const int odt = dt_code(out.dtype);
   const int64_t ldo = out.cols();
   if (variant == 0) variant = gemv_rule(T, K);
-  if ((variant == 11 || variant == 12) && !wgmma_gemm_usable()) variant = 7;  // the same bits, without wgmma
-  if (variant == 11 || variant == 12) return launch_wgmma_gemm(s, x, {&w, 1}, {&out, 1}, variant, nullptr, 0);
+  if (variant >= 11 && variant <= 13 && !wgmma_gemm_usable()) variant = 7;  // the same bits, without wgmma
+  if (variant >= 11 && variant <= 13) return launch_wgmma_gemm(s, x, {&w, 1}, {&out, 1}, variant, nullptr, 0);
   if (variant == 7) return launch_mma_gemm(s, x, w, out);
   if (variant >= 8 && variant <= 10 && !mma_cluster_built()) variant = 1;  // the same bits, without clusters
   if (variant >= 8 && variant <= 10)
@@ -715,7 +720,7 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
   // kChainXReady, cuda_mma.cuh); each product's bits are its own launch's.
   std::vector<bool> chainable(outs.size());
   const int variant = gemv_variant_ ? gemv_variant_ : gemv_rule(x.rows(), x.cols());
-  const bool wg = (variant == 11 || variant == 12) && wgmma_gemm_usable();
+  const bool wg = variant >= 11 && variant <= 13 && wgmma_gemm_usable();
   const bool gemm = variant == 7 || wg;  // never chained
   bool all = true;
   int64_t min_n = INT64_MAX;
@@ -731,7 +736,7 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
   const bool wg_all = wg && !lt && std::all_of(outs.begin(), outs.end(), [&](const Projection& p) {
                         return mma_eligible(x, p.weight);
                       });
-  const bool xperm = wg_all && variant == 11 &&
+  const bool xperm = wg_all && (variant == 11 || (variant == 13 && x.rows() > 16)) &&
                      try_reserve_scratch(size_t(wgmma_xperm_elements(x.rows(), x.cols())) * sizeof(__nv_bfloat16));
   // All of them in one cluster launch where the rule says so (each row's
   // bits are still its own product's).

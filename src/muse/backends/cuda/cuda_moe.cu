@@ -27,6 +27,7 @@ constexpr int kWarps = 8;
 constexpr int kRowsPerWarp = 4;
 constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;
 constexpr int kMaxTopK = 64;
+constexpr int kWarpRouteExperts = 1024;  // moe_route's one-warp rounds: up to 32 experts a lane
 // Experts per layer: the router and the grouping keep 2 words per expert in
 // shared memory (32 KB at 4096, under the 48 KB default).
 
@@ -40,6 +41,9 @@ __device__ __forceinline__ bool better(const Pick& a, const Pick& b) {
   return a.v > b.v || (a.v == b.v && a.i < b.i);
 }
 
+// PER: experts a lane of the one-warp rounds holds (E <= 32 · PER); 0: the
+// block rounds only.
+template <int PER>
 __global__ void moe_route_kernel(int32_t* ids, float* weights, const float* logits, const float* bias, int E, int K,
                                  float multiplier, float scaling) {
   pdl_launch_dependents();  // light: the grouping may launch; it waits for us
@@ -56,29 +60,70 @@ __global__ void moe_route_kernel(int32_t* ids, float* weights, const float* logi
     p[e] = 1.0f / (1.0f + expf(-z));
     sel[e] = bias ? p[e] + bias[e] : p[e];
   }
-  __syncthreads();
-  for (int k = 0; k < K; ++k) {
-    Pick best{0.0f, -1};
-    for (int e = threadIdx.x; e < E; e += blockDim.x) {
-      bool taken = false;
-      for (int j = 0; j < k; ++j) taken |= chosen[j] == e;
-      const Pick c{sel[e], taken ? -1 : e};
-      if (better(c, best)) best = c;
-    }
+  // The k best of (p + bias, then the lower index). Where no value is NaN
+  // that order is total, so k rounds of a warp argmax pick what k rounds of
+  // the block argmax below pick, in the same order: warp 0 alone, with each
+  // lane's experts (lane, lane + 32, ...) in registers and no barrier per
+  // round (the block rounds' barriers and serial merges took ~13 µs a row
+  // for 256 experts, on the critical path of every MoE layer). With a NaN,
+  // or more than kWarpRouteExperts, the block rounds decide, as before.
+  const bool any_nan = __syncthreads_or([&] {
+    int n = 0;
+    for (int e = threadIdx.x; e < E; e += blockDim.x) n |= isnan(sel[e]);
+    return n;
+  }());
+  if (PER > 0 && !any_nan) {
+    if (warp == 0) {
+      constexpr int kPer = PER > 0 ? PER : 1;
+      float v[kPer];
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const Pick c{__shfl_xor_sync(0xffffffffu, best.v, o), __shfl_xor_sync(0xffffffffu, best.i, o)};
-      if (better(c, best)) best = c;
+      for (int j = 0; j < kPer; ++j) v[j] = lane + 32 * j < E ? sel[lane + 32 * j] : 0.0f;
+      uint32_t taken = 0;  // bit j: expert lane + 32 j chosen (or absent)
+#pragma unroll
+      for (int j = 0; j < kPer; ++j)
+        if (lane + 32 * j >= E) taken |= 1u << j;
+      for (int k = 0; k < K; ++k) {
+        Pick best{0.0f, -1};
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) {
+          const Pick c{v[j], (taken >> j) & 1u ? -1 : lane + 32 * j};
+          if (better(c, best)) best = c;
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+          const Pick c{__shfl_xor_sync(0xffffffffu, best.v, o), __shfl_xor_sync(0xffffffffu, best.i, o)};
+          if (better(c, best)) best = c;
+        }
+        // K <= E: some expert is left, and every lane holds the same winner.
+        if ((best.i & 31) == lane) taken |= 1u << (best.i >> 5);
+        if (lane == 0) chosen[k] = best.i;
+      }
     }
-    if (lane == 0) warp_best[warp] = best;
     __syncthreads();
-    if (threadIdx.x == 0) {
-      Pick b = warp_best[0];
-      for (int w = 1; w < nw; ++w)
-        if (better(warp_best[w], b)) b = warp_best[w];
-      chosen[k] = b.i < 0 ? 0 : b.i;  // all NaN: degenerate, keep a valid id
+  } else {
+    for (int k = 0; k < K; ++k) {
+      Pick best{0.0f, -1};
+      for (int e = threadIdx.x; e < E; e += blockDim.x) {
+        bool taken = false;
+        for (int j = 0; j < k; ++j) taken |= chosen[j] == e;
+        const Pick c{sel[e], taken ? -1 : e};
+        if (better(c, best)) best = c;
+      }
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        const Pick c{__shfl_xor_sync(0xffffffffu, best.v, o), __shfl_xor_sync(0xffffffffu, best.i, o)};
+        if (better(c, best)) best = c;
+      }
+      if (lane == 0) warp_best[warp] = best;
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        Pick b = warp_best[0];
+        for (int w = 1; w < nw; ++w)
+          if (better(warp_best[w], b)) b = warp_best[w];
+        chosen[k] = b.i < 0 ? 0 : b.i;  // all NaN: degenerate, keep a valid id
+      }
+      __syncthreads();
     }
-    __syncthreads();
   }
   if (threadIdx.x == 0) {
     float sum = 0.0f;
@@ -205,6 +250,15 @@ __global__ void __launch_bounds__(256) moe_down_kernel(const float* __restrict__
 }
 
 // out_t = Σ_k w_k · rms(y_k ⊙ c), k in the order of ids.
+//
+// STAGED: the row's K expert outputs and the gain are first copied into
+// shared memory in one batch of 16-byte copies (one memory latency), then
+// both passes read them there. Read from global memory, the passes waited
+// on one L2 latency per group of loads, ~12 in a row: 25-28 µs per
+// 4096-wide row of top-8 on one SM, on the critical path of every MoE
+// layer. Each thread adds the same elements in the same order either way,
+// so the bits are the same.
+template <bool STAGED>
 __global__ void moe_combine_kernel(void* out, int odt, const float* Y, const int32_t* slot_of, const float* weights,
                                    const float* gain, int K, int64_t Hm, float eps) {
   // The K sums of squares, kCombineBatch at a time in one pass over the row
@@ -215,25 +269,47 @@ __global__ void moe_combine_kernel(void* out, int odt, const float* Y, const int
   pdl_launch_dependents();  // light: the next kernel may launch; it waits for us
   pdl_wait();
   constexpr int kCombineBatch = 8;
+  extern __shared__ float4 staged4[];  // STAGED: [K][Hm] outputs, then [Hm] gain
   __shared__ float red[kCombineBatch][32];
-  __shared__ float rk[kMaxTopK];
+  __shared__ float rk[kMaxTopK], wk[kMaxTopK];
   __shared__ int gk[kMaxTopK];
   const int64_t t = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  // The row's slots and weights, once (loaded inside the loops below, each
+  // slot's load waited before the next was issued).
+  for (int k = threadIdx.x; k < K; k += blockDim.x) gk[k] = slot_of[t * K + k], wk[k] = weights[t * K + k];
+  __syncthreads();
+  // Slot k's row: absent slots (another rank's) read grouped row 0 (R >= 1,
+  // so it exists) and are skipped in the fold: unguarded loads, all in
+  // flight at once (a guarded load compiled to a branch around each one).
+  auto global_row = [&](int k) { return Y + int64_t(max(gk[k], 0)) * Hm; };
+  float* staged = reinterpret_cast<float*>(staged4);
+  if constexpr (STAGED) {
+    const int64_t n4 = Hm / 4;
+    for (int k = 0; k < K; ++k) {
+      const float* src = global_row(k);
+      for (int64_t i = threadIdx.x; i < n4; i += blockDim.x) cp_async16(staged + k * Hm + 4 * i, src + 4 * i, 16);
+    }
+    for (int64_t i = threadIdx.x; i < n4; i += blockDim.x) cp_async16(staged + K * Hm + 4 * i, gain + 4 * i, 16);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+  }
+  auto row = [&](int k) -> const float* { return STAGED ? staged + k * Hm : global_row(k); };
+  const float* gn = STAGED ? staged + K * Hm : gain;
   for (int kb = 0; kb < K; kb += kCombineBatch) {
-    int g[kCombineBatch];
     float ss[kCombineBatch];
+    const float* yr[kCombineBatch];
 #pragma unroll
-    for (int q = 0; q < kCombineBatch; ++q) g[q] = kb + q < K ? slot_of[t * K + kb + q] : -1, ss[q] = 0.0f;
+    for (int q = 0; q < kCombineBatch; ++q) yr[q] = row(kb + q < K ? kb + q : 0), ss[q] = 0.0f;
 #pragma unroll 4
     for (int64_t i = threadIdx.x; i < Hm; i += blockDim.x) {
-      const float c = gain[i];
+      const float c = gn[i];
 #pragma unroll
-      for (int q = 0; q < kCombineBatch; ++q)
-        if (g[q] >= 0) {
-          const float y = Y[int64_t(g[q]) * Hm + i] * c;
-          ss[q] += y * y;
-        }
+      for (int q = 0; q < kCombineBatch; ++q) {
+        const float y = yr[q][i] * c;
+        ss[q] += y * y;
+      }
     }
 #pragma unroll
     for (int q = 0; q < kCombineBatch; ++q) ss[q] = warp_sum(ss[q]);
@@ -245,25 +321,20 @@ __global__ void moe_combine_kernel(void* out, int odt, const float* Y, const int
     if (threadIdx.x < kCombineBatch && kb + int(threadIdx.x) < K) {
       float sum = 0.0f;
       for (int w = 0; w < nw; ++w) sum += red[threadIdx.x][w];
-      const int k = kb + int(threadIdx.x);
-      rk[k] = 1.0f / sqrtf(sum / float(Hm) + eps), gk[k] = slot_of[t * K + k];
+      rk[kb + int(threadIdx.x)] = 1.0f / sqrtf(sum / float(Hm) + eps);
     }
   }
-  __shared__ float wk[kMaxTopK];
-  for (int k = threadIdx.x; k < K; k += blockDim.x) wk[k] = weights[t * K + k];
   __syncthreads();
   // Per element, the K values are loaded before they are folded (in order):
   // one memory latency per batch, not one per expert.
+#pragma unroll 2
   for (int64_t i = threadIdx.x; i < Hm; i += blockDim.x) {
-    const float c = gain[i];
+    const float c = gn[i];
     float o = 0.0f;
     for (int kb = 0; kb < K; kb += kCombineBatch) {
       float yv[kCombineBatch];
 #pragma unroll
-      for (int q = 0; q < kCombineBatch; ++q) {
-        const int gq = kb + q < K ? gk[kb + q] : -1;
-        yv[q] = gq >= 0 ? Y[int64_t(gq) * Hm + i] : 0.0f;
-      }
+      for (int q = 0; q < kCombineBatch; ++q) yv[q] = row(kb + q < K ? kb + q : 0)[i];
 #pragma unroll
       for (int q = 0; q < kCombineBatch; ++q) {
         const int k = kb + q;
@@ -275,6 +346,16 @@ __global__ void moe_combine_kernel(void* out, int odt, const float* Y, const int
     }
     st(out, odt, t * Hm + i, o);
   }
+}
+
+// Shared memory the staged combine needs for K rows of Hm, or 0 where it
+// does not apply (rows not whole 16-byte pieces, or more than fits beside
+// the kernel's own arrays).
+size_t combine_staged_bytes(int64_t K, int64_t Hm, const void* Y, const void* gain) {
+  const size_t bytes = size_t(K + 1) * size_t(Hm) * sizeof(float);
+  const bool pieces = Hm % 4 == 0 && (reinterpret_cast<uintptr_t>(Y) & 15u) == 0 &&
+                      (reinterpret_cast<uintptr_t>(gain) & 15u) == 0;
+  return pieces && bytes <= size_t(200) << 10 ? bytes : 0;
 }
 
 // The same two products on the tensor cores (BF16 activations and experts,
@@ -407,10 +488,19 @@ void CudaBackend::moe_route(const Tensor& ids, const Tensor& weights, const Tens
   const int64_t T = logits.rows();
   if (T == 0) return;
   enqueue("moe_route", [=](cudaStream_t s) {
-    return launch_pdl<moe_route_kernel>(s, dim3(unsigned(T)), dim3(256), size_t(E) * 2 * sizeof(float),
-                                        static_cast<int32_t*>(ids.data), static_cast<float*>(weights.data),
-                                        static_cast<const float*>(logits.data), static_cast<const float*>(bias.data),
-                                        int(E), int(K), multiplier, scaling);
+    const size_t smem = size_t(E) * 2 * sizeof(float);
+    auto* id = static_cast<int32_t*>(ids.data);
+    auto* w = static_cast<float*>(weights.data);
+    auto* z = static_cast<const float*>(logits.data);
+    auto* b = static_cast<const float*>(bias.data);
+    if (E <= 32 * 8)
+      return launch_pdl<moe_route_kernel<8>>(s, dim3(unsigned(T)), dim3(256), smem, id, w, z, b, int(E), int(K),
+                                             multiplier, scaling);
+    if (E <= kWarpRouteExperts)
+      return launch_pdl<moe_route_kernel<kWarpRouteExperts / 32>>(s, dim3(unsigned(T)), dim3(256), smem, id, w, z, b,
+                                                                  int(E), int(K), multiplier, scaling);
+    return launch_pdl<moe_route_kernel<0>>(s, dim3(unsigned(T)), dim3(256), smem, id, w, z, b, int(E), int(K),
+                                           multiplier, scaling);
   });
 }
 
@@ -483,10 +573,17 @@ void CudaBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& 
     else if (xb) launch_experts<__nv_bfloat16, float>(s, u, gate_up, down, int(K), order, tiles, ntiles, max_tiles, A, Y);
     else if (wb) launch_experts<float, __nv_bfloat16>(s, u, gate_up, down, int(K), order, tiles, ntiles, max_tiles, A, Y);
     else launch_experts<float, float>(s, u, gate_up, down, int(K), order, tiles, ntiles, max_tiles, A, Y);
-    return launch_pdl<moe_combine_kernel>(s, dim3(unsigned(T)), dim3(256), 0, out.data, dt_code(out.dtype),
-                                          static_cast<const float*>(Y), static_cast<const int32_t*>(slot_of),
-                                          static_cast<const float*>(weights.data),
-                                          static_cast<const float*>(post_gain.data), int(K), Hm, eps);
+    const size_t staged = combine_staged_bytes(K, Hm, Y, post_gain.data);
+    if (staged > 0)
+      return launch_pdl<moe_combine_kernel<true>>(s, dim3(unsigned(T)), dim3(256), staged, out.data,
+                                                  dt_code(out.dtype), static_cast<const float*>(Y),
+                                                  static_cast<const int32_t*>(slot_of),
+                                                  static_cast<const float*>(weights.data),
+                                                  static_cast<const float*>(post_gain.data), int(K), Hm, eps);
+    return launch_pdl<moe_combine_kernel<false>>(s, dim3(unsigned(T)), dim3(256), 0, out.data, dt_code(out.dtype),
+                                                 static_cast<const float*>(Y), static_cast<const int32_t*>(slot_of),
+                                                 static_cast<const float*>(weights.data),
+                                                 static_cast<const float*>(post_gain.data), int(K), Hm, eps);
   });
 }
 

@@ -211,10 +211,6 @@ __device__ __forceinline__ float residual_value(bool ab, float a, float b, float
   return ab ? __fmaf_rn(a, s, __fmul_rn(b, n)) : __fadd_rn(s, n);
 }
 
-// A value as the dtype dt stores it (what a later read of it gives).
-__device__ __forceinline__ float as_stored(int dt, float v) {
-  return dt == kBF16 ? __bfloat162float(__float2bfloat16_rn(v)) : v;
-}
 
 // stream += norm(update) (alpha/beta: stream = alpha ⊙ stream + beta ⊙ norm).
 template <int PER>

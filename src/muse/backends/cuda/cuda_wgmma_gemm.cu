@@ -300,7 +300,7 @@ cudaError_t launch_tiles(cudaStream_t s, const __nv_bfloat16* x, int64_t ldx, in
 // fewest of 8, 16, 32, 64 that hold T.
 int wgmma_tile_rows(int variant, int64_t T) {
   if (variant == 11) return 256;
-  return T <= 8 ? 8 : T <= 16 ? 16 : T <= 32 ? 32 : 64;
+  return T <= 8 ? 8 : T <= 16 ? 16 : T <= 32 ? 32 : 64;  // 12, 13
 }
 
 }  // namespace
@@ -341,16 +341,21 @@ cudaError_t launch_wgmma_gemm(cudaStream_t s, const Tensor& x, std::span<const T
   if (grp.count == 0) return cudaErrorInvalidValue;
   const int64_t T = x.rows(), K = x.cols();
   auto* xb = static_cast<const __nv_bfloat16*>(x.data);
+  auto* xp = static_cast<const __nv_bfloat16*>(xperm);
+  const int64_t ldp = wgmma_xperm_elements(1, K);
   switch (wgmma_tile_rows(variant, T)) {
     case 8: return launch_tiles<8, 4, false>(s, xb, K, T, K, grp, chain);
     case 16: return launch_tiles<16, 4, false>(s, xb, K, T, K, grp, chain);
-    case 32: return launch_tiles<32, 5, false>(s, xb, K, T, K, grp, chain);
-    case 64: return launch_tiles<64, 4, false>(s, xb, K, T, K, grp, chain);
+    case 32:
+      if (xp) return launch_tiles<32, 5, true>(s, xp, ldp, T, K, grp, chain);
+      return launch_tiles<32, 5, false>(s, xb, K, T, K, grp, chain);
+    case 64:
+      if (xp) return launch_tiles<64, 4, true>(s, xp, ldp, T, K, grp, chain);
+      return launch_tiles<64, 4, false>(s, xb, K, T, K, grp, chain);
     default: break;
   }
   if (!xperm) return launch_tiles<256, 4, false>(s, xb, K, T, K, grp, chain);
-  return launch_tiles<256, 4, true>(s, static_cast<const __nv_bfloat16*>(xperm), wgmma_xperm_elements(1, K), T, K,
-                                    grp, chain);
+  return launch_tiles<256, 4, true>(s, xp, ldp, T, K, grp, chain);
 }
 
 }  // namespace muse::cuda
