@@ -519,9 +519,11 @@ cudaError_t launch_attention_mma(cudaStream_t s, dim3 grid, float* part, const v
 }
 
 // The warps a launch needs: two where every row's chunks are at most 64
-// keys (chunk_keys() of up to 16K keys), else kMmaAttnWarps.
+// keys (two tiles), else kMmaAttnWarps. (With chunks of at least
+// kMinChunkKeys = 128 keys, always kMmaAttnWarps; the two-warp form stays
+// for a smaller minimum.)
 int mma_attention_warps(int64_t max_keys) {
-  return max_keys > 0 && max_keys <= int64_t(kMaxChunks) * kMinChunkKeys ? 2 : kMmaAttnWarps;
+  return max_keys > 0 && chunk_keys(max_keys) <= 64 ? 2 : kMmaAttnWarps;
 }
 
 // Rows per launch so the chunk partials stay within 256 MiB of scratch. The
