@@ -224,13 +224,12 @@ bool CudaBackend::plan_attention(const Tensor& out, const Tensor& q, const Tenso
   // (a decode at 1K context: 16 chunk blocks per kv head, not 256). The
   // merge reports a row that needs more (a wrong hint).
   int chunks = kMaxChunks;
-  int64_t max_keys = 0;
   if (plan.max_seq_end > 0) {
-    max_keys = window > 0 ? std::min(plan.max_seq_end, window) : plan.max_seq_end;
+    const int64_t max_keys = window > 0 ? std::min(plan.max_seq_end, window) : plan.max_seq_end;
     chunks = int(std::clamp<int64_t>((max_keys + kMinChunkKeys - 1) / kMinChunkKeys, 1, kMaxChunks));
   }
   launch.call = AttnCall{out.data, dt_code(out.dtype), out.cols(), q.data, dt_code(q.dtype), q.cols(), a, P, T, int(d),
-                         group, hq, window, scale, dev_error(), op, chunks, max_keys};
+                         group, hq, window, scale, dev_error(), op, chunks};
   launch.vec = vec;
   launch.mma = use_mma;
   // Many rows of one sequence (a prefill): the same bits as the split path

@@ -390,7 +390,6 @@ struct AttnCall {
   DeviceError* err;
   int op;
   int chunks;  // split path: chunk blocks per row (kMaxChunks, fewer when the plan says no row has more)
-  int64_t max_keys;  // the most keys a row sees (0: not known)
   // Split path only: the merge also does output_gate on its output (gate
   // non-null; g laid out as out) and kv_store of the step's k/v (store_kv),
   // with their bits (CudaBackend::attention_store_gate).

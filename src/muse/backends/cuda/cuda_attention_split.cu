@@ -402,29 +402,23 @@ SplitKernel pick_split_kernel(int G, int d, bool vec) {
 // over the lane's keys in tile order and then across the 4 lanes of the row
 // (butterfly); warps merge in warp order, chunks in chunk order. The order
 // depends only on the row's own keys: batch- and chunk-invariant.
+// (A two-warp form of this kernel served the 64-key chunks of before; with
+// chunks of at least 128 keys every warp has a tile: cuda_attention.cuh.)
 // ---------------------------------------------------------------------------
-//
-// WARPS: the block's warps, kMmaAttnWarps or (when no row of the launch has
-// chunks of more than two tiles: at most 16K keys) two, so twice the blocks
-// fit an SM beside each other (the block is latency-bound: page lookups,
-// one tile's copies, the merge). The merge still folds kMmaAttnWarps
-// states in warp order, the absent warps' as the empty state, as the
-// four-warp kernel does for its warps without a tile: the same bits.
-template <int D, int WARPS>
+template <int D>
 constexpr size_t mma_att_smem() {
   // per warp: K and V tiles of 32 rows; after the loop, the warp merge
   // (16 heads x D floats + m, l) reuses the same bytes.
-  const size_t tiles = size_t(WARPS) * 2 * 32 * mma_row_bytes<D>();
+  const size_t tiles = size_t(kMmaAttnWarps) * 2 * 32 * mma_row_bytes<D>();
   const size_t merge = (size_t(16) * D + 32) * sizeof(float);
   return tiles > merge ? tiles : merge;
 }
 
-template <int D, int WARPS>
-__global__ void __launch_bounds__(WARPS * 32)
+template <int D>
+__global__ void __launch_bounds__(kMmaAttnWarps * 32)
     attention_mma_kernel(float* __restrict__ part, const __nv_bfloat16* __restrict__ q, int64_t ldq, KvArgs a,
                          PlanDev P, int64_t T, int64_t r0, int G, int hq, int64_t window, float scale,
                          DeviceError* err, int op) {
-  static_assert(WARPS == 2 || WARPS == kMmaAttnWarps, "two or all warps");
   constexpr int RB = mma_row_bytes<D>();
   constexpr int NT = D / 8;  // n-tiles of the output
   pdl_wait();  // launched with PDL: q from the kernel before us; no early trigger (the merge waits anyway)
@@ -450,10 +444,6 @@ __global__ void __launch_bounds__(WARPS * 32)
   MmaState<D> st;
   mma_state_init(st);
   const int64_t ntiles = (k_end - k_begin + 31) / 32;
-  if (WARPS < kMmaAttnWarps && ntiles > WARPS) {  // the host's max_keys was wrong: say so, compute nothing
-    if (threadIdx.x == 0) report_error(err, op, kErrChunkHint, int(t), int((nkeys + C - 1) / C));
-    return;
-  }
   for (int64_t tile = warp; tile < ntiles; tile += kMmaAttnWarps) {
     const int64_t j0 = k_begin + tile * 32;
     const int nv = int(k_end - j0 < 32 ? k_end - j0 : 32);
@@ -467,12 +457,9 @@ __global__ void __launch_bounds__(WARPS * 32)
   float* macc = reinterpret_cast<float*>(att_smem);  // [16][D]
   float* mm = macc + 16 * D;                          // [16]
   float* ml = mm + 16;                                // [16]
-  MmaState<D> empty;  // the state of a warp without tiles (warps WARPS.. do not exist here)
-  mma_state_init(empty);
-#pragma unroll  // w known at compile time: st_w names registers, not a local-memory copy
   for (int w = 0; w < kMmaAttnWarps; ++w) {
-    if (warp == (w < WARPS ? w : 0)) {
-      const MmaState<D>& st_w = w < WARPS ? st : empty;
+    if (warp == w) {
+      const MmaState<D>& st_w = st;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const int row = gr + 8 * h;
@@ -507,23 +494,15 @@ __global__ void __launch_bounds__(WARPS * 32)
   }
 }
 
-template <int D, int WARPS>
+template <int D>
 cudaError_t launch_attention_mma(cudaStream_t s, dim3 grid, float* part, const void* q, int64_t ldq, const KvArgs& a,
                                  const PlanDev& P, int64_t T, int64_t r0, int G, int hq, int64_t window, float scale,
                                  DeviceError* err, int op) {
-  constexpr size_t smem = mma_att_smem<D, WARPS>();
-  if (cudaError_t e = allow_dynamic_smem<attention_mma_kernel<D, WARPS>>(int(smem)); e != cudaSuccess) return e;
-  return launch_pdl<attention_mma_kernel<D, WARPS>>(s, grid, dim3(WARPS * 32), smem, part,
+  constexpr size_t smem = mma_att_smem<D>();
+  if (cudaError_t e = allow_dynamic_smem<attention_mma_kernel<D>>(int(smem)); e != cudaSuccess) return e;
+  return launch_pdl<attention_mma_kernel<D>>(s, grid, dim3(kMmaAttnWarps * 32), smem, part,
                                                     static_cast<const __nv_bfloat16*>(q), ldq, a, P, T, r0, G, hq,
                                                     window, scale, err, op);
-}
-
-// The warps a launch needs: two where every row's chunks are at most 64
-// keys (two tiles), else kMmaAttnWarps. (With chunks of at least
-// kMinChunkKeys = 128 keys, always kMmaAttnWarps; the two-warp form stays
-// for a smaller minimum.)
-int mma_attention_warps(int64_t max_keys) {
-  return max_keys > 0 && chunk_keys(max_keys) <= 64 ? 2 : kMmaAttnWarps;
 }
 
 // Rows per launch so the chunk partials stay within 256 MiB of scratch. The
@@ -552,13 +531,11 @@ cudaError_t run_split_attention(cudaStream_t s, const AttnCall& c, float* part, 
   const int64_t T = c.T, slab = split_slab_rows(T, c.hq, c.d, c.chunks);
   const int hk = c.hq / c.G;
   const SplitKernel split = mma ? nullptr : pick_split_kernel(c.G, c.d, vec);
-  const bool two = mma_attention_warps(c.max_keys) == 2;
   for (int64_t r0 = 0; r0 < T; r0 += slab) {
     const unsigned rows = unsigned(std::min(slab, T - r0));
     const dim3 grid(rows, unsigned(hk), unsigned(c.chunks));
     if (mma) {
-      auto* launch = c.d == 64 ? (two ? launch_attention_mma<64, 2> : launch_attention_mma<64, kMmaAttnWarps>)
-                               : (two ? launch_attention_mma<128, 2> : launch_attention_mma<128, kMmaAttnWarps>);
+      auto* launch = c.d == 64 ? launch_attention_mma<64> : launch_attention_mma<128>;
       cudaError_t e = launch(s, grid, part, c.q, c.ldq, c.a, c.P, T, r0, c.G, c.hq, c.window, c.scale, c.err, c.op);
       if (e != cudaSuccess) return e;
     } else {
