@@ -221,7 +221,7 @@ bool CudaBackend::plan_attention(const Tensor& out, const Tensor& q, const Tenso
                        (reinterpret_cast<uintptr_t>(q.data) & 3u) == 0 && q.cols() % 2 == 0;
   // Split path: chunk blocks only for chunks some row has. A row sees at
   // most min(max_seq_end, window) keys, in chunks of at least kMinChunkKeys
-  // (a decode at 1K context: 16 chunk blocks per kv head, not 256). The
+  // (a decode at 1K context: 8 chunk blocks per kv head, not 256). The
   // merge reports a row that needs more (a wrong hint).
   int chunks = kMaxChunks;
   if (plan.max_seq_end > 0) {

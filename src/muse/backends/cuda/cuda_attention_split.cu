@@ -507,7 +507,7 @@ cudaError_t launch_attention_mma(cudaStream_t s, dim3 grid, float* part, const v
 
 // Rows per launch so the chunk partials stay within 256 MiB of scratch. The
 // partials of a (row, head) are `chunks` apart, the chunks launched (64
-// Glimmer rows at 1K: 17 chunks, one launch; sized for all 256 they took
+// Glimmer rows at 1K: 9 chunks, one launch; sized for all 256 they took
 // two, 63 rows then 1).
 int64_t split_slab_rows(int64_t T, int hq, int d, int chunks) {
   const int64_t per_row = int64_t(hq) * chunks * (d + 2) * 4;
