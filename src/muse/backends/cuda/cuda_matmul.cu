@@ -520,12 +520,12 @@ int gemv_rule(int64_t T, int64_t K) {
 // 16-byte copies instead of 4-byte ones; at 64 rows gate+up 168 µs against
 // 177, down 85 against 91, the head 735 against 785, the whole batch-64
 // step 22.4 ms against 23.8; at 32 rows the extra launch lost on the short
-// matrices; Timing.DISABLED_DecodeProducts, 2026-12-04), and the wgmma GEMM above 64 rows (the
-// mma.sync GEMM, variant 7, elsewhere). wide_gemv (once the rule
-// at 9..16 rows for the long matrices) lost on the whole model: batch 16 at
-// 24.96 ms a step against 19.00 for the cluster kernel.
+// matrices; Timing.DISABLED_DecodeProducts, 2026-12-04), and the wgmma GEMM
+// above 64 rows (the mma.sync GEMM, variant 7, elsewhere). wide_gemv (once
+// the rule at 9..16 rows for the long matrices) lost on the whole model:
+// batch 16 at 24.96 ms a step against 19.00 for the cluster kernel.
 // chain: kChainNext / kChainXReady (cuda_mma.cuh) for the products of one
-// project() call; the GEMMs (variants 7, 11 and 12) are never chained.
+// project() call; the GEMMs (variants 7, 11, 12 and 13) are never chained.
 cudaError_t launch_mma_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, const Tensor& out, int variant,
                             int chain) {
   const int64_t T = x.rows(), K = x.cols(), N = w.rows();

@@ -341,8 +341,9 @@ cudaError_t launch_mma_cluster(cudaStream_t s, const Tensor& x, std::span<const 
 // launch. Variant 11: 256 activation rows a tile (the prefill GEMM); xperm,
 // where not null, holds x in the mma's order, as wgmma_permute_x wrote it
 // (wgmma_xperm_elements(T, K) bf16 values), so the GEMM stages it with
-// 16-byte copies instead of 4-byte ones. Variant 12: 8, 16, 32 or 64
-// activation rows a tile by T (decode; xperm unused).
+// 16-byte copies instead of 4-byte ones. Variants 12 and 13: 8, 16, 32 or 64
+// activation rows a tile by T (decode); 13 reads xperm above 16 rows, 12
+// never.
 // wgmma_gemm_usable(): the current device runs its sm_90a code (compute
 // capability 9.0 exactly; otherwise the rule takes the mma.sync kernels).
 bool wgmma_gemm_usable();

@@ -44,7 +44,6 @@ constexpr size_t cluster_smem_bytes() {
   return stages > part ? stages : part;
 }
 
-
 // Where piece p of a staged 128-byte row sits: the two rows a load phase
 // reads (g even and odd, the same 4 pieces) land in different halves of the
 // bank window.
