@@ -325,18 +325,71 @@ __device__ __forceinline__ void mma_tile_accumulate(MmaState<D>& st, float (&s)[
   }
 }
 
+// Key j0 + lane of a tile (lane < nv): its element index (-1: no row, an
+// error recorded when the table has no page) and whether it is in
+// k_new/v_new (`fresh`). Reads the plan and the block table only.
+__device__ __forceinline__ int64_t tile_key(const KvArgs& a, const PlanDev& P, const RowSeq& rs, int64_t j0, int nv,
+                                            int64_t kv_off, bool& fresh, DeviceError* err, int op, int lane) {
+  fresh = false;
+  return lane < nv ? key_row(a, P, rs, j0 + lane, kv_off, fresh, err, op) : -1;
+}
+
+// Which rows copy_tile_rows copies: the cache's (and the zeros of keys
+// without a row), this step's k/v, or both.
+constexpr int kCopyCached = 1, kCopyFresh = 2, kCopyAll = 3;
+
+// Issues (does not commit) the cp.async copies of a tile's K (and, with
+// `with_v`, V) rows into a warp's buffers (32 rows of RB bytes each), lane
+// i's (idx, fresh) being key i's (tile_key); keys without a row are zeros.
+// The cache holds only earlier steps' rows, so the split kernel copies them
+// before it waits for the kernel before it and this step's rows after.
+// Each row is copied by D / 8 consecutive lanes (one 16-byte piece each,
+// coalesced); the owning lane's row addresses and byte count reach them by
+// shuffle, once a row. A pass with nothing to copy costs one vote.
+template <int D>
+__device__ __forceinline__ void copy_tile_rows(unsigned char* ks, unsigned char* vs, bool with_v, const KvArgs& a,
+                                               int64_t idx, bool fresh, int which) {
+  constexpr int RB = mma_row_bytes<D>();
+  constexpr int kPieces = D / 8;       // 16-byte pieces a row
+  constexpr int kRows = 32 / kPieces;  // rows a pass of the warp covers
+  static_assert(32 % kPieces == 0, "a row's pieces within a warp");
+  const int lane = threadIdx.x & 31, sub = lane / kPieces, piece = lane % kPieces;
+  // This lane's key: 16 bytes a piece (a row), 0 (no row: zeros), or -1
+  // (the other pass copies it).
+  const int bytes = !(which & (fresh ? kCopyFresh : kCopyCached)) ? -1 : idx < 0 ? 0 : 16;
+  if (!__any_sync(0xffffffffu, bytes >= 0)) return;
+  const int64_t at = idx < 0 ? 0 : idx;
+  const uint64_t kr = reinterpret_cast<uint64_t>(static_cast<const __nv_bfloat16*>(fresh ? a.k_new : a.ck) + at);
+  const uint64_t vr = reinterpret_cast<uint64_t>(static_cast<const __nv_bfloat16*>(fresh ? a.v_new : a.cv) + at);
+#pragma unroll
+  for (int i = 0; i < 32 / kRows; ++i) {
+    const int key = i * kRows + sub;
+    const int n = __shfl_sync(0xffffffffu, bytes, key);
+    const uint64_t k = __shfl_sync(0xffffffffu, kr, key) + 16u * piece;
+    const uint64_t v = with_v ? __shfl_sync(0xffffffffu, vr, key) + 16u * piece : 0u;
+    if (n < 0) continue;
+    cp_async16_att(ks + key * RB + piece * 16, reinterpret_cast<const void*>(k), n);
+    if (with_v) cp_async16_att(vs + key * RB + piece * 16, reinterpret_cast<const void*>(v), n);
+  }
+}
+__device__ __forceinline__ void copy_tile_wait() {
+  asm volatile("cp.async.commit_group;");
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+  __syncwarp();
+}
+
 // Copies the K (and, with `with_v`, V) rows of keys j0 .. j0 + nv - 1 into a
 // warp's tile buffers (32 rows of RB bytes each); rows without a page and
 // rows nv.. are zeros. Returns the keys that have a row (bit per key).
-// Waits for the copies.
+// Waits for the copies. (The prefill kernel's form: its registers are at
+// the limit, and this loop needs fewer live than copy_tile_rows.)
 template <int D>
 __device__ __forceinline__ unsigned stage_tile_warp(unsigned char* ks, unsigned char* vs, bool with_v,
                                                     const KvArgs& a, const PlanDev& P, const RowSeq& rs, int64_t j0,
                                                     int nv, int64_t kv_off, DeviceError* err, int op, int lane) {
   constexpr int RB = mma_row_bytes<D>();
-  int64_t idx = -1;
   bool fresh = false;
-  if (lane < nv) idx = key_row(a, P, rs, j0 + lane, kv_off, fresh, err, op);
+  const int64_t idx = tile_key(a, P, rs, j0, nv, kv_off, fresh, err, op, lane);
   const unsigned okmask = __ballot_sync(0xffffffffu, idx >= 0);  // keys with a row (bad pages: none)
   __syncwarp();  // the previous tile's fragment reads are done
   constexpr int kPieces = D / 8;  // 16-byte pieces per row
@@ -352,9 +405,7 @@ __device__ __forceinline__ unsigned stage_tile_warp(unsigned char* ks, unsigned 
     cp_async16_att(ks + key * RB + piece * 16, kb + off, ok ? 16 : 0);
     if (with_v) cp_async16_att(vs + key * RB + piece * 16, vb + off, ok ? 16 : 0);
   }
-  asm volatile("cp.async.commit_group;");
-  asm volatile("cp.async.wait_group 0;" ::: "memory");
-  __syncwarp();
+  copy_tile_wait();
   return okmask;
 }
 

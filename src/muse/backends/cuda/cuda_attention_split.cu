@@ -28,6 +28,12 @@ using namespace attn;
 constexpr int kSplitWarps = 4;
 constexpr int kSplitMaxGroup = 16;
 
+// A chunk partial of one (row, q head): m, l, two unused floats (so acc
+// starts 16 bytes in and the tensor-core kernel stores it in float4s),
+// then acc[d].
+constexpr int kPartHead = 4;
+constexpr int part_stride(int d) { return d + kPartHead; }
+
 
 // n consecutive values at element idx (n in {1, 2, 4, 8}; VEC: idx is a
 // multiple of n and the base 16-byte aligned).
@@ -225,7 +231,7 @@ __global__ void __launch_bounds__(kSplitWarps * 32)
     }
     __syncwarp();  // ps / vidx are rewritten by the next tile
   }
-  const int stride = d + 2;
+  const int stride = part_stride(d);
 #pragma unroll
   for (int hh = 0; hh < HPW; ++hh) {
     if (h0 + hh >= G) break;
@@ -233,7 +239,7 @@ __global__ void __launch_bounds__(kSplitWarps * 32)
     if (lane == 0) dst[0] = m[hh], dst[1] = l[hh];
 #pragma unroll
     for (int i = 0; i < DPL; ++i)
-      if (lane * DPL + i < d) dst[2 + lane * DPL + i] = acc[hh][i];
+      if (lane * DPL + i < d) dst[kPartHead + lane * DPL + i] = acc[hh][i];
   }
 }
 
@@ -266,15 +272,22 @@ __global__ void __launch_bounds__(128) attention_merge_kernel(void* out, int odt
                                                               int launched, DeviceError* err, int op,
                                                               MergeTail tail) {
   pdl_launch_dependents();  // light: the next kernel may launch; it waits for us
-  pdl_wait();                // launched with PDL: the chunk kernel before us
   __shared__ float wz[kMaxChunks];
   __shared__ float Ls;
   __shared__ float ov[kMaxHeadDim];  // head_norm: the head's stored outputs
+  __shared__ int64_t dst;            // store_kv: the cache row of row t's position
   const int64_t t = r0 + blockIdx.x;
   const int h = blockIdx.y;
+  // Before waiting for the chunk kernel (launched with PDL): the plan and
+  // the block table, which no kernel of this step writes (as the chunk
+  // kernel does). Every block waits before it leaves.
   RowSeq rs;
-  if (!row_sequence(P, t, T, rs, err, op)) return;
-  const int64_t p = rs.pos_begin + (t - rs.row_begin);
+  const bool ok = row_sequence(P, t, T, rs, err, op);
+  const int64_t p = ok ? rs.pos_begin + (t - rs.row_begin) : 0;
+  const bool store = ok && tail.store_kv && h % tail.G == 0;
+  if (store && threadIdx.x == 0) dst = cache_row(tail.a, P, rs, p, err, op, true);
+  pdl_wait();
+  if (!ok) return;
   const int64_t lo = window_lo(p, window);
   const int64_t nkeys = p - lo + 1, C = chunk_keys(nkeys);
   const int nch = int((nkeys + C - 1) / C);
@@ -282,7 +295,7 @@ __global__ void __launch_bounds__(128) attention_merge_kernel(void* out, int odt
     if (threadIdx.x == 0) report_error(err, op, kErrChunkHint, int(t), nch);
     return;
   }
-  const int stride = d + 2;
+  const int stride = part_stride(d);
   const float* base = part + (int64_t(blockIdx.x) * hq + h) * launched * stride;  // the chunk kernel's gridDim.z
   if (threadIdx.x < 32) {
     const int lane = threadIdx.x;
@@ -315,11 +328,11 @@ __global__ void __launch_bounds__(128) attention_merge_kernel(void* out, int odt
     for (; zz + 8 <= nch; zz += 8) {  // 8 loads in flight, then the sums in chunk order
       float v[8];
 #pragma unroll
-      for (int u = 0; u < 8; ++u) v[u] = base[(zz + u) * stride + 2 + i];
+      for (int u = 0; u < 8; ++u) v[u] = base[(zz + u) * stride + kPartHead + i];
 #pragma unroll
       for (int u = 0; u < 8; ++u) o = chunk_fold(v[u], wz[zz + u], o);
     }
-    for (; zz < nch; ++zz) o = chunk_fold(base[zz * stride + 2 + i], wz[zz], o);
+    for (; zz < nch; ++zz) o = chunk_fold(base[zz * stride + kPartHead + i], wz[zz], o);
     const int64_t at = t * ldo + int64_t(h) * d + i;
     if (!tail.gate) {
       st(out, odt, at, chunk_out(o, L));
@@ -344,11 +357,8 @@ __global__ void __launch_bounds__(128) attention_merge_kernel(void* out, int odt
       st(out, odt, at, (ov[i] * r) * sigmoidf_(ld(tail.gate, tail.gdt, at)));
     }
   }
-  if (tail.store_kv && h % tail.G == 0) {
-    __shared__ int64_t dst;
-    if (threadIdx.x == 0) dst = cache_row(tail.a, P, rs, p, err, op, true);
-    __syncthreads();
-    if (dst < 0) return;  // -2: a sliding block the sequence does not keep
+  if (store) {
+    if (dst < 0) return;  // (written before the barrier after the chunk weights)  // -2: a sliding block the sequence does not keep
     const KvArgs& a = tail.a;
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
       const int64_t off = int64_t(h / tail.G) * d + i;
@@ -405,13 +415,28 @@ SplitKernel pick_split_kernel(int G, int d, bool vec) {
 // (A two-warp form of this kernel served the 64-key chunks of before; with
 // chunks of at least 128 keys every warp has a tile: cuda_attention.cuh.)
 // ---------------------------------------------------------------------------
+// The warp merge's shared memory (after the tiles, in the same bytes): each
+// warp's 16 x D outputs in rows of D + 8 floats (its float2 stores, rows gr
+// and gr + 8 of a half warp, hit distinct banks), its m and l per head row,
+// then per head row the three merge weight pairs and the merged M and L.
+template <int D>
+struct MmaMergeSmem {
+  static constexpr int kStride = D + 8;
+  static constexpr size_t o = 0;
+  static constexpr size_t m = o + size_t(kMmaAttnWarps) * 16 * kStride;  // floats
+  static constexpr size_t l = m + size_t(kMmaAttnWarps) * 16;
+  static constexpr size_t c = l + size_t(kMmaAttnWarps) * 16;  // [16][warps - 1][2]
+  static constexpr size_t fm = c + size_t(16) * (kMmaAttnWarps - 1) * 2;
+  static constexpr size_t fl = fm + 16;
+  static constexpr size_t bytes = (fl + 16) * sizeof(float);
+};
+
 template <int D>
 constexpr size_t mma_att_smem() {
   // per warp: K and V tiles of 32 rows; after the loop, the warp merge
-  // (16 heads x D floats + m, l) reuses the same bytes.
+  // reuses the same bytes.
   const size_t tiles = size_t(kMmaAttnWarps) * 2 * 32 * mma_row_bytes<D>();
-  const size_t merge = (size_t(16) * D + 32) * sizeof(float);
-  return tiles > merge ? tiles : merge;
+  return tiles > MmaMergeSmem<D>::bytes ? tiles : MmaMergeSmem<D>::bytes;
 }
 
 template <int D>
@@ -421,76 +446,124 @@ __global__ void __launch_bounds__(kMmaAttnWarps * 32)
                          DeviceError* err, int op) {
   constexpr int RB = mma_row_bytes<D>();
   constexpr int NT = D / 8;  // n-tiles of the output
-  pdl_wait();  // launched with PDL: q from the kernel before us; no early trigger (the merge waits anyway)
+  // The merge may launch now: it reads the plan, then waits for us.
+  pdl_launch_dependents();
   extern __shared__ __align__(16) unsigned char att_smem[];
   const int64_t t = r0 + blockIdx.x;
   const int g = blockIdx.y, z = blockIdx.z;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
+  // Launched with PDL: until pdl_wait the kernels before us may still run.
+  // Before it we read only what no kernel of this step writes: the plan,
+  // the block table and the cache rows of earlier steps (this step's k/v
+  // reach the cache in the merge, after every chunk block). q and this
+  // step's k_new/v_new come after it. Every block waits before it leaves,
+  // so this grid ends after the one before it.
   RowSeq rs;
-  if (!row_sequence(P, t, T, rs, err, op)) return;
-  const int64_t p = rs.pos_begin + (t - rs.row_begin);
-  const int64_t lo = window_lo(p, window);
-  const int64_t nkeys = p - lo + 1, C = chunk_keys(nkeys);
-  if (int64_t(z) * C >= nkeys) return;
-  const int64_t k_begin = lo + int64_t(z) * C, k_end = p + 1 < k_begin + C ? p + 1 : k_begin + C;
+  int64_t k_begin = 0, k_end = 0;
+  if (row_sequence(P, t, T, rs, err, op)) {
+    const int64_t p = rs.pos_begin + (t - rs.row_begin);
+    const int64_t lo = window_lo(p, window);
+    const int64_t nkeys = p - lo + 1, C = chunk_keys(nkeys);
+    if (int64_t(z) * C < nkeys)  // else this row has fewer chunks
+      k_begin = lo + int64_t(z) * C, k_end = p + 1 < k_begin + C ? p + 1 : k_begin + C;
+  }
+  const int64_t ntiles = (k_end - k_begin + 31) / 32;
+  if (ntiles == 0) {
+    pdl_wait();
+    return;
+  }
   const int64_t kv_off = int64_t(g) * D;
-  uint32_t qa[D / 16][4];
-  load_q_frags<D>(qa, q, t, ldq, g, G, lane);
   unsigned char* ks_base = att_smem + size_t(warp) * 2 * 32 * RB;  // this warp's K tile, then V tile
   unsigned char* vs_base = ks_base + 32 * RB;
+  // The warp's first tile: its keys looked up and its cached rows on their way.
+  bool fresh0 = false;
+  int64_t idx0 = -1;
+  if (warp < ntiles) {
+    const int64_t j0 = k_begin + int64_t(warp) * 32;
+    idx0 = tile_key(a, P, rs, j0, int(k_end - j0 < 32 ? k_end - j0 : 32), kv_off, fresh0, err, op, lane);
+    copy_tile_rows<D>(ks_base, vs_base, true, a, idx0, fresh0, kCopyCached);
+  }
+  const unsigned okmask0 = __ballot_sync(0xffffffffu, idx0 >= 0);
+  pdl_wait();
+  uint32_t qa[D / 16][4];
+  load_q_frags<D>(qa, q, t, ldq, g, G, lane);
   const unsigned char* krow[4];
   const unsigned char* vrow[2];
   tile_rows<D>(ks_base, vs_base, lane, krow, vrow);
   MmaState<D> st;
   mma_state_init(st);
-  const int64_t ntiles = (k_end - k_begin + 31) / 32;
   for (int64_t tile = warp; tile < ntiles; tile += kMmaAttnWarps) {
     const int64_t j0 = k_begin + tile * 32;
     const int nv = int(k_end - j0 < 32 ? k_end - j0 : 32);
-    const unsigned okmask = stage_tile_warp<D>(ks_base, vs_base, true, a, P, rs, j0, nv, kv_off, err, op, lane);
+    unsigned okmask = okmask0;
+    if (tile == warp) {
+      copy_tile_rows<D>(ks_base, vs_base, true, a, idx0, fresh0, kCopyFresh);
+    } else {
+      bool fresh = false;
+      const int64_t idx = tile_key(a, P, rs, j0, nv, kv_off, fresh, err, op, lane);
+      okmask = __ballot_sync(0xffffffffu, idx >= 0);
+      __syncwarp();  // the previous tile's fragment reads are done
+      copy_tile_rows<D>(ks_base, vs_base, true, a, idx, fresh, kCopyAll);
+    }
+    copy_tile_wait();
     float s[4][4];
     mma_tile_scores<D>(s, qa, krow, okmask, scale, lane);
     mma_tile_accumulate<D>(st, s, vrow);
   }
-  // Merge the warps in warp order through shared memory (the tiles are done).
-  __syncthreads();
-  float* macc = reinterpret_cast<float*>(att_smem);  // [16][D]
-  float* mm = macc + 16 * D;                          // [16]
-  float* ml = mm + 16;                                // [16]
-  for (int w = 0; w < kMmaAttnWarps; ++w) {
-    if (warp == w) {
-      const MmaState<D>& st_w = st;
+  // Merge the warps in warp order (acc = warp 0's state, then absorb warps
+  // 1, 2, 3 as mma_state_merge does), all at once: every warp leaves its
+  // state in shared memory, 16 threads fold the per-row weights, then every
+  // thread folds the outputs it writes.
+  using MS = MmaMergeSmem<D>;
+  __syncthreads();  // the tiles are done: their bytes become the merge's
+  float* sm = reinterpret_cast<float*>(att_smem);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = gr + 8 * h;
-        if (w == 0) {
+  for (int h = 0; h < 2; ++h) {
+    const int row = gr + 8 * h;
+    float* orow = sm + MS::o + size_t(warp * 16 + row) * MS::kStride;
 #pragma unroll
-          for (int n = 0; n < NT; ++n)
-            macc[row * D + n * 8 + 2 * tq] = st_w.o[n][2 * h], macc[row * D + n * 8 + 2 * tq + 1] = st_w.o[n][2 * h + 1];
-          if (tq == 0) mm[row] = st_w.m[h], ml[row] = st_w.l[h];
-        } else {
-          float M, c0, c1;
-          merge_weights(mm[row], st_w.m[h], M, c0, c1);
-          const float L0 = ml[row];
-#pragma unroll
-          for (int n = 0; n < NT; ++n)
-#pragma unroll
-            for (int c = 0; c < 2; ++c) {
-              float& sacc = macc[row * D + n * 8 + 2 * tq + c];
-              sacc = merge_value(sacc, st_w.o[n][2 * h + c], c0, c1);
-            }
-          __syncwarp();
-          if (tq == 0) mm[row] = M, ml[row] = merge_value(L0, st_w.l[h], c0, c1);
-        }
-      }
-    }
-    __syncthreads();
+    for (int n = 0; n < NT; ++n)
+      *reinterpret_cast<float2*>(orow + n * 8 + 2 * tq) = make_float2(st.o[n][2 * h], st.o[n][2 * h + 1]);
+    if (tq == 0) sm[MS::m + warp * 16 + row] = st.m[h], sm[MS::l + warp * 16 + row] = st.l[h];
   }
-  const int stride = D + 2;
-  for (int i = threadIdx.x; i < G * stride; i += blockDim.x) {
-    const int hh = i / stride, e = i % stride;
-    float* dst = part + ((int64_t(blockIdx.x) * hq + g * G + hh) * gridDim.z + z) * stride;
-    dst[e] = e == 0 ? mm[hh] : e == 1 ? ml[hh] : macc[hh * D + e - 2];
+  __syncthreads();
+  if (threadIdx.x < 16) {
+    const int row = threadIdx.x;
+    float M = sm[MS::m + row], L = sm[MS::l + row];
+#pragma unroll
+    for (int w = 1; w < kMmaAttnWarps; ++w) {
+      float Mn, c0, c1;
+      merge_weights(M, sm[MS::m + w * 16 + row], Mn, c0, c1);
+      sm[MS::c + (row * (kMmaAttnWarps - 1) + w - 1) * 2] = c0;
+      sm[MS::c + (row * (kMmaAttnWarps - 1) + w - 1) * 2 + 1] = c1;
+      L = merge_value(L, sm[MS::l + w * 16 + row], c0, c1);
+      M = Mn;
+    }
+    sm[MS::fm + row] = M, sm[MS::fl + row] = L;
+  }
+  __syncthreads();
+  // m and l by 16 threads; acc in float4s (4 dims a thread a step), its
+  // four warps' values folded in warp order.
+  constexpr int stride = part_stride(D), Q = D / 4;
+  float* out = part + ((int64_t(blockIdx.x) * hq + g * G) * gridDim.z + z) * stride;  // head hh: + hh·gridDim.z·stride
+  const int64_t head_step = int64_t(gridDim.z) * stride;
+  if (threadIdx.x < G) {
+    out[threadIdx.x * head_step] = sm[MS::fm + threadIdx.x];
+    out[threadIdx.x * head_step + 1] = sm[MS::fl + threadIdx.x];
+  }
+  for (int i = threadIdx.x; i < G * Q; i += blockDim.x) {
+    const int hh = i / Q, e = 4 * (i % Q);
+    const float* o = sm + MS::o + size_t(hh) * MS::kStride + e;
+    const float* c = sm + MS::c + hh * (kMmaAttnWarps - 1) * 2;
+    float4 v = *reinterpret_cast<const float4*>(o);
+#pragma unroll
+    for (int w = 1; w < kMmaAttnWarps; ++w) {
+      const float4 ow = *reinterpret_cast<const float4*>(o + size_t(w) * 16 * MS::kStride);
+      const float c0 = c[(w - 1) * 2], c1 = c[(w - 1) * 2 + 1];
+      v.x = merge_value(v.x, ow.x, c0, c1), v.y = merge_value(v.y, ow.y, c0, c1);
+      v.z = merge_value(v.z, ow.z, c0, c1), v.w = merge_value(v.w, ow.w, c0, c1);
+    }
+    *reinterpret_cast<float4*>(out + hh * head_step + kPartHead + e) = v;
   }
 }
 
@@ -510,7 +583,7 @@ cudaError_t launch_attention_mma(cudaStream_t s, dim3 grid, float* part, const v
 // Glimmer rows at 1K: 9 chunks, one launch; sized for all 256 they took
 // two, 63 rows then 1).
 int64_t split_slab_rows(int64_t T, int hq, int d, int chunks) {
-  const int64_t per_row = int64_t(hq) * chunks * (d + 2) * 4;
+  const int64_t per_row = int64_t(hq) * chunks * part_stride(d) * 4;
   return std::max<int64_t>(1, std::min<int64_t>(T, (int64_t(256) << 20) / per_row));
 }
 
@@ -518,7 +591,7 @@ int64_t split_slab_rows(int64_t T, int hq, int d, int chunks) {
 }  // namespace
 
 size_t split_scratch_bytes(int64_t T, int hq, int d, int chunks) {
-  return size_t(split_slab_rows(T, hq, d, chunks)) * size_t(hq) * size_t(chunks) * size_t(d + 2) * 4;
+  return size_t(split_slab_rows(T, hq, d, chunks)) * size_t(hq) * size_t(chunks) * size_t(part_stride(d)) * 4;
 }
 
 bool split_attention_one_slab(int64_t T, int hq, int d, int chunks) {

@@ -313,6 +313,7 @@ __global__ void rope_tables_kernel(float* cos_out, float* sin_out, const int32_t
 // then rotate-half RoPE on pairs (j, j + d/2). In place.
 __global__ void qk_norm_rope_kernel(void* q, int qdt, void* k, int kdt, const float* cos_t, const float* sin_t,
                                     int64_t T, int hq, int hk, int d, float eps, float q_scale) {
+  pdl_launch_dependents();  // light: attention may launch and look up its keys; it waits for us
   pdl_wait();
   const int64_t w = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int lane = threadIdx.x & 31;
