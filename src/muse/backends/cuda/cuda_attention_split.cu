@@ -297,6 +297,19 @@ __global__ void __launch_bounds__(128) attention_merge_kernel(void* out, int odt
   }
   const int stride = part_stride(d);
   const float* base = part + (int64_t(blockIdx.x) * hq + h) * launched * stride;  // the chunk kernel's gridDim.z
+  // One round of loads before the first barrier (none depends on another):
+  // warp 0's m and l, and this thread's first dim's first chunk values, its
+  // gate and (store) its k/v. (A thread's dims: i = threadIdx.x, + 128.)
+  constexpr int kFirst = 8;
+  const int i0 = threadIdx.x;
+  const int64_t at0 = t * ldo + int64_t(h) * d + i0;
+  const int64_t kv0 = int64_t(h / tail.G) * d + i0;
+  float v0[kFirst];
+#pragma unroll
+  for (int u = 0; u < kFirst; ++u) v0[u] = i0 < d && u < nch ? base[u * stride + kPartHead + i0] : 0.0f;
+  const float g0 = tail.gate && i0 < d ? ld(tail.gate, tail.gdt, at0) : 0.0f;
+  const float k0 = store && i0 < d ? ld(tail.a.k_new, tail.a.ndt, t * tail.a.kv_dim + kv0) : 0.0f;
+  const float w0 = store && i0 < d ? ld(tail.a.v_new, tail.a.ndt, t * tail.a.kv_dim + kv0) : 0.0f;
   if (threadIdx.x < 32) {
     const int lane = threadIdx.x;
     float mv[kMaxChunks / 32], lv[kMaxChunks / 32];
@@ -323,8 +336,15 @@ __global__ void __launch_bounds__(128) attention_merge_kernel(void* out, int odt
   __syncthreads();
   const float L = Ls;
   for (int i = threadIdx.x; i < d; i += blockDim.x) {
+    const bool first = i == i0;
     float o = 0.0f;
     int zz = 0;
+    if (first) {
+#pragma unroll
+      for (int u = 0; u < kFirst; ++u)
+        if (u < nch) o = chunk_fold(v0[u], wz[u], o);
+      zz = nch < kFirst ? nch : kFirst;
+    }
     for (; zz + 8 <= nch; zz += 8) {  // 8 loads in flight, then the sums in chunk order
       float v[8];
 #pragma unroll
@@ -339,7 +359,7 @@ __global__ void __launch_bounds__(128) attention_merge_kernel(void* out, int odt
     } else {
       const float x = as_stored(odt, chunk_out(o, L));
       if (tail.head_norm) ov[i] = x;
-      else st(out, odt, at, x * sigmoidf_(ld(tail.gate, tail.gdt, at)));
+      else st(out, odt, at, x * sigmoidf_(first ? g0 : ld(tail.gate, tail.gdt, at)));
     }
   }
   if (tail.gate && tail.head_norm) {
@@ -354,16 +374,18 @@ __global__ void __launch_bounds__(128) attention_merge_kernel(void* out, int odt
     const float r = Ls;
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
       const int64_t at = t * ldo + int64_t(h) * d + i;
-      st(out, odt, at, (ov[i] * r) * sigmoidf_(ld(tail.gate, tail.gdt, at)));
+      st(out, odt, at, (ov[i] * r) * sigmoidf_(i == i0 ? g0 : ld(tail.gate, tail.gdt, at)));
     }
   }
   if (store) {
-    if (dst < 0) return;  // (written before the barrier after the chunk weights)  // -2: a sliding block the sequence does not keep
+    // dst was written before the barrier after the chunk weights; -2: a
+    // sliding block the sequence does not keep.
+    if (dst < 0) return;
     const KvArgs& a = tail.a;
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
       const int64_t off = int64_t(h / tail.G) * d + i;
-      st(a.ck, a.cdt, dst + off, ld(a.k_new, a.ndt, t * a.kv_dim + off));
-      st(a.cv, a.cdt, dst + off, ld(a.v_new, a.ndt, t * a.kv_dim + off));
+      st(a.ck, a.cdt, dst + off, i == i0 ? k0 : ld(a.k_new, a.ndt, t * a.kv_dim + off));
+      st(a.cv, a.cdt, dst + off, i == i0 ? w0 : ld(a.v_new, a.ndt, t * a.kv_dim + off));
     }
   }
 }

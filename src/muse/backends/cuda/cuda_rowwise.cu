@@ -131,6 +131,17 @@ __device__ __forceinline__ int64_t run_count(int64_t n) {
   return left <= 0 ? 0 : left < PER ? left : PER;
 }
 
+// This thread's run of a gain into L2, before pdl_wait: gains are weights
+// (no kernel writes them), and since their last use a step's other weights
+// have streamed through L2, so the first load of a gain would otherwise be
+// an HBM round trip on the row's critical path (after the wait).
+template <int PER>
+__device__ __forceinline__ void prefetch_gain(const void* gain, int gdt, int mode, int64_t n) {
+  if (PER == 0 || mode == kGainNone || !gain || (gdt != kF32 && gdt != kBF16) || run_count<PER>(n) == 0) return;
+  const char* p = static_cast<const char*>(gain) + run_start<PER>() * (gdt == kF32 ? 4 : 2);
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 // 1/rms of a row held in registers as row_inv_rms loads it (x, and c the
 // gain or 1; elements past n are 0 and 1).
 template <int PER>
@@ -187,6 +198,7 @@ template <int PER>
 __global__ void __launch_bounds__(1024) rms_norm_kernel(void* out, int odt, const void* in, int idt, const void* gain,
                                                         int gdt, int mode, float eps, int64_t g, float scale) {
   pdl_launch_dependents();  // a product may read our output: it waits for us
+  prefetch_gain<PER>(gain, gdt, mode, g);
   pdl_wait();
   __shared__ float red[33];
   const int64_t base = int64_t(blockIdx.x) * g;
@@ -218,6 +230,7 @@ __global__ void __launch_bounds__(1024)
     residual_norm_kernel(void* stream, int sdt, const void* update, int udt, const void* gain, int gdt, int mode,
                          const float* alpha, const float* beta, float eps, int64_t H) {
   pdl_launch_dependents();  // a product may read our output: it waits for us
+  prefetch_gain<PER>(gain, gdt, mode, H);
   pdl_wait();
   __shared__ float red[33];
   const int64_t base = int64_t(blockIdx.x) * H;
@@ -258,6 +271,8 @@ __global__ void __launch_bounds__(1024)
                               const float* alpha, const float* beta, float eps, int64_t H, void* out, int odt,
                               const void* gain2, int g2dt, int mode2, float eps2) {
   pdl_launch_dependents();  // a product may read our output: it waits for us
+  prefetch_gain<PER>(gain, gdt, mode, H);
+  prefetch_gain<PER>(gain2, g2dt, mode2, H);
   pdl_wait();
   __shared__ float red[33];
   const int64_t base = int64_t(blockIdx.x) * H;
