@@ -453,6 +453,14 @@ TEST_P(Attention, ChunkHintKeepsBitsAndCatchesWrongHints) {
   Status s = b().execute();
   ASSERT_FALSE(s.ok());
   EXPECT_NE(s.message().find("max_seq_end"), std::string::npos) << s.message();
+  // The failed step leaves nothing behind: the next steps give the same
+  // bytes, twice.
+  const std::vector<uint8_t> want = get_bytes(o1);
+  for (int rep = 0; rep < 2; ++rep) {
+    b().attention(o2, tq, tk, tv, cache, hinted, d, 0, 0.125f);
+    ASSERT_TRUE(b().execute().ok());
+    EXPECT_EQ(get_bytes(o2), want) << "after the failed step, run " << rep;
+  }
 }
 
 // The prefill kernel against the double reference (steps of 64 rows and
