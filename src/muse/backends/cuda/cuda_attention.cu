@@ -199,8 +199,11 @@ bool CudaBackend::plan_attention(const Tensor& out, const Tensor& q, const Tenso
                  out.numel() == q.numel() && out.cols() == q.cols() && q.cols() % d == 0 && k_new.cols() % d == 0 &&
                  k_new.rows() == q.rows() && k_new.cols() > 0 && (q.cols() / d) % (k_new.cols() / d) == 0 &&
                  q.cols() / d < 65536,
-             "attention", describe(q) + " k " + describe(k_new) + " cache " + describe(cache.k) + " head_dim " +
-                              std::to_string(d)))
+             "attention",
+             [&] {
+               return describe(q) + " k " + describe(k_new) + " cache " + describe(cache.k) + " head_dim " +
+                      std::to_string(d);
+             }))
     return false;
   std::string bad = check_cache(cache, k_new, v_new, plan);
   if (bad.empty() && cache.layout == KvLayout::Sliding && window <= 0) bad = "a sliding layer needs window > 0";
@@ -314,7 +317,9 @@ void CudaBackend::attention_store_gate(const Tensor& out, const Tensor& q, const
 void CudaBackend::kv_store(const KvLayerStorage& cache, const Tensor& k_new, const Tensor& v_new,
                            const StepPlanView& plan) {
   std::string bad = check_cache(cache, k_new, v_new, plan);
-  if (!check(bad.empty(), "kv_store", bad + " (" + describe(k_new) + " into " + describe(cache.k) + ")")) return;
+  if (!check(bad.empty(), "kv_store",
+             [&] { return bad + " (" + describe(k_new) + " into " + describe(cache.k) + ")"; }))
+    return;
   const int64_t T = k_new.rows();
   if (T == 0) return;
   const KvArgs a = kv_args(cache, k_new, v_new);

@@ -298,7 +298,7 @@ bool CudaBackend::check(bool ok, const char* op, const std::string& what) {
 }
 
 void CudaBackend::set_input(const Tensor& dst, const void* host, size_t bytes) {
-  if (!check(bytes <= dst.bytes(), "set_input", describe(dst) + " is smaller than the input")) return;
+  if (!check(bytes <= dst.bytes(), "set_input", [&] { return describe(dst) + " is smaller than the input"; })) return;
   if (bytes == 0) return;
   const size_t off = (arena_used_ + 15) / 16 * 16;
   if (off + bytes > arena_cap_) {

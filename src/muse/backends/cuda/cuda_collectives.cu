@@ -7,7 +7,7 @@
 namespace muse::cuda {
 
 void CudaBackend::all_reduce_sum(const Tensor& t, Communicator& comm) {
-  if (!check(t.dtype == DType::F32 || t.dtype == DType::BF16, "all_reduce_sum", describe(t))) return;
+  if (!check(t.dtype == DType::F32 || t.dtype == DType::BF16, "all_reduce_sum", [&] { return describe(t); })) return;
   Communicator* c = &comm;
   enqueue("all_reduce_sum", [=](cudaStream_t s) {
     return c->all_reduce_sum(t.data, t.numel(), t.dtype, s).ok() ? cudaSuccess : cudaErrorUnknown;
@@ -16,7 +16,7 @@ void CudaBackend::all_reduce_sum(const Tensor& t, Communicator& comm) {
 
 void CudaBackend::all_gather(const Tensor& out, const Tensor& in, Communicator& comm) {
   if (!check(out.dtype == in.dtype && out.numel() == in.numel() * comm.size(), "all_gather",
-             describe(out) + " <- " + describe(in)))
+             [&] { return describe(out) + " <- " + describe(in); }))
     return;
   Communicator* c = &comm;
   enqueue("all_gather", [=](cudaStream_t s) {
@@ -26,7 +26,7 @@ void CudaBackend::all_gather(const Tensor& out, const Tensor& in, Communicator& 
 
 void CudaBackend::all_to_all(const Tensor& out, const Tensor& in, Communicator& comm) {
   if (!check(out.dtype == in.dtype && out.numel() == in.numel() && in.numel() % comm.size() == 0, "all_to_all",
-             describe(out) + " <- " + describe(in)))
+             [&] { return describe(out) + " <- " + describe(in); }))
     return;
   Communicator* c = &comm;
   enqueue("all_to_all", [=](cudaStream_t s) {

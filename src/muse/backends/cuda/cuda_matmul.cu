@@ -667,7 +667,7 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
                    (p.weight.quant || is_float_dtype(p.weight.dtype)) && p.weight.rank == 2 &&
                    p.weight.cols() == x.cols() && p.out.rows() == x.rows() && p.out.cols() == p.weight.rows() &&
                    x.cols() > 0,
-               "project", describe(x) + " · " + describe(p.weight) + "ᵀ -> " + describe(p.out)))
+               "project", [&] { return describe(x) + " · " + describe(p.weight) + "ᵀ -> " + describe(p.out); }))
       return;
     // Quantized weights: the decoding kernels take BF16 activations (the
     // GPU's activation dtype) in 16-byte-aligned rows.
@@ -675,7 +675,8 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
       std::string why = quant_unsupported(p.weight);
       if (why.empty() && !(x.dtype == DType::BF16 && x.cols() % 8 == 0 && aligned16(x.data)))
         why = "quantized weights take BF16 activations in 16-byte-aligned rows";
-      if (!check(why.empty(), "project", describe(x) + " · " + describe(p.weight) + "ᵀ: " + why)) return;
+      if (!check(why.empty(), "project", [&] { return describe(x) + " · " + describe(p.weight) + "ᵀ: " + why; }))
+        return;
     }
   }
   if (x.rows() == 0) return;

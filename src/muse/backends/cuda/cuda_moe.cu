@@ -485,7 +485,7 @@ void CudaBackend::moe_route(const Tensor& ids, const Tensor& weights, const Tens
   if (!check(ids.dtype == DType::I32 && weights.dtype == DType::F32 && logits.dtype == DType::F32 &&
                  ids.numel() == weights.numel() && ids.rows() == logits.rows() && K >= 1 && K <= E &&
                  K <= kMaxTopK && E <= 4096 && (bias.empty() || (bias.dtype == DType::F32 && bias.numel() == E)),
-             "moe_route", describe(logits) + " -> " + describe(ids)))
+             "moe_route", [&] { return describe(logits) + " -> " + describe(ids); }))
     return;
   const int64_t T = logits.rows();
   if (T == 0) return;
@@ -520,7 +520,7 @@ void CudaBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& 
                   (gate_up.quant && down.quant)) &&
                  is_float_dtype(u.dtype) && is_float_dtype(out.dtype) && ids.cols() >= 1 && ids.cols() <= kMaxTopK &&
                  E <= 4096,
-             "moe_experts", describe(u) + " experts " + describe(gate_up) + " / " + describe(down)))
+             "moe_experts", [&] { return describe(u) + " experts " + describe(gate_up) + " / " + describe(down); }))
     return;
   // Quantized experts (both sets): decoded in the tensor-core kernels'
   // registers (cuda_quant_moe.cu), which take BF16 activations.
@@ -532,8 +532,8 @@ void CudaBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& 
       why = "gate_up and down must be quantized the same way";
     if (why.empty() && !(u.dtype == DType::BF16 && aligned16(u.data)))
       why = "quantized experts take BF16 activations in 16-byte-aligned rows";
-    if (!check(why.empty(), "moe_experts", describe(u) + " experts " + describe(gate_up) + " / " + describe(down) +
-                                               ": " + why))
+    if (!check(why.empty(), "moe_experts",
+               [&] { return describe(u) + " experts " + describe(gate_up) + " / " + describe(down) + ": " + why; }))
       return;
   }
   const int64_t T = u.rows(), K = ids.cols(), I = I2 / 2, R = T * K;

@@ -434,7 +434,7 @@ void CudaBackend::embed(const Tensor& out, const Tensor& table, const Tensor& id
   const int64_t T = out.rows();
   if (!check(is_float_dtype(out.dtype) && ids.dtype == DType::I32 && ids.numel() >= T && out.cols() == table.cols() &&
                  is_float_dtype(table.dtype) && table.rows() < (int64_t(1) << 31),
-             "embed", describe(out) + " <- " + describe(table) + "[" + describe(ids) + "]"))
+             "embed", [&] { return describe(out) + " <- " + describe(table) + "[" + describe(ids) + "]"; }))
     return;
   if (T == 0) return;
   const int op = op_index();
@@ -452,7 +452,7 @@ void CudaBackend::rms_norm(const Tensor& out, const Tensor& in, const Tensor& ga
   const int64_t g = group > 0 ? group : in.cols();
   if (!check(is_float_dtype(in.dtype) && is_float_dtype(out.dtype) && out.numel() == in.numel() && g > 0 &&
                  in.cols() % g == 0 && (mode == NormGain::None || (is_float_dtype(gain.dtype) && gain.numel() == g)),
-             "rms_norm", describe(in) + " group " + std::to_string(g) + " gain " + describe(gain)))
+             "rms_norm", [&] { return describe(in) + " group " + std::to_string(g) + " gain " + describe(gain); }))
     return;
   const int64_t groups = in.numel() / g;
   if (groups == 0) return;
@@ -481,7 +481,7 @@ void CudaBackend::residual_norm(const Tensor& stream, const Tensor& update, cons
                                 const Tensor& alpha, const Tensor& beta, float eps) {
   const int64_t H = stream.cols();
   if (!check(residual_args_ok(stream, update, gain, mode, alpha, beta), "residual_norm",
-             describe(stream) + " += norm(" + describe(update) + ")"))
+             [&] { return describe(stream) + " += norm(" + describe(update) + ")"; }))
     return;
   if (stream.rows() == 0) return;
   enqueue("residual_norm", [=](cudaStream_t s) {
@@ -510,7 +510,7 @@ void CudaBackend::residual_norm_then_norm(const Tensor& stream, const Tensor& up
     return;
   }
   if (!check(residual_args_ok(stream, update, gain, mode, alpha, beta), "residual_norm",
-             describe(stream) + " += norm(" + describe(update) + ")"))
+             [&] { return describe(stream) + " += norm(" + describe(update) + ")"; }))
     return;
   if (stream.rows() == 0) return;
   const Tensor out = next.out, gain2 = next.gain;
@@ -531,7 +531,7 @@ void CudaBackend::rope_tables(const Tensor& cos, const Tensor& sin, const Tensor
   if (!check(positions.dtype == DType::I32 && cos.dtype == DType::F32 && sin.dtype == DType::F32 && head_dim % 2 == 0 &&
                  half > 0 && theta > 0 && cos.numel() % half == 0 && cos.numel() / half <= positions.numel() &&
                  sin.numel() == cos.numel(),
-             "rope_tables", describe(cos) + " for " + describe(positions)))
+             "rope_tables", [&] { return describe(cos) + " for " + describe(positions); }))
     return;
   const int64_t T = cos.numel() / half;
   const float* inv = inv_freq(theta, head_dim);
@@ -551,7 +551,7 @@ void CudaBackend::qk_norm_rope(const Tensor& q, const Tensor& k, const Tensor& c
                  q.cols() % d == 0 && k.cols() % d == 0 &&
                  (cos.empty() || (cos.dtype == DType::F32 && sin.dtype == DType::F32 && cos.numel() >= q.rows() * half &&
                                   sin.numel() == cos.numel())),
-             "qk_norm_rope", describe(q) + ", " + describe(k)))
+             "qk_norm_rope", [&] { return describe(q) + ", " + describe(k); }))
     return;
   const int64_t T = q.rows();
   const int hq = int(q.cols() / d), hk = int(k.cols() / d);
@@ -567,7 +567,7 @@ void CudaBackend::qk_norm_rope(const Tensor& q, const Tensor& k, const Tensor& c
 void CudaBackend::output_gate(const Tensor& o, const Tensor& g, int64_t head_dim, bool head_norm, float eps) {
   if (!check(is_float_dtype(o.dtype) && is_float_dtype(g.dtype) && o.numel() == g.numel() && head_dim > 0 &&
                  o.cols() % head_dim == 0,
-             "output_gate", describe(o) + " gate " + describe(g)))
+             "output_gate", [&] { return describe(o) + " gate " + describe(g); }))
     return;
   const int64_t units = o.numel() / head_dim;
   if (units == 0) return;
@@ -580,7 +580,7 @@ void CudaBackend::output_gate(const Tensor& o, const Tensor& g, int64_t head_dim
 void CudaBackend::swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) {
   if (!check(out.numel() == gate.numel() && up.numel() == gate.numel() && is_float_dtype(out.dtype) &&
                  is_float_dtype(gate.dtype) && is_float_dtype(up.dtype),
-             "swiglu", describe(out) + " <- " + describe(gate) + ", " + describe(up)))
+             "swiglu", [&] { return describe(out) + " <- " + describe(gate) + ", " + describe(up); }))
     return;
   const int64_t n = out.numel();
   if (n == 0) return;
@@ -595,7 +595,7 @@ void CudaBackend::gather_rows(const Tensor& out, const Tensor& in, const Tensor&
   const bool ints = out.dtype == DType::I32 && in.dtype == DType::I32;
   if (!check(out.cols() == in.cols() && rows.numel() >= out.rows() && rows.dtype == DType::I32 &&
                  (ints || (is_float_dtype(out.dtype) && is_float_dtype(in.dtype))) && in.rows() < (int64_t(1) << 31),
-             "gather_rows", describe(out) + " <- " + describe(in) + "[" + describe(rows) + "]"))
+             "gather_rows", [&] { return describe(out) + " <- " + describe(in) + "[" + describe(rows) + "]"; }))
     return;
   if (out.rows() == 0) return;
   const int op = op_index();
@@ -608,7 +608,7 @@ void CudaBackend::gather_rows(const Tensor& out, const Tensor& in, const Tensor&
 }
 
 void CudaBackend::softcap(const Tensor& x, float multiplier, float cap) {
-  if (!check(is_float_dtype(x.dtype), "softcap", describe(x))) return;
+  if (!check(is_float_dtype(x.dtype), "softcap", [&] { return describe(x); })) return;
   const int64_t n = x.numel();
   if (n == 0) return;
   enqueue("softcap", [=](cudaStream_t s) {

@@ -477,7 +477,7 @@ void CudaBackend::sample_rows(const Tensor& out, const Tensor& logits, const Ten
   if (!check(logits.dtype == DType::F32 && logits.rank == 2 && specs.bytes() >= need &&
                  out.bytes() >= size_t(rows) * sizeof(RowSampleResult) && logits.cols() < (int64_t(1) << 31) &&
                  edits < (int64_t(1) << 31),
-             "sample_rows", describe(out) + " <- " + describe(logits) + " by " + describe(specs)))
+             "sample_rows", [&] { return describe(out) + " <- " + describe(logits) + " by " + describe(specs); }))
     return;
   if (rows == 0) return;
   const int op = op_index();
