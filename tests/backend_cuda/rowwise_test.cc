@@ -317,6 +317,58 @@ TEST_P(Rowwise, GatherRows) {
   EXPECT_NE(s.message().find("gather_rows"), std::string::npos) << s.message();
 }
 
+// flush() launches what is queued and the step goes on: set_input copies
+// made before and after it (the second large enough to grow the pinned
+// arena while the first may still be in flight) and ops on both sides give
+// the step's results; an enqueue error after a flush still fails execute(),
+// and the next step runs normally.
+TEST_P(Rowwise, FlushThenTheRestOfTheStep) {
+  const int64_t R = 7, C = 129, big = int64_t(1) << 22;  // 16 MiB of F32: more than the arena has grown to
+  auto x = random_floats(static_cast<size_t>(R * C), 610);
+  Tensor tx = b().alloc(DType::F32, {R, C}).value(), tbig = b().alloc(DType::F32, {big}).value();
+  std::vector<float> fill(static_cast<size_t>(big));
+  for (size_t i = 0; i < fill.size(); ++i) fill[i] = float(i % 1000);
+  std::vector<int32_t> rows = {6, 0, 3};
+  Tensor tr = up_i32({3}, rows);
+  Tensor o1 = poisoned(DType::F32, {3, C}), o2 = poisoned(DType::F32, {3, C});
+  b().set_input(tx, x.data(), x.size() * sizeof(float));
+  b().gather_rows(o1, tx, tr);
+  b().flush();
+  b().set_input(tbig, fill.data(), fill.size() * sizeof(float));
+  b().softcap(tx, 2.0f, 0.0f);
+  b().gather_rows(o2, tx, tr);
+  run();
+  auto g1 = get(o1), g2 = get(o2);
+  for (size_t i = 0; i < rows.size(); ++i)
+    for (int64_t c = 0; c < C; ++c) {
+      const float want = x[size_t(rows[i] * C + c)];
+      EXPECT_EQ(g1[i * size_t(C) + size_t(c)], want) << i << "," << c;
+      EXPECT_EQ(g2[i * size_t(C) + size_t(c)], want * 2.0f) << i << "," << c;
+    }
+  auto gb = get(tbig);
+  EXPECT_EQ(gb[123456], fill[123456]);
+  EXPECT_EQ(gb[size_t(big - 1)], fill[size_t(big - 1)]);
+  // An enqueue error after a flush (softcap of I32 values): execute()
+  // reports it; so does a device-side error (a row id out of range).
+  b().gather_rows(o1, tx, tr);
+  b().flush();
+  b().softcap(tr, 1.0f, 0.0f);
+  b().flush();  // launches nothing more
+  Status s = b().execute();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("softcap"), std::string::npos) << s.message();
+  Tensor bad = up_i32({1}, {int32_t(R)});
+  b().gather_rows(o1, tx, tr);
+  b().flush();
+  b().gather_rows(o2.rows(0, 1), tx, bad);
+  s = b().execute();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("gather_rows"), std::string::npos) << s.message();
+  b().gather_rows(o2, tx, tr);
+  run();
+  EXPECT_EQ(get(o2), g2);
+}
+
 TEST_P(Rowwise, Softcap) {
   const int64_t n = 5003;
   for (float cap : {0.0f, 30.0f}) {

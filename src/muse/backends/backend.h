@@ -9,9 +9,9 @@
 //    shape). A handle's pointer may be a device address: only the backend
 //    dereferences it. Row views (`Tensor::rows`) are plain pointer offsets, so
 //    they are valid on every backend.
-//  - Steps. Operations are *enqueued*; nothing runs until `execute()`, which
-//    runs the whole step in order (CPU: one thread pool dispatch per op; CUDA:
-//    one stream, later one graph). What a step is (token ids, positions,
+//  - Steps. Operations are *enqueued*; nothing runs until `execute()` (or a
+//    `flush()` before it), which runs the whole step in order (CPU: one thread
+//    pool dispatch per op; CUDA: one stream). What a step is (token ids, positions,
 //    which sequence each row is, KV places, block tables, logit rows) lives
 //    in the step plan (step_plan.h): one I32 buffer in backend memory that
 //    the engine uploads with one set_input per step and ops read when they
@@ -150,6 +150,12 @@ class Backend {
   virtual void set_input(const Tensor& dst, const void* host, size_t bytes) = 0;
   // Runs everything enqueued since the last execute(), in order.
   virtual Status execute() = 0;
+  // May start running what is enqueued so far, without waiting for it, so a
+  // device works while the host enqueues the rest of the step (CUDA: the
+  // ops are launched; the CPU backend runs nothing early). execute() still
+  // runs the rest and reports the step's first error, an enqueue error
+  // found after a flush included; what was flushed has run by then.
+  virtual void flush() {}
 
   // ---- operations (enqueued) -------------------------------------------------
   // out[t] = table[ids[t]] (I32 ids; F32/BF16 table rows upcast to F32).

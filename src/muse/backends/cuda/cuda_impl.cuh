@@ -170,6 +170,7 @@ class CudaBackend final : public Backend {
 
   void set_input(const Tensor& dst, const void* host, size_t bytes) override;
   Status execute() override;
+  void flush() override;
 
   void embed(const Tensor& out, const Tensor& table, const Tensor& ids) override;
   void rms_norm(const Tensor& out, const Tensor& in, const Tensor& gain, NormGain mode, float eps, int64_t group,
@@ -261,6 +262,13 @@ class CudaBackend final : public Backend {
     Launch run;
   };
   std::vector<Op> ops_;
+  size_t launched_ = 0;                     // ops_[0 .. launched_) launched by flush()
+  bool step_started_ = false;               // flush() reset the device error flag
+  cudaError_t flush_error_ = cudaSuccess;   // a launch that failed in flush(), op flush_error_op_
+  size_t flush_error_op_ = 0;
+  // Before freeing a buffer a flushed op may still use (the scratch, the
+  // arena, when they grow within a step): wait for the stream.
+  void quiesce_flushed();
   std::string enqueue_error_;
   std::unordered_set<void*> owned_;
   // set_input bytes, captured at enqueue, uploaded in stream order at execute.
