@@ -213,7 +213,8 @@ class CudaBackend final : public Backend {
   // status (cudaGetLastError() after the last launch).
   using Launch = std::function<cudaError_t(cudaStream_t)>;
   // Records a shape/dtype error found at enqueue; execute() reports the first
-  // one and runs nothing. These are engine bugs, not user input.
+  // one and runs nothing more (what a flush() launched before it has run).
+  // These are engine bugs, not user input.
   bool check(bool ok, const char* op, const std::string& what);
   // The same, with the message built only when the check fails: the ops
   // check every call, and building their messages (shapes, dtypes) cost

@@ -223,7 +223,6 @@ __device__ __forceinline__ float residual_value(bool ab, float a, float b, float
   return ab ? __fmaf_rn(a, s, __fmul_rn(b, n)) : __fadd_rn(s, n);
 }
 
-
 // stream += norm(update) (alpha/beta: stream = alpha ⊙ stream + beta ⊙ norm).
 template <int PER>
 __global__ void __launch_bounds__(1024)
