@@ -27,23 +27,35 @@
 // what ProjectVariants.EveryGemvVariantGivesTheSameBits checks (it holds on
 // the H200: bench/NOTES.md, 2026-12-04).
 //
-// The activations' transposed order: for the prefill (variant 11) a small
-// kernel first writes x in that order to scratch (rows padded with zeros to
-// whole granules), so the GEMM stages it with 16-byte copies; without
-// scratch, and for decode, each thread copies 4-byte pairs into place.
+// The activations' transposed order: for the prefill (variant 11) and
+// decode above 16 rows (variant 13) a small kernel first writes x in that
+// order to scratch (rows padded with zeros to whole granules); then the
+// copy engine stages both operands (wgmma_tma_kernel). Without scratch, and
+// for variant 12, each thread copies 4-byte pairs of x into place and
+// 16-byte pieces of the weights with cp.async (wgmma_kernel).
 //
 // The pipeline: units of 64 k (one staged row is 128 bytes), a stage holding
-// the tile's NX activation rows (1024-byte aligned, 128-byte swizzle) and its
-// 128 weight rows (16-byte pieces, swizzled by row so a warp's fragment loads
-// are conflict-free); STAGES - 1 units in flight or ready while one is used.
-// Two warpgroups, 64 weight rows each; a unit's barrier and next copies
-// happen while its wgmma runs.
+// the tile's NX activation rows and its 128 weight rows, both in the 128-byte
+// swizzle (chunk c of row r at c ^ (r % 8): the copy engine's layout, and a
+// warp's fragment loads touch 8 different chunks). Two warpgroups, 64 weight
+// rows each. wgmma_kernel keeps STAGES - 1 units in flight behind one
+// block-wide barrier a unit; wgmma_tma_kernel keeps STAGES in flight behind
+// one barrier a stage (mbarriers: the copy engine's bytes in, the eight
+// warps out), so a warp waits only for its own next unit. On the H200 that
+// took the 4096-row prefill products from 50-56% of the bf16 rate to 53-74%
+// (bench/NOTES.md, 2026-12-04).
 #include <cooperative_groups.h>
 
+#include <cuda.h>
+#include <cudaTypedefs.h>
+
 #include <algorithm>
+#include <mutex>
+#include <unordered_map>
 
 #include "muse/backends/cuda/cuda_mma.cuh"
 #include "muse/backends/cuda/cuda_wgmma.cuh"
+#include "muse/core/log.h"
 
 namespace muse::cuda {
 namespace {
@@ -103,10 +115,108 @@ __global__ void wgmma_permute_x_kernel(const __nv_bfloat16* __restrict__ x, int6
   dst[3] = make_uint4(in[0].w, in[1].w, in[2].w, in[3].w);
 }
 
-// One tile: weight rows n0 .. n0 + 127 of product j × activation rows
-// t0 .. t0 + NX - 1, K-slice s = this block's rank in its cluster. XPERM: x
-// is the permuted copy (row stride ldx, zero-padded to whole granules).
-template <int NX, int STAGES, bool XPERM>
+// The tile a cluster computes: weight rows n0 .. n0 + 127 of product j ×
+// activation rows t0 .. t0 + NX - 1. Groups of t_group activation tiles,
+// every weight tile over each group in turn (the group's rows of x stay in
+// L2 while the weights stream past them).
+struct WgTile {
+  int64_t t0, n0, N;
+  int j;
+};
+template <int NX>
+__device__ __forceinline__ WgTile wg_tile(const ClusterGroup& grp, int64_t T, int64_t t_group) {
+  const int64_t tile = blockIdx.x / kSplit;
+  const int64_t tiles_t = (T + NX - 1) / NX, per_group = t_group * grp.tiles_n;
+  const int64_t first_t = (tile / per_group) * t_group;
+  const int64_t group_size = tiles_t - first_t < t_group ? tiles_t - first_t : t_group;
+  const int64_t nt = (tile % per_group) / group_size;
+  WgTile tl;
+  tl.t0 = (first_t + (tile % per_group) % group_size) * NX;
+  tl.j = group_product(grp, nt);
+  tl.N = grp.n[tl.j];
+  tl.n0 = (nt - (tl.j ? grp.tile_end[tl.j - 1] : 0)) * kWgW;
+  return tl;
+}
+
+// K-slice s's units (64 k, one staged row of 128 bytes): the halves of
+// granules s, s + 4, ... in ascending order.
+__device__ __forceinline__ int wg_units(int64_t K, int s) {
+  const int64_t ngran = (K + kGranule - 1) / kGranule;
+  return s < ngran ? 2 * int((ngran - s + kSplit - 1) / kSplit) : 0;
+}
+__device__ __forceinline__ int64_t wg_unit_k(int s, int u) {
+  return (int64_t(s) + int64_t(u >> 1) * kSplit) * kGranule + (u & 1) * 64;
+}
+
+// This warp's A fragments of one unit (weight rows ra and ra + 8 of the
+// stage, pieces 4·jj + tq): step A (words .x, .y) then step B (.z, .w), as
+// mma16816 takes them.
+__device__ __forceinline__ void wg_load_a(uint32_t (&a)[4][4], uint32_t stage, const uint32_t (&a_off)[2]) {
+  constexpr uint32_t kRow8 = 8 * kWgRowBytes;  // row ra + 8: the same swizzle (ra + 8 ≡ ra mod 8)
+#pragma unroll
+  for (int jj = 0; jj < 2; ++jj) {
+    const uint4 lo = lds128(stage + a_off[jj]), hi = lds128(stage + a_off[jj] + kRow8);
+    a[2 * jj][0] = lo.x, a[2 * jj][1] = hi.x, a[2 * jj][2] = lo.y, a[2 * jj][3] = hi.y;
+    a[2 * jj + 1][0] = lo.z, a[2 * jj + 1][1] = hi.z, a[2 * jj + 1][2] = lo.w, a[2 * jj + 1][3] = hi.w;
+  }
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The four K-slices' partials meet: each block's accumulators go to its
+// shared memory (the stages, no longer used: every thread is past a barrier
+// first), and block s adds activation rows s·NX/4 .. of every weight row,
+// P0 + P1 + P2 + P3, four weight rows a thread. Called by every thread of
+// the block (the cluster barriers); only the first kWgThreads hold
+// accumulators.
+template <int NX>
+__device__ __forceinline__ void wg_finish(const float (&d)[NX / 2], uint8_t* part_base, int s, const WgTile& tl,
+                                          const ClusterGroup& grp, int64_t T, int chain) {
+  cg::cluster_group cluster = cg::this_cluster();
+  const bool mine = threadIdx.x < kWgThreads;
+  const int lane = threadIdx.x & 31, wg = (threadIdx.x >> 7) & 1, warp = threadIdx.x >> 5;
+  const int g = lane >> 2, tq = lane & 3;
+  const int ra = 64 * wg + 16 * (warp & 3) + g;
+  __syncthreads();  // the stages become this block's partial
+  // d[i]: weight row ra + 8·((i >> 1) & 1), activation row 8·(i >> 2) + 2·tq + (i & 1) of the tile.
+  float* part = reinterpret_cast<float*>(part_base);  // [NX][kWgPartStride]
+  if (mine)
+#pragma unroll
+    for (int i = 0; i < NX / 2; ++i)
+      part[(8 * (i >> 2) + 2 * tq + (i & 1)) * kWgPartStride + ra + 8 * ((i >> 1) & 1)] = d[i];
+  cluster.sync();  // every block's partial is in its shared memory
+  const float* parts[kSplit];
+#pragma unroll
+  for (int q = 0; q < kSplit; ++q) parts[q] = cluster.map_shared_rank(part, q);
+  constexpr int kRowsEach = NX / kSplit, kQuads = kWgW / 4;
+  void* out = grp.out[tl.j];
+  const int odt = grp.odt[tl.j];
+  const int64_t ldo = grp.ldo[tl.j];
+  for (int e = mine ? int(threadIdx.x) : kRowsEach * kQuads; e < kRowsEach * kQuads; e += kWgThreads) {
+    const int c = s * kRowsEach + e / kQuads, r = 4 * (e % kQuads);
+    const int64_t t = tl.t0 + c, n = tl.n0 + r;
+    if (t >= T || n >= tl.N) continue;
+    const int at = c * kWgPartStride + r;
+    float4 v = *reinterpret_cast<const float4*>(parts[0] + at);
+#pragma unroll
+    for (int q = 1; q < kSplit; ++q) {
+      const float4 p = *reinterpret_cast<const float4*>(parts[q] + at);
+      v.x = __fadd_rn(v.x, p.x), v.y = __fadd_rn(v.y, p.y), v.z = __fadd_rn(v.z, p.z), v.w = __fadd_rn(v.w, p.w);
+    }
+    const float vs[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+      if (n + i < tl.N) st(out, odt, t * ldo + n + i, vs[i]);
+  }
+  cluster.sync();  // no block leaves while another reads its partial
+  chain_end(chain);
+}
+#endif
+
+// One tile, K-slice s = this block's rank in its cluster, staged with
+// cp.async: the weights in 16-byte pieces, x (as it is, row stride ldx) in
+// 4-byte pairs put into the mma's order. Where x is permuted into scratch,
+// wgmma_tma_kernel below stages both with the copy engine instead.
+template <int NX, int STAGES>
 __global__ void __launch_bounds__(kWgThreads, NX >= 256 ? 1 : NX >= 32 ? 2 : 3)  // what the shared memory allows
     wgmma_kernel(const __nv_bfloat16* __restrict__ x, int64_t ldx, int64_t T, int64_t K, const ClusterGroup grp,
                  int64_t t_group, int chain) {
@@ -116,26 +226,13 @@ __global__ void __launch_bounds__(kWgThreads, NX >= 256 ? 1 : NX >= 32 ? 2 : 3) 
   extern __shared__ uint8_t wg_raw[];
   const uint32_t raw = smem_addr(wg_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;  // the swizzle is on address bits
-  cg::cluster_group cluster = cg::this_cluster();
-  const int s = int(cluster.block_rank());  // this block's K-slice
+  const int s = int(cg::this_cluster().block_rank());  // this block's K-slice
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wg = threadIdx.x >> 7;
   const int g = lane >> 2, tq = lane & 3;
-
-  // The tile: groups of t_group activation tiles, every weight tile over
-  // each group in turn (the group's rows of x stay in L2 while the weights
-  // stream past them).
-  const int64_t tile = blockIdx.x / kSplit;
-  const int64_t tiles_t = (T + NX - 1) / NX, per_group = t_group * grp.tiles_n;
-  const int64_t first_t = (tile / per_group) * t_group;
-  const int64_t group_size = tiles_t - first_t < t_group ? tiles_t - first_t : t_group;
-  const int64_t t0 = (first_t + (tile % per_group) % group_size) * NX, nt = (tile % per_group) / group_size;
-  const int j = group_product(grp, nt);
-  const __nv_bfloat16* __restrict__ w = grp.w[j];
-  const int64_t N = grp.n[j], n0 = (nt - (j ? grp.tile_end[j - 1] : 0)) * kWgW;
-  const int64_t ngran = (K + kGranule - 1) / kGranule;
-  const int mine = s < ngran ? int((ngran - s + kSplit - 1) / kSplit) : 0;  // granules s, s + 4, ...
-  const int units = 2 * mine;                                               // halves of them (64 k)
-  auto unit_k = [&](int u) { return (int64_t(s) + int64_t(u >> 1) * kSplit) * kGranule + (u & 1) * 64; };
+  const WgTile tl = wg_tile<NX>(grp, T, t_group);
+  const int64_t t0 = tl.t0, n0 = tl.n0, N = tl.N;
+  const __nv_bfloat16* __restrict__ w = grp.w[tl.j];
+  const int units = wg_units(K, s);
 
   // Weight copies: piece wp of rows wr + 32i, to chunk wp ^ (row % 8).
   const int wp = threadIdx.x & 7, wr = threadIdx.x >> 3;
@@ -145,32 +242,21 @@ __global__ void __launch_bounds__(kWgThreads, NX >= 256 ? 1 : NX >= 32 ? 2 : 3) 
     if (n0 + wr + 32 * i < N) w_rows |= 1u << i;
   const __nv_bfloat16* wsrc = w + (n0 + wr) * K + 8 * wp;  // formed, read only where ok
   const uint32_t wdst = uint32_t(NX * kWgRowBytes + wr * kWgRowBytes + ((wp ^ (wr & 7)) << 4));
-  // Activation copies. XPERM: piece xq of rows xr + 32i, to chunk xq ^ (row % 8).
-  // Otherwise word `lane` of rows warp + 8i: word l is pair p = l % 4 of
+  // Activation copies: word `lane` of rows warp + 8i: word l is pair p = l % 4 of
   // piece (l / 4) % 4 of 32-k block l / 16; it goes to chunk 4·(l / 16) + p
   // (XOR row % 8 = warp), word (l / 4) % 4.
-  const uint32_t xdst = XPERM ? uint32_t(wr * kWgRowBytes + ((wp ^ (wr & 7)) << 4))
-                              : uint32_t(warp * kWgRowBytes) |
-                                    (uint32_t(((4 * (lane >> 4) + (lane & 3)) ^ warp) << 4) |
-                                     uint32_t(((lane >> 2) & 3) << 2));
-  const __nv_bfloat16* xsrc = XPERM ? x + (t0 + wr) * ldx + 8 * wp : x + (t0 + warp) * ldx + 2 * lane;
+  const uint32_t xdst = uint32_t(warp * kWgRowBytes) | (uint32_t(((4 * (lane >> 4) + (lane & 3)) ^ warp) << 4) |
+                                                        uint32_t(((lane >> 2) & 3) << 2));
+  const __nv_bfloat16* xsrc = x + (t0 + warp) * ldx + 2 * lane;
   auto issue = [&](int u, int part) {  // part 0: the weight rows, 1: the activation rows
     const uint32_t stage = base + uint32_t(u % STAGES) * uint32_t(kStage);
-    const int64_t k = unit_k(u);
+    const int64_t k = wg_unit_k(s, u);
     if (part == 0) {
       const bool k_ok = k + 8 * wp < K;
 #pragma unroll
       for (int i = 0; i < kWgW / 32; ++i) {
         const bool ok = k_ok && (w_rows >> i & 1u);
         cp_async16s(stage + wdst + uint32_t(32 * i * kWgRowBytes), ok ? wsrc + i * 32 * K + k : w, ok ? 16 : 0);
-      }
-    } else if (XPERM) {
-#pragma unroll
-      for (int i = 0; i < (NX + 31) / 32; ++i) {
-        const int row = wr + 32 * i;
-        if (NX % 32 != 0 && row >= NX) break;
-        const bool ok = t0 + row < T;
-        cp_async16s(stage + xdst + uint32_t(32 * i * kWgRowBytes), ok ? xsrc + i * 32 * ldx + k : x, ok ? 16 : 0);
       }
     } else {
       const bool k_ok = k + 2 * lane < K;
@@ -193,7 +279,6 @@ __global__ void __launch_bounds__(kWgThreads, NX >= 256 ? 1 : NX >= 32 ? 2 : 3) 
 #pragma unroll
   for (int jj = 0; jj < 2; ++jj)
     a_off[jj] = uint32_t(NX * kWgRowBytes + ra * kWgRowBytes + (((4 * jj + tq) ^ (ra & 7)) << 4));
-  constexpr uint32_t kRow8 = 8 * kWgRowBytes;  // row ra + 8: the same swizzle (ra + 8 ≡ ra mod 8)
 
   // Units 0 .. STAGES - 2 in flight, then unit 0 waited for.
 #pragma unroll
@@ -218,13 +303,7 @@ __global__ void __launch_bounds__(kWgThreads, NX >= 256 ? 1 : NX >= 32 ? 2 : 3) 
   for (int u = 0; u < units; ++u) {
     const uint32_t stage = base + uint32_t(u % STAGES) * uint32_t(kStage);
     uint32_t a[4][4];
-#pragma unroll
-    for (int jj = 0; jj < 2; ++jj) {
-      const uint4 lo = lds128(stage + a_off[jj]), hi = lds128(stage + a_off[jj] + kRow8);
-      // Step A (words .x, .y) then step B (.z, .w), as mma16816 takes them.
-      a[2 * jj][0] = lo.x, a[2 * jj][1] = hi.x, a[2 * jj][2] = lo.y, a[2 * jj][3] = hi.y;
-      a[2 * jj + 1][0] = lo.z, a[2 * jj + 1][1] = hi.z, a[2 * jj + 1][2] = lo.w, a[2 * jj + 1][3] = hi.w;
-    }
+    wg_load_a(a, stage, a_off);
     const uint64_t db = wg_desc(stage);
     wg_hold(d);
     wg_fence();
@@ -242,58 +321,231 @@ __global__ void __launch_bounds__(kWgThreads, NX >= 256 ? 1 : NX >= 32 ? 2 : 3) 
     for (int kk = 0; kk < 4; ++kk) wg_hold(a[kk]);
   }
   cp_async_wait<0>();
-  __syncthreads();  // the stages become this block's partial
-
-  // d[i]: weight row ra + 8·((i >> 1) & 1), activation row 8·(i >> 2) + 2·tq + (i & 1) of the tile.
-  float* part = reinterpret_cast<float*>(wg_raw + (base - raw));  // [NX][kWgPartStride]
-#pragma unroll
-  for (int i = 0; i < NX / 2; ++i)
-    part[(8 * (i >> 2) + 2 * tq + (i & 1)) * kWgPartStride + ra + 8 * ((i >> 1) & 1)] = d[i];
-  cluster.sync();  // every block's partial is in its shared memory
-  const float* parts[kSplit];
-#pragma unroll
-  for (int q = 0; q < kSplit; ++q) parts[q] = cluster.map_shared_rank(part, q);
-  // Block s adds activation rows s·NX/4 .. of every weight row, four weight rows a thread.
-  constexpr int kRowsEach = NX / kSplit, kQuads = kWgW / 4;
-  void* out = grp.out[j];
-  const int odt = grp.odt[j];
-  const int64_t ldo = grp.ldo[j];
-  for (int e = threadIdx.x; e < kRowsEach * kQuads; e += kWgThreads) {
-    const int c = s * kRowsEach + e / kQuads, r = 4 * (e % kQuads);
-    const int64_t t = t0 + c, n = n0 + r;
-    if (t >= T || n >= N) continue;
-    const int at = c * kWgPartStride + r;
-    float4 v = *reinterpret_cast<const float4*>(parts[0] + at);
-#pragma unroll
-    for (int q = 1; q < kSplit; ++q) {
-      const float4 p = *reinterpret_cast<const float4*>(parts[q] + at);
-      v.x = __fadd_rn(v.x, p.x), v.y = __fadd_rn(v.y, p.y), v.z = __fadd_rn(v.z, p.z), v.w = __fadd_rn(v.w, p.w);
-    }
-    const float vs[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      if (n + i < N) st(out, odt, t * ldo + n + i, vs[i]);
-  }
-  cluster.sync();  // no block leaves while another reads its partial
-  chain_end(chain);
+  wg_finish<NX>(d, wg_raw + (base - raw), s, tl, grp, T, chain);
 #elif defined(__CUDA_ARCH__)
   __trap();  // never launched: wgmma_gemm_usable() is false unless this file's sm_90a code runs
 #endif
 }
 
-template <int NX, int STAGES, bool XPERM>
+// The tensor maps of a wgmma_tma_kernel launch: each product's weights
+// (boxes of 64 k × 128 rows) and the permuted x (64 k × NX rows), both in
+// the 128-byte swizzle, which is the stages' layout above.
+struct WgMaps {
+  CUtensorMap w[kClusterGroupMax];
+  CUtensorMap x;
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred p;\nMUSE_WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra MUSE_WAIT_%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// Box (c0 = k, c1 = row) of `map` into this block's shared memory at dst;
+// its bytes complete the transaction count of barrier `bar`.
+__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+      "[%4];" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+#endif
+
+// The same tile with x permuted into scratch, staged by the copy engine
+// (TMA): thread 0 keeps STAGES units in flight, each stage's `full`
+// barrier counting its bytes in and its `empty` barrier the eight warps
+// out, so no block-wide barrier sits in the loop and the next units load
+// while the warps wait on their own. Thread 0 refills the stage of unit
+// u - 1 while unit u's k16 steps run (all warps are past unit u - 1 by
+// then, but for a straggler). The stages hold the same bytes at the same
+// places as wgmma_kernel's (rows past N or T and k past K zero-filled) and
+// the warps run the same k16 steps in the same order: the same bits.
+template <int NX, int STAGES>
+__global__ void __launch_bounds__(kWgThreads, NX >= 256 ? 1 : 2)
+    wgmma_tma_kernel(const __grid_constant__ WgMaps maps, int64_t T, int64_t K, const ClusterGroup grp,
+                     int64_t t_group, int chain) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(NX % 8 == 0 && NX <= 256 && STAGES >= 2, "wgmma shapes");
+  constexpr uint32_t kStage = uint32_t(wg_stage_bytes<NX>()), kXBytes = uint32_t(NX * kWgRowBytes);
+  extern __shared__ uint8_t wg_raw[];
+  __shared__ alignas(8) uint64_t bars[2 * STAGES];  // full[STAGES], then empty[STAGES]
+  const uint32_t raw = smem_addr(wg_raw);
+  const uint32_t base = (raw + 1023u) & ~1023u;  // the 128-byte swizzle wants 1024-byte stages
+  const uint32_t full = smem_addr(bars), empty = full + 8 * STAGES;
+  const int s = int(cg::this_cluster().block_rank());  // this block's K-slice
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wg = threadIdx.x >> 7;
+  const int g = lane >> 2, tq = lane & 3;
+  const WgTile tl = wg_tile<NX>(grp, T, t_group);
+  const int units = wg_units(K, s);
+  const CUtensorMap* wm = &maps.w[tl.j];
+  const CUtensorMap* xm = &maps.x;
+  const int n0 = int(tl.n0), t0 = int(tl.t0);
+  auto load = [&](int u, bool weights, bool acts) {  // unit u into its stage (thread 0)
+    const uint32_t stage = base + uint32_t(u % STAGES) * kStage, bar = full + 8 * (u % STAGES);
+    const int k = int(wg_unit_k(s, u));
+    if (weights) mbar_expect_tx(bar, kStage), tma_load(stage + kXBytes, wm, k, n0, bar);
+    if (acts) tma_load(stage, xm, k, t0, bar);
+  };
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int i = 0; i < STAGES; ++i) mbar_init(full + 8 * i, 1), mbar_init(empty + 8 * i, kWgWarps);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    for (int u = 0; u < STAGES && u < units; ++u) load(u, true, false);  // the weights do not come from the kernel before
+  }
+  chain_start(chain);  // x may
+  if (threadIdx.x == 0)
+    for (int u = 0; u < STAGES && u < units; ++u) load(u, false, true);
+  __syncthreads();  // the barriers are initialized
+
+  float d[NX / 2];
+#pragma unroll
+  for (int i = 0; i < NX / 2; ++i) d[i] = 0.0f;
+  const int ra = 64 * wg + 16 * (warp & 3) + g;
+  uint32_t a_off[2];
+#pragma unroll
+  for (int jj = 0; jj < 2; ++jj)
+    a_off[jj] = uint32_t(NX * kWgRowBytes + ra * kWgRowBytes + (((4 * jj + tq) ^ (ra & 7)) << 4));
+  // Unit u: wait for its bytes, run its four k16 steps, hand its stage
+  // back. The group is waited for before the next unit's A fragments are
+  // loaded (a wgmma in flight reads its A registers: ptxas would serialize
+  // the steps, C7513); the copies of the units after it are in flight
+  // meanwhile, which is what keeps HBM busy.
+  for (int u = 0; u < units; ++u) {
+    const int st = u % STAGES;
+    const uint32_t stage = base + uint32_t(st) * kStage;
+    mbar_wait(full + 8 * st, uint32_t((u / STAGES) & 1));
+    uint32_t a[4][4];
+    wg_load_a(a, stage, a_off);
+    const uint64_t db = wg_desc(stage);
+    wg_hold(d);
+    wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wgmma_rs<NX>(d, a[kk], db + 2 * kk);  // +32 bytes a k16 step
+    wg_commit();
+    if (threadIdx.x == 0 && u >= 1 && u - 1 + STAGES < units) {
+      mbar_wait(empty + 8 * ((u - 1) % STAGES), uint32_t(((u - 1) / STAGES) & 1));  // every warp is past unit u - 1
+      load(u - 1 + STAGES, true, true);
+    }
+    wg_wait<0>();
+    wg_hold(d);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) wg_hold(a[kk]);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty + 8 * st);
+  }
+  wg_finish<NX>(d, wg_raw + (base - raw), s, tl, grp, T, chain);
+#elif defined(__CUDA_ARCH__)
+  __trap();  // never launched: wgmma_gemm_usable() is false unless this file's sm_90a code runs
+#endif
+}
+
+// Activation tiles a group: about 24 MB of x (2 to 7 tiles of 256 rows at
+// Glimmer's widths), so a group's x and the weight tiles in flight fit
+// the 50 MB L2; with all 16 tiles of a 4096-row prefill in one group x
+// was refetched from HBM for every weight tile (ncu: DRAM 48% busy, L2
+// 80%, 2026-12-04).
+int64_t wg_t_group(int NX, int64_t K) { return std::clamp<int64_t>((int64_t(24) << 20) / (int64_t(NX) * K * 2), 1, 16); }
+
+template <int NX, int STAGES>
 cudaError_t launch_tiles(cudaStream_t s, const __nv_bfloat16* x, int64_t ldx, int64_t T, int64_t K,
                          const ClusterGroup& grp, int chain) {
   const int64_t tiles = grp.tiles_n * ((T + NX - 1) / NX);
-  // Activation tiles a group: about 24 MB of x (2 to 7 tiles of 256 rows at
-  // Glimmer's widths), so a group's x and the weight tiles in flight fit
-  // the 50 MB L2; with all 16 tiles of a 4096-row prefill in one group x
-  // was refetched from HBM for every weight tile (ncu: DRAM 48% busy, L2
-  // 80%, 2026-12-04).
-  const int64_t t_group = std::clamp<int64_t>((int64_t(24) << 20) / (int64_t(NX) * K * 2), 1, 16);
-  return launch_slice_clusters<wgmma_kernel<NX, STAGES, XPERM>>(s, tiles * kSplit, kWgThreads,
-                                                                wg_smem_bytes<NX, STAGES>(), x, ldx, T, K, grp,
-                                                                t_group, chain);
+  return launch_slice_clusters<wgmma_kernel<NX, STAGES>>(s, tiles * kSplit, kWgThreads, wg_smem_bytes<NX, STAGES>(),
+                                                         x, ldx, T, K, grp, wg_t_group(NX, K), chain);
+}
+
+// cuTensorMapEncodeTiled from the driver (no link against libcuda), or null.
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess) {
+      cudaGetLastError();
+      return PFN_cuTensorMapEncodeTiled_v12000(nullptr);
+    }
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+  }();
+  return fn;
+}
+
+// A map of `rows` bf16 rows of `cols` (row stride ld elements) in boxes of
+// 64 columns × box_rows rows, 128-byte swizzle, zeros outside.
+bool encode_rows(CUtensorMap* m, const void* p, int64_t rows, int64_t cols, int64_t ld, int box_rows) {
+  const auto encode = tensor_map_encoder();
+  if (!encode || reinterpret_cast<uintptr_t>(p) % 16 != 0 || (ld * 2) % 16 != 0 || rows <= 0 || cols <= 0 ||
+      rows >= (int64_t(1) << 31) || cols >= (int64_t(1) << 31))
+    return false;
+  const cuuint64_t dims[2] = {cuuint64_t(cols), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(ld * 2)};
+  const cuuint32_t box[2] = {64, cuuint32_t(box_rows)};
+  const cuuint32_t estr[2] = {1, 1};
+  return encode(m, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(p), dims, strides, box, estr,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// The weights' maps, encoded once per (address, shape): a decode step would
+// otherwise encode four or five a launch, ~200 a step.
+bool weight_map(CUtensorMap* m, const void* p, int64_t rows, int64_t cols) {
+  struct Key {
+    const void* p;
+    int64_t rows, cols;
+    bool operator==(const Key&) const = default;
+  };
+  struct Hash {
+    size_t operator()(const Key& k) const {
+      return std::hash<const void*>()(k.p) ^ (size_t(k.rows) * 0x9E3779B97F4A7C15ull) ^ size_t(k.cols);
+    }
+  };
+  static std::mutex mu;
+  static std::unordered_map<Key, CUtensorMap, Hash> cache;
+  const Key key{p, rows, cols};
+  std::lock_guard<std::mutex> lock(mu);
+  if (auto it = cache.find(key); it != cache.end()) {
+    *m = it->second;
+    return true;
+  }
+  if (!encode_rows(m, p, rows, cols, cols, kWgW)) return false;
+  if (cache.size() >= 4096) cache.clear();  // bounded; a model's weights number in the hundreds
+  cache.emplace(key, *m);
+  return true;
+}
+
+// The permuted-x kernel through the copy engine; false where a tensor map
+// cannot be had (the caller then stages x as it is: the same bits, slower,
+// said once in the log).
+template <int NX, int STAGES>
+bool launch_tma_tiles(cudaStream_t s, const __nv_bfloat16* xp, int64_t ldp, int64_t T, int64_t K,
+                      const ClusterGroup& grp, int chain, cudaError_t* err) {
+  WgMaps maps{};
+  bool ok = encode_rows(&maps.x, xp, T, ldp, ldp, NX);
+  for (int j = 0; ok && j < grp.count; ++j) ok = weight_map(&maps.w[j], grp.w[j], grp.n[j], K);
+  if (!ok) {
+    static std::once_flag said;
+    std::call_once(said, [] { LOG_WARN("cuda: no tensor maps for the wgmma products; staging x with cp.async"); });
+    return false;
+  }
+  constexpr size_t smem = size_t(STAGES) * wg_stage_bytes<NX>() + 1024;
+  static_assert(size_t(NX) * kWgPartStride * sizeof(float) <= size_t(STAGES) * wg_stage_bytes<NX>(),
+                "the partials fit in the stages");
+  const int64_t tiles = grp.tiles_n * ((T + NX - 1) / NX);
+  *err = launch_slice_clusters<wgmma_tma_kernel<NX, STAGES>>(s, tiles * kSplit, kWgThreads, smem, maps, T, K,
+                                                             grp, wg_t_group(NX, K), chain);
+  return true;
 }
 
 // Activation rows a tile: 256 for the prefill GEMM (variant 11), else the
@@ -318,7 +570,7 @@ bool wgmma_gemm_usable() {
     const bool ok = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
                     cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
                     major == 9 && minor == 0 &&
-                    cudaFuncGetAttributes(&attr, wgmma_kernel<64, 4, false>) == cudaSuccess;
+                    cudaFuncGetAttributes(&attr, wgmma_kernel<64, 4>) == cudaSuccess;
     if (!ok) cudaGetLastError();
     known = ok ? 1 : 2;
     usable[dev].store(known, std::memory_order_release);
@@ -343,19 +595,20 @@ cudaError_t launch_wgmma_gemm(cudaStream_t s, const Tensor& x, std::span<const T
   auto* xb = static_cast<const __nv_bfloat16*>(x.data);
   auto* xp = static_cast<const __nv_bfloat16*>(xperm);
   const int64_t ldp = wgmma_xperm_elements(1, K);
+  cudaError_t e = cudaSuccess;
   switch (wgmma_tile_rows(variant, T)) {
-    case 8: return launch_tiles<8, 4, false>(s, xb, K, T, K, grp, chain);
-    case 16: return launch_tiles<16, 4, false>(s, xb, K, T, K, grp, chain);
+    case 8: return launch_tiles<8, 4>(s, xb, K, T, K, grp, chain);
+    case 16: return launch_tiles<16, 4>(s, xb, K, T, K, grp, chain);
     case 32:
-      if (xp) return launch_tiles<32, 5, true>(s, xp, ldp, T, K, grp, chain);
-      return launch_tiles<32, 5, false>(s, xb, K, T, K, grp, chain);
+      if (xp && launch_tma_tiles<32, 5>(s, xp, ldp, T, K, grp, chain, &e)) return e;
+      return launch_tiles<32, 5>(s, xb, K, T, K, grp, chain);
     case 64:
-      if (xp) return launch_tiles<64, 4, true>(s, xp, ldp, T, K, grp, chain);
-      return launch_tiles<64, 4, false>(s, xb, K, T, K, grp, chain);
+      if (xp && launch_tma_tiles<64, 4>(s, xp, ldp, T, K, grp, chain, &e)) return e;
+      return launch_tiles<64, 4>(s, xb, K, T, K, grp, chain);
     default: break;
   }
-  if (!xperm) return launch_tiles<256, 4, false>(s, xb, K, T, K, grp, chain);
-  return launch_tiles<256, 4, true>(s, xp, ldp, T, K, grp, chain);
+  if (xp && launch_tma_tiles<256, 4>(s, xp, ldp, T, K, grp, chain, &e)) return e;
+  return launch_tiles<256, 4>(s, xb, K, T, K, grp, chain);
 }
 
 }  // namespace muse::cuda
