@@ -491,7 +491,7 @@ cudaError_t launch_mma_nt(cudaStream_t s, const __nv_bfloat16* x, int64_t T, con
 int gemv_rule(int64_t T, int64_t K) {
   if (T > 64) return wgmma_gemm_usable() ? 11 : 7;
   if (T <= 8) return 3;
-  if (T > 16 && wgmma_gemm_usable()) return T > 32 ? 13 : 12;
+  if (T > 16 && wgmma_gemm_usable()) return 13;
   if (!mma_cluster_built()) return 1;
   return T > 16 && K >= 16384 ? 9 : 8;
 }
@@ -516,14 +516,16 @@ int gemv_rule(int64_t T, int64_t K) {
 // wgmma decode kernel at 17..64 rows instead (T = 64: 50-78% of HBM per
 // matrix against 41-67%; at T = 16 the cluster kernel won, on qkv+gate
 // 35 µs against 45, and the whole model, 17.85 ms a step against 18.22,
-// 2026-12-04), reading x permuted into scratch above 32 rows (variant 13:
+// 2026-12-04), reading x permuted into scratch above 16 rows (variant 13:
 // 16-byte copies instead of 4-byte ones; at 64 rows gate+up 168 µs against
 // 177, down 85 against 91, the head 735 against 785, the whole batch-64
-// step 22.4 ms against 23.8; at 32 rows the extra launch lost on the short
-// matrices; Timing.DISABLED_DecodeProducts, 2026-12-04), and the wgmma GEMM
-// above 64 rows (the mma.sync GEMM, variant 7, elsewhere). wide_gemv (once
-// the rule at 9..16 rows for the long matrices) lost on the whole model:
-// batch 16 at 24.96 ms a step against 19.00 for the cluster kernel.
+// step 22.4 ms against 23.8, Timing.DISABLED_DecodeProducts; at 32 rows it
+// lost on the short matrices until the copy engine staged it: batch 32
+// 17.9-18.1 ms a step against 18.3-18.5 for variant 12, 2026-12-04), and
+// the wgmma GEMM above 64 rows (the mma.sync GEMM, variant 7, elsewhere).
+// wide_gemv (once the rule at 9..16 rows for the long matrices) lost on the
+// whole model: batch 16 at 24.96 ms a step against 19.00 for the cluster
+// kernel.
 // chain: kChainNext / kChainXReady (cuda_mma.cuh) for the products of one
 // project() call; the GEMMs (variants 7, 11, 12 and 13) are never chained.
 cudaError_t launch_mma_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, const Tensor& out, int variant,
