@@ -548,6 +548,33 @@ bool launch_tma_tiles(cudaStream_t s, const __nv_bfloat16* xp, int64_t ldp, int6
   return true;
 }
 
+// Multiprocessors of the current device (0 if unknown).
+int sm_count() {
+  static std::atomic<int> counts[64] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
+  int n = counts[dev].load(std::memory_order_acquire);
+  if (n == 0 && cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess)
+    counts[dev].store(n, std::memory_order_release);
+  return n;
+}
+
+// Decode at 17..32 rows (one activation tile): the TMA kernel with five
+// stages and two blocks an SM, or three and three, whichever leaves less of
+// its last wave empty (the stream is bandwidth-bound, so a launch costs
+// about its waves times the blocks a wave holds): Glimmer's q/k/v/gate
+// launch (272 blocks) fits one wave of three an SM instead of 1.03 of two.
+// Batch 32: 17.52-17.57 ms a step against 17.89-17.92 with two everywhere
+// (H200, 2026-12-04). At 33..64 rows three an SM everywhere did better
+// still (19.72 ms at batch 64 against 19.80 with this rule, against 20.5
+// with two everywhere: the q/k/v/gate launch had its SMs idle 40% of the
+// time at two an SM, ncu).
+bool two_per_sm(const ClusterGroup& grp) {
+  const int64_t blocks = grp.tiles_n * kSplit, sms = sm_count();
+  auto cost = [&](int64_t per_sm) { return (blocks + per_sm * sms - 1) / (per_sm * sms) * per_sm; };
+  return sms <= 0 || cost(2) <= cost(3);
+}
+
 // Activation rows a tile: 256 for the prefill GEMM (variant 11), else the
 // fewest of 8, 16, 32, 64 that hold T.
 int wgmma_tile_rows(int variant, int64_t T) {
@@ -600,13 +627,11 @@ cudaError_t launch_wgmma_gemm(cudaStream_t s, const Tensor& x, std::span<const T
     case 8: return launch_tiles<8, 4>(s, xb, K, T, K, grp, chain);
     case 16: return launch_tiles<16, 4>(s, xb, K, T, K, grp, chain);
     case 32:
-      if (xp && launch_tma_tiles<32, 5>(s, xp, ldp, T, K, grp, chain, &e)) return e;
+      if (xp && (two_per_sm(grp) ? launch_tma_tiles<32, 5>(s, xp, ldp, T, K, grp, chain, &e)
+                                 : launch_tma_tiles<32, 3>(s, xp, ldp, T, K, grp, chain, &e)))
+        return e;
       return launch_tiles<32, 5>(s, xb, K, T, K, grp, chain);
     case 64:
-      // Three stages and three blocks an SM: Glimmer's q/k/v/gate launch
-      // (272 blocks) fits one wave instead of 1.03 (ncu: SMs idle 40% of
-      // it), and the batch-64 step took 19.8 ms against 20.5 with four
-      // stages and two blocks (H200, 2026-12-04).
       if (xp && launch_tma_tiles<64, 3>(s, xp, ldp, T, K, grp, chain, &e)) return e;
       return launch_tiles<64, 4>(s, xb, K, T, K, grp, chain);
     default: break;
