@@ -16,19 +16,21 @@ namespace {
 
 // Tiles per format: weight tiles per warp (gate/up: the gate rows' and the
 // up rows' tiles; INT4 works in groups of 32 rows, two tiles each), ring
-// stages: at most ~74 KB of shared memory per block (3 blocks per SM). The
-// FP4 kernels take fewer stages for more blocks an SM (gate/up one, ~37 KB:
-// five blocks, by registers; down two: six): they are latency-bound on
-// their decode, and more warps hide it better than deeper rings. Spark
-// slice, 12 layers, batch 16 / 64: NVFP4 59.1 / 52.3% of HBM against 53.1 /
-// 45.9% with two and three stages, MXFP4 61.3 / 54.0 against 57.2 / 50.3;
-// batch 1 within 1% (H200, 2026-12-04).
+// stages: few, for more blocks an SM (the rings once took up to ~74 KB, three
+// blocks an SM). The kernels are latency-bound on their decode, and more
+// warps hide it better than deeper rings: FP4 gate/up one stage (~37 KB,
+// five blocks by registers), down two (six); FP8 two and three; INT4 two and
+// three (four and five blocks, by registers). Spark slice, batch 16 / 64
+// (H200, 2026-12-04, against the deeper rings in the same call): NVFP4 59.1
+// / 52.3% of HBM against 53.1 / 45.9, MXFP4 61.3 / 54.0 against 57.2 / 50.3
+// (12 layers), FP8 77.1 / 64.8 against 68.7 / 57.5 (8 layers), INT4 47.4 /
+// 34.0 against 46.3 / 33.3 (12 layers); batch 1 within 2%, FP8 +1.5%.
 template <QFmt F>
 struct ExpertTiles {
   static constexpr int kGateUpRW = F == QFmt::Int4 ? 4 : 2;
   static constexpr int kDownRW = F == QFmt::Int4 ? 2 : 1;
-  static constexpr int kGateUpStages = fp4_format(F) ? 1 : F == QFmt::Int4 ? 3 : 4;
-  static constexpr int kDownStages = fp4_format(F) ? 2 : F == QFmt::Int4 ? 5 : 6;
+  static constexpr int kGateUpStages = fp4_format(F) ? 1 : 2;
+  static constexpr int kDownStages = fp4_format(F) ? 2 : 3;
   static constexpr int kRows = F == QFmt::Int4 ? 32 : 16;  // output rows per block (gate/up: of each half)
 };
 
