@@ -148,6 +148,17 @@ __device__ __forceinline__ int64_t wg_unit_k(int s, int u) {
   return (int64_t(s) + int64_t(u >> 1) * kSplit) * kGranule + (u & 1) * 64;
 }
 
+// Where this warp's pieces 4·jj + tq of its fragment rows ra and ra + 8
+// (weight rows of the tile: 16 a warp, 64 a warpgroup) sit in a stage.
+template <int NX>
+__device__ __forceinline__ void wg_a_offsets(uint32_t (&a_off)[2]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wg = threadIdx.x >> 7;
+  const int ra = 64 * wg + 16 * (warp & 3) + (lane >> 2), tq = lane & 3;
+#pragma unroll
+  for (int jj = 0; jj < 2; ++jj)
+    a_off[jj] = uint32_t(NX * kWgRowBytes + ra * kWgRowBytes + (((4 * jj + tq) ^ (ra & 7)) << 4));
+}
+
 // This warp's A fragments of one unit (weight rows ra and ra + 8 of the
 // stage, pieces 4·jj + tq): step A (words .x, .y) then step B (.z, .w), as
 // mma16816 takes them.
@@ -162,6 +173,29 @@ __device__ __forceinline__ void wg_load_a(uint32_t (&a)[4][4], uint32_t stage, c
 }
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// A unit's four k16 steps into d as one wgmma group: this warp's A
+// fragments loaded from the stage, the steps issued and committed. `a`
+// stays the group's until wg_unit_end (a wgmma in flight reads it).
+template <int NX>
+__device__ __forceinline__ void wg_unit_start(float (&d)[NX / 2], uint32_t (&a)[4][4], uint32_t stage,
+                                              const uint32_t (&a_off)[2]) {
+  wg_load_a(a, stage, a_off);
+  const uint64_t db = wg_desc(stage);
+  wg_hold(d);
+  wg_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) wgmma_rs<NX>(d, a[kk], db + 2 * kk);  // +32 bytes a k16 step
+  wg_commit();
+}
+// The group is complete: d and a are the compiler's again.
+template <int NX>
+__device__ __forceinline__ void wg_unit_end(float (&d)[NX / 2], uint32_t (&a)[4][4]) {
+  wg_wait<0>();
+  wg_hold(d);
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) wg_hold(a[kk]);
+}
+
 // The four K-slices' partials meet: each block's accumulators go to its
 // shared memory (the stages, no longer used: every thread is past a barrier
 // first), and block s adds activation rows s·NX/4 .. of every weight row,
@@ -227,8 +261,7 @@ __global__ void __launch_bounds__(kWgThreads, NX >= 256 ? 1 : NX >= 32 ? 2 : 3) 
   const uint32_t raw = smem_addr(wg_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;  // the swizzle is on address bits
   const int s = int(cg::this_cluster().block_rank());  // this block's K-slice
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wg = threadIdx.x >> 7;
-  const int g = lane >> 2, tq = lane & 3;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const WgTile tl = wg_tile<NX>(grp, T, t_group);
   const int64_t t0 = tl.t0, n0 = tl.n0, N = tl.N;
   const __nv_bfloat16* __restrict__ w = grp.w[tl.j];
@@ -272,13 +305,8 @@ __global__ void __launch_bounds__(kWgThreads, NX >= 256 ? 1 : NX >= 32 ? 2 : 3) 
   float d[NX / 2];
 #pragma unroll
   for (int i = 0; i < NX / 2; ++i) d[i] = 0.0f;
-  // This warp's fragment rows (weight rows of the tile) and where its
-  // pieces 4jj + tq sit in a stage's weight rows.
-  const int ra = 64 * wg + 16 * (warp & 3) + g;
   uint32_t a_off[2];
-#pragma unroll
-  for (int jj = 0; jj < 2; ++jj)
-    a_off[jj] = uint32_t(NX * kWgRowBytes + ra * kWgRowBytes + (((4 * jj + tq) ^ (ra & 7)) << 4));
+  wg_a_offsets<NX>(a_off);
 
   // Units 0 .. STAGES - 2 in flight, then unit 0 waited for.
 #pragma unroll
@@ -303,22 +331,13 @@ __global__ void __launch_bounds__(kWgThreads, NX >= 256 ? 1 : NX >= 32 ? 2 : 3) 
   for (int u = 0; u < units; ++u) {
     const uint32_t stage = base + uint32_t(u % STAGES) * uint32_t(kStage);
     uint32_t a[4][4];
-    wg_load_a(a, stage, a_off);
-    const uint64_t db = wg_desc(stage);
-    wg_hold(d);
-    wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wgmma_rs<NX>(d, a[kk], db + 2 * kk);  // +32 bytes a k16 step
-    wg_commit();
+    wg_unit_start<NX>(d, a, stage, a_off);
     cp_async_wait<STAGES - 3>();
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
     __syncthreads();
     if (u + STAGES - 1 < units) issue(u + STAGES - 1, 0), issue(u + STAGES - 1, 1);
     cp_async_commit();
-    wg_wait<0>();
-    wg_hold(d);
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wg_hold(a[kk]);
+    wg_unit_end<NX>(d, a);
   }
   cp_async_wait<0>();
   wg_finish<NX>(d, wg_raw + (base - raw), s, tl, grp, T, chain);
@@ -386,8 +405,7 @@ __global__ void __launch_bounds__(kWgThreads, NX >= 256 ? 1 : STAGES <= 3 ? 3 : 
   const uint32_t base = (raw + 1023u) & ~1023u;  // the 128-byte swizzle wants 1024-byte stages
   const uint32_t full = smem_addr(bars), empty = full + 8 * STAGES;
   const int s = int(cg::this_cluster().block_rank());  // this block's K-slice
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, wg = threadIdx.x >> 7;
-  const int g = lane >> 2, tq = lane & 3;
+  const int lane = threadIdx.x & 31;
   const WgTile tl = wg_tile<NX>(grp, T, t_group);
   const int units = wg_units(K, s);
   const CUtensorMap* wm = &maps.w[tl.j];
@@ -413,11 +431,8 @@ __global__ void __launch_bounds__(kWgThreads, NX >= 256 ? 1 : STAGES <= 3 ? 3 : 
   float d[NX / 2];
 #pragma unroll
   for (int i = 0; i < NX / 2; ++i) d[i] = 0.0f;
-  const int ra = 64 * wg + 16 * (warp & 3) + g;
   uint32_t a_off[2];
-#pragma unroll
-  for (int jj = 0; jj < 2; ++jj)
-    a_off[jj] = uint32_t(NX * kWgRowBytes + ra * kWgRowBytes + (((4 * jj + tq) ^ (ra & 7)) << 4));
+  wg_a_offsets<NX>(a_off);
   // Unit u: wait for its bytes, run its four k16 steps, hand its stage
   // back. The group is waited for before the next unit's A fragments are
   // loaded (a wgmma in flight reads its A registers: ptxas would serialize
@@ -428,21 +443,12 @@ __global__ void __launch_bounds__(kWgThreads, NX >= 256 ? 1 : STAGES <= 3 ? 3 : 
     const uint32_t stage = base + uint32_t(st) * kStage;
     mbar_wait(full + 8 * st, uint32_t((u / STAGES) & 1));
     uint32_t a[4][4];
-    wg_load_a(a, stage, a_off);
-    const uint64_t db = wg_desc(stage);
-    wg_hold(d);
-    wg_fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wgmma_rs<NX>(d, a[kk], db + 2 * kk);  // +32 bytes a k16 step
-    wg_commit();
+    wg_unit_start<NX>(d, a, stage, a_off);
     if (threadIdx.x == 0 && u >= 1 && u - 1 + STAGES < units) {
       mbar_wait(empty + 8 * ((u - 1) % STAGES), uint32_t(((u - 1) / STAGES) & 1));  // every warp is past unit u - 1
       load(u - 1 + STAGES, true, true);
     }
-    wg_wait<0>();
-    wg_hold(d);
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) wg_hold(a[kk]);
+    wg_unit_end<NX>(d, a);
     __syncwarp();
     if (lane == 0) mbar_arrive(empty + 8 * st);
   }
