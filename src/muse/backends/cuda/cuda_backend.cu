@@ -350,72 +350,68 @@ void CudaBackend::quiesce_flushed() {
   if (launched_ > 0 && cudaStreamSynchronize(stream_) != cudaSuccess) cudaGetLastError();  // execute() reports it
 }
 
-// Launches the ops queued so far (the model flushes after its first layer:
-// the GPU then works while the host enqueues the rest of the step, which
-// took ~0.2 ms of GPU idle time a step). Not while profiling (execute()
-// times each op between events) or once an enqueue or launch error is
-// known (execute() reports it and launches nothing more).
-void CudaBackend::flush() {
-  if (profile_ || !enqueue_error_.empty() || flush_error_ != cudaSuccess) return;
+// Launches the ops queued so far, after resetting the device error flag
+// once a step; `timed`: an event before the first op and after each one
+// (execute() when profiling). Nothing once an enqueue or launch error is
+// known: execute() reports it and launches nothing more.
+void CudaBackend::launch_queued(bool timed) {
+  if (!enqueue_error_.empty() || flush_error_ != cudaSuccess) return;
   use_device();
   if (!step_started_) {
     if (cudaError_t e = cudaMemsetAsync(dev_error_, 0, sizeof(DeviceError), stream_); e != cudaSuccess) {
-      flush_error_ = e, flush_error_op_ = launched_;
+      flush_error_ = e, flush_error_name_ = "execute (reset error flag)";
       return;
     }
     step_started_ = true;
   }
+  if (timed && launched_ == 0) cudaEventRecord(events_[0], stream_);
   for (; launched_ < ops_.size(); ++launched_) {
     cudaError_t e = ops_[launched_].run(stream_);
     if (e == cudaSuccess) e = cudaGetLastError();
     if (e != cudaSuccess) {
-      flush_error_ = e, flush_error_op_ = launched_;
+      flush_error_ = e, flush_error_name_ = ops_[launched_].name;
       return;
     }
+    if (timed) cudaEventRecord(events_[launched_ + 1], stream_);
   }
+}
+
+// The model flushes after its first layer: the GPU then works while the
+// host enqueues the rest of the step, which took ~0.2 ms of GPU idle time a
+// step. Not while profiling (execute() times each op between events).
+void CudaBackend::flush() {
+  if (!profile_) launch_queued(false);
 }
 
 Status CudaBackend::execute() {
   use_device();
+  // Profiling: flush() launched nothing, so every op runs here, timed.
+  const bool profile = profile_ && launched_ == 0;
+  bool events_ok = true;
+  while (profile && events_ok && events_.size() < ops_.size() + 1) {
+    cudaEvent_t ev;
+    events_ok = cudaEventCreate(&ev) == cudaSuccess;
+    if (events_ok) events_.push_back(ev);
+  }
+  if (events_ok) launch_queued(profile);
   auto ops = std::move(ops_);
   ops_.clear();
-  const size_t launched = launched_;
   const bool started = step_started_;
   const cudaError_t flush_error = flush_error_;
   launched_ = 0, step_started_ = false, flush_error_ = cudaSuccess;
   arena_used_ = 0;  // the next step writes from the start (this one is synchronized below)
-  if (!enqueue_error_.empty() || flush_error != cudaSuccess) {
-    std::string e = enqueue_error_.empty() ? cuda_failure(ops[flush_error_op_].name, flush_error) : enqueue_error_;
+  if (!enqueue_error_.empty() || flush_error != cudaSuccess || !events_ok) {
+    std::string e = !enqueue_error_.empty()       ? enqueue_error_
+                    : flush_error != cudaSuccess ? cuda_failure(flush_error_name_, flush_error)
+                                                 : std::string("cuda backend: cudaEventCreate failed");
     enqueue_error_.clear();
-    if (started) {  // flushed ops may still run
+    if (started) {  // launched ops may still run
       cudaStreamSynchronize(stream_);
       cudaGetLastError();
     }
     return make_error(e);
   }
-  cudaError_t e = cudaSuccess;
-  if (!started && (e = cudaMemsetAsync(dev_error_, 0, sizeof(DeviceError), stream_)) != cudaSuccess)
-    return make_error(cuda_failure("execute (reset error flag)", e));
-  const bool profile = profile_ && launched == 0;  // flush() launches nothing while profiling
-  if (profile) {
-    while (events_.size() < ops.size() + 1) {
-      cudaEvent_t ev;
-      if (cudaEventCreate(&ev) != cudaSuccess) return make_error("cuda backend: cudaEventCreate failed");
-      events_.push_back(ev);
-    }
-    cudaEventRecord(events_[0], stream_);
-  }
-  for (size_t i = launched; i < ops.size(); ++i) {
-    e = ops[i].run(stream_);
-    if (e == cudaSuccess) e = cudaGetLastError();
-    if (e != cudaSuccess) {
-      cudaStreamSynchronize(stream_);
-      cudaGetLastError();
-      return make_error(cuda_failure(ops[i].name, e));
-    }
-    if (profile) cudaEventRecord(events_[i + 1], stream_);
-  }
-  e = cudaMemcpyAsync(host_error_, dev_error_, sizeof(DeviceError), cudaMemcpyDeviceToHost, stream_);
+  cudaError_t e = cudaMemcpyAsync(host_error_, dev_error_, sizeof(DeviceError), cudaMemcpyDeviceToHost, stream_);
   cudaError_t sync = cudaStreamSynchronize(stream_);
   if (e == cudaSuccess) e = sync;
   if (e != cudaSuccess) {

@@ -263,10 +263,11 @@ class CudaBackend final : public Backend {
     Launch run;
   };
   std::vector<Op> ops_;
-  size_t launched_ = 0;                     // ops_[0 .. launched_) launched by flush()
-  bool step_started_ = false;               // flush() reset the device error flag
-  cudaError_t flush_error_ = cudaSuccess;   // a launch that failed in flush(), op flush_error_op_
-  size_t flush_error_op_ = 0;
+  size_t launched_ = 0;                     // ops_[0 .. launched_) launched (flush(), execute())
+  bool step_started_ = false;               // the device error flag is reset for this step
+  cudaError_t flush_error_ = cudaSuccess;   // a launch that failed, in flush_error_name_
+  const char* flush_error_name_ = "";
+  void launch_queued(bool timed);
   // Before freeing a buffer a flushed op may still use (the scratch, the
   // arena, when they grow within a step): wait for the stream.
   void quiesce_flushed();
