@@ -423,6 +423,58 @@ TEST_P(Rowwise, ReportsTheBackend) {
   EXPECT_LE(m.free, m.total);
 }
 
+// The residual norm and SwiGLU write their output also in the wgmma
+// products' order where the next op is a product that reads it so (above 16
+// rows): the product then skips its own permute. The same output, stream
+// and product bytes as with an op between them (the product permutes x
+// itself), with a flush between producer and product (the model flushes
+// after its first layer) and without; widths whose permuted rows are padded
+// (200: 256) or not (6656), rows 1 (no copy), 17, 64, 65 and 300.
+TEST_P(Rowwise, ProducersPermutedXGivesTheSameBits) {
+  if (!bf()) GTEST_SKIP() << "the permuted copy is BF16 (the products' activations)";
+  for (int64_t H : {int64_t(200), int64_t(6656)})
+    for (int64_t T : {int64_t(1), int64_t(17), int64_t(64), int64_t(65), int64_t(300)})
+      for (bool flush : {false, true}) {
+        const int64_t N = 136, F = 264;  // product rows; SwiGLU width
+        const std::string what = "H " + std::to_string(H) + " T " + std::to_string(T) + (flush ? " flush" : "");
+        auto s0 = random_floats(size_t(T * H), 500, 3.0f), u = random_floats(size_t(T * H), 501);
+        auto g1 = random_floats(size_t(H), 502, 0.2f, 0.5f), g2 = random_floats(size_t(H), 503, 0.2f, 0.5f);
+        auto w = random_floats(size_t(N * H), 504, 0.05f), wd = random_floats(size_t(N * F), 505, 0.05f);
+        auto ga = random_floats(size_t(T * F), 506, 2.0f), upv = random_floats(size_t(T * F), 507);
+        Tensor tu = up(act(), {T, H}, u), tg1 = up(act(), {H}, g1), tg2 = up(act(), {H}, g2);
+        Tensor tw = up(DType::BF16, {N, H}, w), twd = up(DType::BF16, {N, F}, wd), tup = up(act(), {T, F}, upv);
+        auto d8 = random_floats(8, 508);
+        Tensor dummy = up(act(), {1, 8}, d8);
+        // Once a width (flush, 17 rows), a larger product after the first
+        // one grows the scratch before that one launches: the producer wrote
+        // the old one, so the product must permute x itself (10 and 53 MB
+        // of permuted x, more than twice the scratch the runs before grew).
+        const int64_t grow = flush && T == 17 ? (H == 200 ? 20000 : 4000) : 0;
+        auto xb = random_floats(size_t(std::max<int64_t>(grow, 1) * H), 509);
+        Tensor txb = up(act(), {std::max<int64_t>(grow, 1), H}, xb);
+        std::vector<std::vector<uint8_t>> res[2];
+        for (int between = 0; between < 2; ++between) {
+          Tensor ts = up(DType::F32, {T, H}, s0), h = poisoned(act(), {T, H}), o = poisoned(DType::F32, {T, N});
+          Tensor tga = up(act(), {T, F}, ga), od = poisoned(DType::F32, {T, N});
+          b().residual_norm_then_norm(ts, tu, tg1, NormGain::After, Tensor{}, Tensor{}, 1e-6f,
+                                      {h, tg2, NormGain::After, 1e-5f});
+          if (flush) b().flush();
+          if (between) b().swiglu(dummy, dummy, dummy);  // an op between: the product permutes x itself
+          b().matmul(o, h, tw);
+          Tensor ob = poisoned(DType::F32, {std::max<int64_t>(grow, 1), N});
+          if (grow) b().matmul(ob, txb, tw);
+          b().swiglu(tga, tga, tup);
+          if (flush) b().flush();
+          if (between) b().swiglu(dummy, dummy, dummy);
+          b().matmul(od, tga, twd);
+          run();
+          res[between] = {get_bytes(ts), get_bytes(h), get_bytes(o), get_bytes(tga), get_bytes(od)};
+        }
+        const char* names[] = {"stream", "norm output", "product", "SwiGLU output", "down product"};
+        for (size_t i = 0; i < 5; ++i) EXPECT_EQ(res[0][i], res[1][i]) << what << ": the " << names[i] << " differs";
+      }
+}
+
 INSTANTIATE_TEST_SUITE_P(Act, Rowwise, ::testing::Values(DType::F32, DType::BF16), param_name);
 
 }  // namespace

@@ -234,6 +234,7 @@ bool CudaBackend::try_reserve_scratch(size_t bytes) {
     if (scratch_) cudaFree(scratch_);
     scratch_ = grown;
     scratch_bytes_ = size;
+    ++scratch_generation_;
     return true;
   };
   const size_t had = scratch_bytes_;
@@ -242,6 +243,7 @@ bool CudaBackend::try_reserve_scratch(size_t bytes) {
   cudaFree(scratch_);
   scratch_ = nullptr;
   scratch_bytes_ = 0;
+  ++scratch_generation_;
   if (take(bytes)) return true;
   // Not even `bytes`: put back what the ops already queued may need.
   if (!take(had))
@@ -399,6 +401,7 @@ Status CudaBackend::execute() {
   const bool started = step_started_;
   const cudaError_t flush_error = flush_error_;
   launched_ = 0, step_started_ = false, flush_error_ = cudaSuccess;
+  xperm_copy_ = {};  // the next step's op indices start again from 0
   arena_used_ = 0;  // the next step writes from the start (this one is synchronized below)
   if (!enqueue_error_.empty() || flush_error != cudaSuccess || !events_ok) {
     std::string e = !enqueue_error_.empty()       ? enqueue_error_

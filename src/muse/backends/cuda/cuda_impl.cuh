@@ -91,20 +91,19 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 // Sum over the block (blockDim.x a multiple of 32, at most 1024): warps in
-// index order. `red` is shared scratch of 33 floats. Every thread returns the sum.
+// index order. `red` is shared scratch of 33 floats. Every thread returns the
+// sum: each adds the warps' sums itself, in the same order (the same bits
+// everywhere; one barrier fewer than thread 0 adding and broadcasting, on
+// the critical path of every batch-1 norm).
 __device__ __forceinline__ float block_sum(float v, float* red) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   v = warp_sum(v);
   __syncthreads();  // red may still be read from a previous call
   if (lane == 0) red[warp] = v;
   __syncthreads();
-  if (threadIdx.x == 0) {
-    float s = 0.0f;
-    for (int w = 0; w < nw; ++w) s += red[w];
-    red[32] = s;
-  }
-  __syncthreads();
-  return red[32];
+  float s = 0.0f;
+  for (int w = 0; w < nw; ++w) s += red[w];
+  return s;
 }
 
 // Programmatic dependent launch (sm_90). A kernel launched with the
@@ -234,6 +233,28 @@ class CudaBackend final : public Backend {
   // false, and no error, where the memory is not there.
   bool try_reserve_scratch(size_t bytes);
   void* scratch() const { return scratch_; }
+  // The producers of a product's x (the residual norm, SwiGLU) may write it
+  // in the wgmma products' order into scratch as well, where the products
+  // read x so (above 16 rows): project() then skips its permute kernel, one
+  // launch and one pass less a product (cuda_matmul.cu). offer_xperm(x), at
+  // the producer's enqueue: whether to write that copy (scratch reserved);
+  // it stands for x only for the op enqueued right after the producer, in
+  // this step (xperm_ready), and only if the scratch the producer wrote is
+  // still the scratch when the product launches: a flush may launch the
+  // producer before a later op grows the scratch (xperm_written, checked at
+  // launch; else the product permutes x itself).
+  bool offer_xperm(const Tensor& x);
+  bool xperm_ready(const Tensor& x) const;
+  void xperm_written() { xperm_generation_ = scratch_generation_; }  // the producer's launch
+  bool xperm_valid() const { return xperm_generation_ == scratch_generation_; }
+  struct XpermCopy {
+    const void* x = nullptr;
+    int64_t rows = 0, cols = 0;
+    int op = -1;  // the op index that may use it
+  };
+  XpermCopy xperm_copy_;
+  uint64_t scratch_generation_ = 0;  // +1 at every reallocation of scratch_
+  uint64_t xperm_generation_ = ~uint64_t(0);
   // inv_freq for (theta, head_dim), on the device (uploaded once).
   const float* inv_freq(double theta, int64_t head_dim);
   static PlanDev plan_dev(const StepPlanView& v);

@@ -662,6 +662,25 @@ cudaError_t CudaBackend::launch_cublaslt(cudaStream_t s, const Tensor& x, const 
 
 constexpr int64_t kCublasLtAboveRows = 0;  // 0: never
 
+// Whether a product of x would read it permuted into scratch: the wgmma
+// products above 16 rows (variants 11 and 13; the rule's, or the forced one),
+// BF16 x in 16-byte-aligned rows of a multiple of 8.
+bool CudaBackend::offer_xperm(const Tensor& x) {
+  const int64_t T = x.rows(), K = x.cols();
+  const int variant = gemv_variant_ ? gemv_variant_ : gemv_rule(T, K);
+  const bool reads_xperm = wgmma_gemm_usable() && (variant == 11 || (variant == 13 && T > 16)) &&
+                           x.dtype == DType::BF16 && K % 8 == 0 && aligned16(x.data) && mma_gemv_usable() &&
+                           !(kCublasLtAboveRows > 0 && T > kCublasLtAboveRows);
+  if (!reads_xperm || !try_reserve_scratch(size_t(wgmma_xperm_elements(T, K)) * sizeof(__nv_bfloat16))) return false;
+  xperm_copy_ = {x.data, T, K, op_index() + 1};
+  return true;
+}
+
+bool CudaBackend::xperm_ready(const Tensor& x) const {
+  return xperm_copy_.op == op_index() && xperm_copy_.x == x.data && xperm_copy_.rows == x.rows() &&
+         xperm_copy_.cols == x.cols();
+}
+
 void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) {
   std::vector<Projection> outs(outputs.begin(), outputs.end());
   for (const auto& p : outs) {
@@ -741,12 +760,14 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
                       });
   const bool xperm = wg_all && (variant == 11 || (variant == 13 && x.rows() > 16)) &&
                      try_reserve_scratch(size_t(wgmma_xperm_elements(x.rows(), x.cols())) * sizeof(__nv_bfloat16));
+  // The op before wrote x permuted into scratch already (offer_xperm).
+  const bool permuted = xperm && xperm_ready(x);
   // All of them in one cluster launch where the rule says so (each row's
   // bits are still its own product's).
   const int grouped = all ? grouped_rule(gemv_variant_, x.rows(), x.cols(), outs.size(), min_n) : 0;
-  enqueue("project", [this, x, outs, lt, chainable, grouped, wg_all, variant, xperm](cudaStream_t s) {
+  enqueue("project", [this, x, outs, lt, chainable, grouped, wg_all, variant, xperm, permuted](cudaStream_t s) {
     if (wg_all) {
-      if (xperm)
+      if (xperm && !(permuted && xperm_valid()))
         if (cudaError_t e = wgmma_permute_x(s, x, scratch()); e != cudaSuccess) return e;
       for (size_t i = 0; i < outs.size(); i += kClusterGroupMax) {
         const size_t n = std::min<size_t>(kClusterGroupMax, outs.size() - i);

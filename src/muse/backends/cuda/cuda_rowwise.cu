@@ -12,6 +12,7 @@
 // them a few µs long).
 #include <cmath>
 
+#include "muse/backends/cuda/cuda_dot.cuh"
 #include "muse/backends/cuda/cuda_impl.cuh"
 #include "muse/backends/cuda/cuda_mma.cuh"
 
@@ -118,6 +119,35 @@ __device__ __forceinline__ void st_run(void* p, int dt, int64_t at, int64_t coun
 #pragma unroll
   for (int k = 0; k < PER; ++k)
     if (k < count) st(p, dt, at + k, v[k]);
+}
+
+// A run of 8 values (as st_run stores them in BF16) also into xp in the
+// wgmma products' order (wgmma_permute_x_kernel's: chunk p of a 32-k block
+// holds word p of the block's four 16-byte pieces), at element i0 of a row
+// that starts at xrow: the four pieces of a block are the runs of lanes 4b
+// .. 4b + 3, which trade words in four shuffles (every lane of the warp
+// takes part). Runs past the row are zeros; chunks at or past Kp are not
+// written.
+__device__ __forceinline__ void st_run_xperm(__nv_bfloat16* xp, int64_t xrow, int64_t i0, int64_t Kp,
+                                             const float (&v)[8]) {
+  uint32_t w[4];
+#pragma unroll
+  for (int h = 0; h < 4; ++h) {
+    const __nv_bfloat162 b2 = __floats2bfloat162_rn(v[2 * h], v[2 * h + 1]);
+    w[h] = *reinterpret_cast<const uint32_t*>(&b2);
+  }
+  const int lane = threadIdx.x & 31, q = lane & 3;
+  uint32_t c[4] = {0u, 0u, 0u, 0u};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {  // round j: word q of piece (q + j) % 4, which that lane gives
+    const int give = (q - j) & 3, from = (q + j) & 3;
+    const uint32_t mine = give == 0 ? w[0] : give == 1 ? w[1] : give == 2 ? w[2] : w[3];
+    const uint32_t got = __shfl_sync(0xffffffffu, mine, (lane & ~3) | from);
+#pragma unroll
+    for (int p = 0; p < 4; ++p)
+      if (p == from) c[p] = got;
+  }
+  if (i0 < Kp) *reinterpret_cast<uint4*>(xp + xrow + i0) = make_uint4(c[0], c[1], c[2], c[3]);
 }
 
 // This thread's run of a row of n: its first element and length.
@@ -268,7 +298,7 @@ template <int PER>
 __global__ void __launch_bounds__(1024)
     residual_then_norm_kernel(void* stream, int sdt, const void* update, int udt, const void* gain, int gdt, int mode,
                               const float* alpha, const float* beta, float eps, int64_t H, void* out, int odt,
-                              const void* gain2, int g2dt, int mode2, float eps2) {
+                              const void* gain2, int g2dt, int mode2, float eps2, __nv_bfloat16* xp, int64_t Kp) {
   pdl_launch_dependents();  // a product may read our output: it waits for us
   prefetch_gain<PER>(gain, gdt, mode, H);
   prefetch_gain<PER>(gain2, g2dt, mode2, H);
@@ -276,12 +306,18 @@ __global__ void __launch_bounds__(1024)
   __shared__ float red[33];
   const int64_t base = int64_t(blockIdx.x) * H;
   const int64_t i0 = run_start<PER>(), cnt = run_count<PER>(H);
-  // The stream is loaded with the update, before the first sum: one memory
-  // latency for the row. alpha/beta and the second gain (a few KB, from L2)
-  // come after it, so that no more than three runs are live at once (a
-  // 1024-thread block has 64 registers a thread).
-  float sv[PER];
+  // The stream and the second gain are loaded with the update, before the
+  // first sum: one memory latency for the row (the second gain after the
+  // stores cost another L2 round trip on the step's critical path).
+  // alpha/beta (a few KB, from L2) come after it, so that no more than four
+  // runs are live at once (a 1024-thread block has 64 registers a thread).
+  float sv[PER], c2[PER];
   ld_run<PER>(sv, stream, sdt, base + i0, cnt);
+  if (mode2 != kGainNone)
+    ld_run<PER>(c2, gain2, g2dt, i0, cnt, 1.0f);
+  else
+#pragma unroll
+    for (int k = 0; k < PER; ++k) c2[k] = 1.0f;
   float x[PER], c[PER];
   const float r = row_inv_rms<PER>(x, c, update, udt, base, gain, gdt, mode, H, eps, red);
   float y[PER];
@@ -297,12 +333,6 @@ __global__ void __launch_bounds__(1024)
     for (int k = 0; k < PER; ++k) sv[k] = residual_value(false, 0.0f, 0.0f, sv[k], y[k]);
   }
   st_run<PER>(stream, sdt, base + i0, cnt, sv);
-  float c2[PER];
-  if (mode2 != kGainNone)
-    ld_run<PER>(c2, gain2, g2dt, i0, cnt, 1.0f);
-  else
-#pragma unroll
-    for (int k = 0; k < PER; ++k) c2[k] = 1.0f;
 #pragma unroll
   for (int k = 0; k < PER; ++k) y[k] = k < cnt ? as_stored(sdt, sv[k]) : 0.0f;
   const float r2 = regs_inv_rms<PER>(y, c2, mode2, H, eps2, red);
@@ -310,6 +340,8 @@ __global__ void __launch_bounds__(1024)
 #pragma unroll
   for (int k = 0; k < PER; ++k) o[k] = normed(y[k], c2[k], mode2, r2, 1.0f);
   st_run<PER>(out, odt, base + i0, cnt, o);
+  if constexpr (PER == 8)
+    if (xp) st_run_xperm(xp, int64_t(blockIdx.x) * Kp, i0, Kp, o);  // BF16 out (offer_xperm)
 }
 
 __global__ void rope_tables_kernel(float* cos_out, float* sin_out, const int32_t* positions, const float* inv,
@@ -395,6 +427,37 @@ __global__ void swiglu_kernel(void* out, int odt, const void* gate, int gdt, con
     const float a = ld(gate, gdt, i), b = ld(up, udt, i);
     st(out, odt, i, a * sigmoidf_(a) * b);
   }
+}
+
+// swiglu_kernel over BF16 rows of K (K % 8 == 0), its outputs also written
+// into xp in the wgmma products' order (offer_xperm): a thread a 16-byte
+// piece (8 values; the four pieces of a 32-k block are a quad of lanes, as
+// st_run_xperm wants: Kp / 8 is a multiple of 16). Every lane takes part in
+// the quads' shuffles; those past the rows store nothing.
+__global__ void swiglu_xperm_kernel(__nv_bfloat16* out, const __nv_bfloat16* gate, const __nv_bfloat16* up,
+                                    int64_t T, int64_t K, __nv_bfloat16* __restrict__ xp, int64_t Kp) {
+  pdl_launch_dependents();  // a product may read our output: it waits for us
+  pdl_wait();
+  const int64_t per_row = Kp / 8, i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  const bool live = i < T * per_row;
+  const int64_t row = live ? i / per_row : 0, k = live ? (i % per_row) * 8 : Kp;
+  float v[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+  if (k < K) {
+    const int64_t at = row * K + k;
+    const uint4 g4 = *reinterpret_cast<const uint4*>(gate + at), u4 = *reinterpret_cast<const uint4*>(up + at);
+    const uint32_t gw[4] = {g4.x, g4.y, g4.z, g4.w}, uw[4] = {u4.x, u4.y, u4.z, u4.w};
+    uint32_t w[4];
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+      const float a0 = __uint_as_float(gw[h] << 16), a1 = __uint_as_float(gw[h] & 0xffff0000u);
+      const float b0 = __uint_as_float(uw[h] << 16), b1 = __uint_as_float(uw[h] & 0xffff0000u);
+      v[2 * h] = a0 * sigmoidf_(a0) * b0, v[2 * h + 1] = a1 * sigmoidf_(a1) * b1;
+      const __nv_bfloat162 r = __floats2bfloat162_rn(v[2 * h], v[2 * h + 1]);
+      w[h] = *reinterpret_cast<const uint32_t*>(&r);
+    }
+    *reinterpret_cast<uint4*>(out + at) = make_uint4(w[0], w[1], w[2], w[3]);
+  }
+  st_run_xperm(xp, row * Kp, k, Kp, v);
 }
 
 constexpr int kGatherI32 = 2;  // beside kF32 / kBF16: I32 rows
@@ -515,12 +578,16 @@ void CudaBackend::residual_norm_then_norm(const Tensor& stream, const Tensor& up
   const Tensor out = next.out, gain2 = next.gain;
   const int mode2 = gain_code(next.mode);
   const float eps2 = next.eps;
-  enqueue("residual_norm", [=](cudaStream_t s) {
+  // The products of out read it permuted (above 16 rows): write that too.
+  const bool perm = out.dtype == DType::BF16 && offer_xperm(out);
+  const int64_t Kp = perm ? wgmma_xperm_elements(1, H) : 0;
+  enqueue("residual_norm", [=, this](cudaStream_t s) {
+    if (perm) xperm_written();
     return launch_pdl<residual_then_norm_kernel<kNormPer>>(
         s, dim3(unsigned(stream.rows())), dim3(norm_threads(H)), 0, stream.data, dt_code(stream.dtype), update.data,
         dt_code(update.dtype), gain.data, dt_code(gain.dtype), gain_code(mode), static_cast<const float*>(alpha.data),
         static_cast<const float*>(beta.data), eps, H, out.data, dt_code(out.dtype), gain2.data, dt_code(gain2.dtype),
-        mode2, eps2);
+        mode2, eps2, perm ? static_cast<__nv_bfloat16*>(scratch()) : nullptr, Kp);
   });
 }
 
@@ -583,6 +650,21 @@ void CudaBackend::swiglu(const Tensor& out, const Tensor& gate, const Tensor& up
     return;
   const int64_t n = out.numel();
   if (n == 0) return;
+  // The product after reads out permuted (above 16 rows): SwiGLU writes that too.
+  const int64_t T = out.rows(), K = out.cols();
+  const bool bf16 = out.dtype == DType::BF16 && gate.dtype == DType::BF16 && up.dtype == DType::BF16;
+  if (bf16 && out.rank == 2 && gate.rows() == T && up.rows() == T && gate.cols() == K && up.cols() == K &&
+      aligned16(gate.data) && aligned16(up.data) && offer_xperm(out)) {
+    const int64_t Kp = wgmma_xperm_elements(1, K);
+    enqueue("swiglu", [=, this](cudaStream_t s) {
+      xperm_written();
+      return launch_pdl<swiglu_xperm_kernel>(
+          s, dim3(blocks_for(T * (Kp / 8), 256)), dim3(256), 0, static_cast<__nv_bfloat16*>(out.data),
+          static_cast<const __nv_bfloat16*>(gate.data), static_cast<const __nv_bfloat16*>(up.data), T, K,
+          static_cast<__nv_bfloat16*>(scratch()), Kp);
+    });
+    return;
+  }
   enqueue("swiglu", [=](cudaStream_t s) {
     return launch_pdl<swiglu_kernel>(s, dim3(grid_stride_blocks(n)), dim3(256), 0, out.data, dt_code(out.dtype),
                                      gate.data, dt_code(gate.dtype), up.data, dt_code(up.dtype), n);
