@@ -316,6 +316,56 @@ TEST_P(Attention, StoreGateFusedGivesTheSameBits) {
     }
 }
 
+// Above 16 rows the fused merge also writes its outputs in the wgmma
+// products' order for the o projection after it (which then skips its
+// permute): the same output, cache and product bytes as with an op between
+// them (the product permutes the output itself), with and without the head
+// norm, paged and sliding, 20 decode rows and a 5-row chunk.
+TEST_P(Attention, StoreGateWritesTheProductsX) {
+  const int64_t d = 128, hq = 8, hk = 2, kvd = hk * d, qd = hq * d, B = 20, chunk = 5, N = 72;
+  for (KvLayout layout : {KvLayout::Paged, KvLayout::Sliding})
+    for (bool head_norm : {false, true}) {
+      const bool paged = layout == KvLayout::Paged;
+      const int64_t per = 16, slots = 400, window = paged ? 0 : 96;
+      auto ck = random_floats(size_t(slots * per * kvd), 960), cv = random_floats(size_t(slots * per * kvd), 961);
+      std::mt19937 rng(962);
+      StepPlanCapacity cap{B + chunk, B + 1, B + chunk, 64 * 40};
+      StepPlanBuilder pb(cap);
+      int64_t rows = 0, used = 0;
+      for (int64_t s = 0; s <= B; ++s) {
+        const int64_t n = s == B ? chunk : 1, len = s == 3 ? 0 : 1 + int64_t(rng() % 300);
+        std::vector<int32_t> tok(size_t(n), 1), bl;
+        for (int64_t i = 0; i < (len + n + per - 1) / per; ++i) bl.push_back(int32_t(used++ % slots));
+        const std::vector<int32_t> none;
+        pb.add(tok, len, paged ? bl : none, paged ? none : bl, 0, false, true);
+        rows += n;
+      }
+      auto q = random_floats(size_t(rows * qd), 963), k = random_floats(size_t(rows * kvd), 964),
+           v = random_floats(size_t(rows * kvd), 965), g = random_floats(size_t(rows * qd), 966, 3.0f);
+      auto w = random_floats(size_t(N * qd), 967, 0.05f), d8 = random_floats(8, 968);
+      Tensor tq = up(act(), {rows, qd}, q), tk = up(act(), {rows, kvd}, k), tv = up(act(), {rows, kvd}, v),
+             tg = up(act(), {rows, qd}, g), tw = up(DType::BF16, {N, qd}, w), dummy = up(act(), {1, 8}, d8);
+      Tensor buf;
+      StepPlanView view = plan_view(pb, buf, window, per);
+      view.max_seq_rows = pb.max_seq_rows(), view.max_seq_end = pb.max_seq_end();
+      std::vector<std::vector<uint8_t>> res[2];
+      for (int between = 0; between < 2; ++between) {
+        KvLayerStorage c;
+        c.layout = layout;
+        c.k = up(kv(), {slots, 1, per, kvd}, ck), c.v = up(kv(), {slots, 1, per, kvd}, cv);
+        Tensor o = poisoned(act(), {rows, qd}), p = poisoned(DType::F32, {rows, N});
+        b().attention_store_gate(o, tq, tk, tv, c, view, d, window, 0.088f, {tg, head_norm, 1e-6f});
+        if (between) b().swiglu(dummy, dummy, dummy);  // an op between: the product permutes o itself
+        b().matmul(p, o, tw);
+        run();
+        res[between] = {get_bytes(o), get_bytes(p), get_bytes(c.k), get_bytes(c.v)};
+      }
+      const std::string what = std::string(paged ? "paged" : "sliding") + (head_norm ? ", head norm" : "");
+      const char* names[] = {"output", "o product", "K cache", "V cache"};
+      for (size_t i = 0; i < 4; ++i) EXPECT_EQ(res[0][i], res[1][i]) << what << ": the " << names[i] << " differs";
+    }
+}
+
 // Steps of at least 64 rows (all BF16) run the prefill kernel; the same
 // rows replayed as single-row sequences, fewer than 64 a step, run the
 // split kernels. Every row's bytes must be equal: chunked prefill and

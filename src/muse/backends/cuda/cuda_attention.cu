@@ -271,6 +271,7 @@ void CudaBackend::enqueue_attention(const AttentionLaunch& launch) {
       reserve_scratch(split_scratch_bytes(call.T, call.hq, call.d, call.chunks));
       const bool vec = launch.vec, mma = launch.mma;
       enqueue("attention", [=, this](cudaStream_t s) {
+        if (call.xperm_offset) xperm_written();
         return run_split_attention(s, call, static_cast<float*>(scratch()), vec, mma);
       });
       return;
@@ -311,6 +312,12 @@ void CudaBackend::attention_store_gate(const Tensor& out, const Tensor& q, const
   launch.call.head_norm = gate.head_norm;
   launch.call.gate_eps = gate.eps;
   launch.call.store_kv = true;
+  // The o projection reads out permuted (above 16 rows): the merge writes
+  // that too, after the chunk partials in the scratch.
+  if (out.dtype == DType::BF16 && c.d % 32 == 0 && c.ldo == int64_t(c.hq) * c.d) {
+    const size_t off = (split_scratch_bytes(c.T, c.hq, c.d, c.chunks) + 255) / 256 * 256;
+    if (offer_xperm(out, off)) launch.call.xperm_offset = off;
+  }
   enqueue_attention(launch);
 }
 

@@ -449,6 +449,10 @@ struct AttnCall {
   bool head_norm = false;
   float gate_eps = 0.0f;
   bool store_kv = false;
+  // Split path, fused merge only: non-zero, the merge also writes its
+  // outputs in the wgmma products' order this many bytes into the scratch
+  // (after the chunk partials; offer_xperm).
+  size_t xperm_offset = 0;
 };
 
 // cuda_attention_split.cu. The split path: chunk partials in `part`

@@ -252,6 +252,10 @@ struct MergeTail {
   bool store_kv;
   int G;  // q heads per kv head
   KvArgs a;
+  // Not null: the outputs also go here in the wgmma products' order (rows of
+  // Kp; offer_xperm: the o projection after reads them so).
+  __nv_bfloat16* xp;
+  int64_t Kp;
 };
 
 // out row t, q head h: the chunks of attention_split_kernel merged in chunk
@@ -276,6 +280,7 @@ __global__ void __launch_bounds__(128) attention_merge_kernel(void* out, int odt
   __shared__ float Ls;
   __shared__ float ov[kMaxHeadDim];  // head_norm: the head's stored outputs
   __shared__ int64_t dst;            // store_kv: the cache row of row t's position
+  __shared__ __nv_bfloat16 ob[kMaxHeadDim];  // tail.xp: the outputs as stored
   const int64_t t = r0 + blockIdx.x;
   const int h = blockIdx.y;
   // Before waiting for the chunk kernel (launched with PDL): the plan and
@@ -335,6 +340,11 @@ __global__ void __launch_bounds__(128) attention_merge_kernel(void* out, int odt
   }
   __syncthreads();
   const float L = Ls;
+  // Output dim i's final value, stored (and kept as stored for tail.xp).
+  auto put = [&](int i, int64_t at, float v) {
+    st(out, odt, at, v);
+    if (tail.xp) ob[i] = __float2bfloat16_rn(v);
+  };
   for (int i = threadIdx.x; i < d; i += blockDim.x) {
     const bool first = i == i0;
     float o = 0.0f;
@@ -355,11 +365,11 @@ __global__ void __launch_bounds__(128) attention_merge_kernel(void* out, int odt
     for (; zz < nch; ++zz) o = chunk_fold(base[zz * stride + kPartHead + i], wz[zz], o);
     const int64_t at = t * ldo + int64_t(h) * d + i;
     if (!tail.gate) {
-      st(out, odt, at, chunk_out(o, L));
+      put(i, at, chunk_out(o, L));
     } else {
       const float x = as_stored(odt, chunk_out(o, L));
       if (tail.head_norm) ov[i] = x;
-      else st(out, odt, at, x * sigmoidf_(first ? g0 : ld(tail.gate, tail.gdt, at)));
+      else put(i, at, x * sigmoidf_(first ? g0 : ld(tail.gate, tail.gdt, at)));
     }
   }
   if (tail.gate && tail.head_norm) {
@@ -374,7 +384,20 @@ __global__ void __launch_bounds__(128) attention_merge_kernel(void* out, int odt
     const float r = Ls;
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
       const int64_t at = t * ldo + int64_t(h) * d + i;
-      st(out, odt, at, (ov[i] * r) * sigmoidf_(i == i0 ? g0 : ld(tail.gate, tail.gdt, at)));
+      put(i, at, (ov[i] * r) * sigmoidf_(i == i0 ? g0 : ld(tail.gate, tail.gdt, at)));
+    }
+  }
+  if (tail.xp) {  // the head's 32-k blocks in the products' order (wgmma_permute_x_kernel's)
+    __syncthreads();
+    for (int c = threadIdx.x; c < d / 8; c += blockDim.x) {
+      const int blk = c / 4, p = c % 4;  // chunk p of 32-k block blk: word p of its four 16-byte pieces
+      uint32_t w[4];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int e = 32 * blk + 8 * j + 2 * p;
+        w[j] = uint32_t(__bfloat16_as_ushort(ob[e])) | uint32_t(__bfloat16_as_ushort(ob[e + 1])) << 16;
+      }
+      *reinterpret_cast<uint4*>(tail.xp + t * tail.Kp + int64_t(h) * d + 8 * c) = make_uint4(w[0], w[1], w[2], w[3]);
     }
   }
   if (store) {
@@ -626,6 +649,9 @@ cudaError_t run_split_attention(cudaStream_t s, const AttnCall& c, float* part, 
   const int64_t T = c.T, slab = split_slab_rows(T, c.hq, c.d, c.chunks);
   const int hk = c.hq / c.G;
   const SplitKernel split = mma ? nullptr : pick_split_kernel(c.G, c.d, vec);
+  // The merge's outputs in the products' order, after the partials (one slab).
+  auto* xp = c.xperm_offset ? reinterpret_cast<__nv_bfloat16*>(reinterpret_cast<char*>(part) + c.xperm_offset) : nullptr;
+  const int64_t Kp = xp ? wgmma_xperm_elements(1, int64_t(c.hq) * c.d) : 0;
   for (int64_t r0 = 0; r0 < T; r0 += slab) {
     const unsigned rows = unsigned(std::min(slab, T - r0));
     const dim3 grid(rows, unsigned(hk), unsigned(c.chunks));
@@ -641,7 +667,7 @@ cudaError_t run_split_attention(cudaStream_t s, const AttnCall& c, float* part, 
                                                            c.out, c.odt, c.ldo, static_cast<const float*>(part), c.P,
                                                            T, r0, c.d, c.hq, c.window, c.chunks, c.err, c.op,
                                                            MergeTail{c.gate, c.gdt, c.head_norm, c.gate_eps,
-                                                                     c.store_kv, c.G, c.a});
+                                                                     c.store_kv, c.G, c.a, xp, Kp});
         e != cudaSuccess)
       return e;
   }

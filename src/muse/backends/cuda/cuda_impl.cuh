@@ -243,7 +243,7 @@ class CudaBackend final : public Backend {
   // still the scratch when the product launches: a flush may launch the
   // producer before a later op grows the scratch (xperm_written, checked at
   // launch; else the product permutes x itself).
-  bool offer_xperm(const Tensor& x);
+  bool offer_xperm(const Tensor& x, size_t offset = 0);  // the copy `offset` bytes into the scratch
   bool xperm_ready(const Tensor& x) const;
   void xperm_written() { xperm_generation_ = scratch_generation_; }  // the producer's launch
   bool xperm_valid() const { return xperm_generation_ == scratch_generation_; }
@@ -251,6 +251,7 @@ class CudaBackend final : public Backend {
     const void* x = nullptr;
     int64_t rows = 0, cols = 0;
     int op = -1;  // the op index that may use it
+    size_t offset = 0;
   };
   XpermCopy xperm_copy_;
   uint64_t scratch_generation_ = 0;  // +1 at every reallocation of scratch_

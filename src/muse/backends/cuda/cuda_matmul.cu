@@ -665,14 +665,15 @@ constexpr int64_t kCublasLtAboveRows = 0;  // 0: never
 // Whether a product of x would read it permuted into scratch: the wgmma
 // products above 16 rows (variants 11 and 13; the rule's, or the forced one),
 // BF16 x in 16-byte-aligned rows of a multiple of 8.
-bool CudaBackend::offer_xperm(const Tensor& x) {
+bool CudaBackend::offer_xperm(const Tensor& x, size_t offset) {
   const int64_t T = x.rows(), K = x.cols();
   const int variant = gemv_variant_ ? gemv_variant_ : gemv_rule(T, K);
   const bool reads_xperm = wgmma_gemm_usable() && (variant == 11 || (variant == 13 && T > 16)) &&
                            x.dtype == DType::BF16 && K % 8 == 0 && aligned16(x.data) && mma_gemv_usable() &&
                            !(kCublasLtAboveRows > 0 && T > kCublasLtAboveRows);
-  if (!reads_xperm || !try_reserve_scratch(size_t(wgmma_xperm_elements(T, K)) * sizeof(__nv_bfloat16))) return false;
-  xperm_copy_ = {x.data, T, K, op_index() + 1};
+  if (!reads_xperm || !try_reserve_scratch(offset + size_t(wgmma_xperm_elements(T, K)) * sizeof(__nv_bfloat16)))
+    return false;
+  xperm_copy_ = {x.data, T, K, op_index() + 1, offset};
   return true;
 }
 
@@ -760,20 +761,24 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
                       });
   const bool xperm = wg_all && (variant == 11 || (variant == 13 && x.rows() > 16)) &&
                      try_reserve_scratch(size_t(wgmma_xperm_elements(x.rows(), x.cols())) * sizeof(__nv_bfloat16));
-  // The op before wrote x permuted into scratch already (offer_xperm).
+  // The op before wrote x permuted into scratch already (offer_xperm), at xoff.
   const bool permuted = xperm && xperm_ready(x);
+  const size_t xoff = permuted ? xperm_copy_.offset : 0;
   // All of them in one cluster launch where the rule says so (each row's
   // bits are still its own product's).
   const int grouped = all ? grouped_rule(gemv_variant_, x.rows(), x.cols(), outs.size(), min_n) : 0;
-  enqueue("project", [this, x, outs, lt, chainable, grouped, wg_all, variant, xperm, permuted](cudaStream_t s) {
+  enqueue("project", [this, x, outs, lt, chainable, grouped, wg_all, variant, xperm, permuted,
+                       xoff](cudaStream_t s) {
     if (wg_all) {
-      if (xperm && !(permuted && xperm_valid()))
-        if (cudaError_t e = wgmma_permute_x(s, x, scratch()); e != cudaSuccess) return e;
+      const bool ready = permuted && xperm_valid();
+      void* xp = xperm ? static_cast<char*>(scratch()) + (ready ? xoff : 0) : nullptr;
+      if (xperm && !ready)
+        if (cudaError_t e = wgmma_permute_x(s, x, xp); e != cudaSuccess) return e;
       for (size_t i = 0; i < outs.size(); i += kClusterGroupMax) {
         const size_t n = std::min<size_t>(kClusterGroupMax, outs.size() - i);
         Tensor ws[kClusterGroupMax], os[kClusterGroupMax];
         for (size_t q = 0; q < n; ++q) ws[q] = outs[i + q].weight, os[q] = outs[i + q].out;
-        if (cudaError_t e = launch_wgmma_gemm(s, x, {ws, n}, {os, n}, variant, xperm ? scratch() : nullptr, 0);
+        if (cudaError_t e = launch_wgmma_gemm(s, x, {ws, n}, {os, n}, variant, xp, 0);
             e != cudaSuccess)
           return e;
       }
