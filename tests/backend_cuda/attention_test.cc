@@ -269,6 +269,24 @@ TEST_P(Attention, DecodeRowIsBatchInvariant) {
   }
 }
 
+// B decode rows (sequence 3 with nothing cached) and one sequence of `chunk`
+// rows, at random lengths below 300, over pages handed out in order; the
+// step's row count.
+int64_t add_rows_and_chunk(StepPlanBuilder& pb, int64_t B, int64_t chunk, int64_t per, int64_t slots, bool paged,
+                           uint32_t seed) {
+  std::mt19937 rng(seed);
+  int64_t rows = 0, used = 0;
+  for (int64_t s = 0; s <= B; ++s) {
+    const int64_t n = s == B ? chunk : 1, len = s == 3 ? 0 : 1 + int64_t(rng() % 300);
+    std::vector<int32_t> tok(size_t(n), 1), bl;
+    for (int64_t i = 0; i < (len + n + per - 1) / per; ++i) bl.push_back(int32_t(used++ % slots));
+    const std::vector<int32_t> none;
+    pb.add(tok, len, paged ? bl : none, paged ? none : bl, 0, false, true);
+    rows += n;
+  }
+  return rows;
+}
+
 // attention_store_gate (the split path's merge gating its outputs and
 // storing the step's k/v) against attention, kv_store and output_gate run
 // one after another: the same output and cache bytes, with and without the
@@ -284,18 +302,8 @@ TEST_P(Attention, StoreGateFusedGivesTheSameBits) {
       c1.layout = c2.layout = layout;
       c1.k = up(kv(), {slots, 1, per, kvd}, ck), c1.v = up(kv(), {slots, 1, per, kvd}, cv);
       c2.k = up(kv(), {slots, 1, per, kvd}, ck), c2.v = up(kv(), {slots, 1, per, kvd}, cv);
-      std::mt19937 rng(942);
-      StepPlanCapacity cap{B + chunk, B + 1, B + chunk, 64 * 40};
-      StepPlanBuilder pb(cap);
-      int64_t rows = 0, used = 0;
-      for (int64_t s = 0; s <= B; ++s) {
-        const int64_t n = s == B ? chunk : 1, len = s == 3 ? 0 : 1 + int64_t(rng() % 300);
-        std::vector<int32_t> tok(size_t(n), 1), bl;
-        for (int64_t i = 0; i < (len + n + per - 1) / per; ++i) bl.push_back(int32_t(used++ % slots));
-        const std::vector<int32_t> none;
-        pb.add(tok, len, paged ? bl : none, paged ? none : bl, 0, false, true);
-        rows += n;
-      }
+      StepPlanBuilder pb(StepPlanCapacity{B + chunk, B + 1, B + chunk, 64 * 40});
+      const int64_t rows = add_rows_and_chunk(pb, B, chunk, per, slots, paged, 942);
       auto q = random_floats(size_t(rows * qd), 943), k = random_floats(size_t(rows * kvd), 944),
            v = random_floats(size_t(rows * kvd), 945), g = random_floats(size_t(rows * qd), 946, 3.0f);
       Tensor tq = up(act(), {rows, qd}, q), tk = up(act(), {rows, kvd}, k), tv = up(act(), {rows, kvd}, v),
@@ -328,18 +336,8 @@ TEST_P(Attention, StoreGateWritesTheProductsX) {
       const bool paged = layout == KvLayout::Paged;
       const int64_t per = 16, slots = 400, window = paged ? 0 : 96;
       auto ck = random_floats(size_t(slots * per * kvd), 960), cv = random_floats(size_t(slots * per * kvd), 961);
-      std::mt19937 rng(962);
-      StepPlanCapacity cap{B + chunk, B + 1, B + chunk, 64 * 40};
-      StepPlanBuilder pb(cap);
-      int64_t rows = 0, used = 0;
-      for (int64_t s = 0; s <= B; ++s) {
-        const int64_t n = s == B ? chunk : 1, len = s == 3 ? 0 : 1 + int64_t(rng() % 300);
-        std::vector<int32_t> tok(size_t(n), 1), bl;
-        for (int64_t i = 0; i < (len + n + per - 1) / per; ++i) bl.push_back(int32_t(used++ % slots));
-        const std::vector<int32_t> none;
-        pb.add(tok, len, paged ? bl : none, paged ? none : bl, 0, false, true);
-        rows += n;
-      }
+      StepPlanBuilder pb(StepPlanCapacity{B + chunk, B + 1, B + chunk, 64 * 40});
+      const int64_t rows = add_rows_and_chunk(pb, B, chunk, per, slots, paged, 962);
       auto q = random_floats(size_t(rows * qd), 963), k = random_floats(size_t(rows * kvd), 964),
            v = random_floats(size_t(rows * kvd), 965), g = random_floats(size_t(rows * qd), 966, 3.0f);
       auto w = random_floats(size_t(N * qd), 967, 0.05f), d8 = random_floats(8, 968);
