@@ -58,3 +58,12 @@ muse_plan_cli_test(cannot_fit 1 "plan;--model;muse-spark-open;--hardware;h200"
   "cannot fit even with offload;DOES NOT FIT")
 muse_plan_cli_test(unified_no_offload 1 "plan;--model;muse-spark-open-nvfp4;--hardware;m5-ultra-512"
   "no separate host memory")
+
+# `muse bench --skip-ops` (the timing probe): names checked before anything
+# is loaded, the step's inputs never skippable, CUDA only. (The same runner:
+# exit status and output.)
+muse_plan_cli_test(bench_skip_ops_unknown 2 "bench;--device;cuda;--skip-ops;swiglu,sigmoid"
+  "--skip-ops: \"sigmoid\" is not an op that may be skipped;residual_norm, rms_norm")
+muse_plan_cli_test(bench_skip_ops_set_input 2 "bench;--device;cuda;--skip-ops;set_input"
+  "\"set_input\" is not an op that may be skipped")
+muse_plan_cli_test(bench_skip_ops_cpu 2 "bench;--skip-ops;swiglu" "--skip-ops needs --device cuda")

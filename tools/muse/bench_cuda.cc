@@ -258,6 +258,14 @@ int bench_cuda(const BenchOptions& o) {
                  o.model.c_str(), quant == QuantKind::None ? "bf16" : quant_kind_name(quant),
                  o.product_kernel ? ("; every bf16 product through kernel " + std::to_string(o.product_kernel)).c_str()
                                   : "");
+  std::string skipped;
+  for (const auto& n : o.skip_ops) {
+    if (!skipped.empty()) skipped += ",";
+    skipped += n;
+  }
+  if (!skipped.empty())
+    std::fprintf(stderr, "muse bench: not launching %s (a timing probe: the outputs, and the experts counted, are not "
+                 "valid)\n", skipped.c_str());
 
   int64_t max_batch = 1, max_ctx = 1;
   for (int64_t b : o.batches) max_batch = std::max(max_batch, b);
@@ -267,6 +275,7 @@ int bench_cuda(const BenchOptions& o) {
   EngineOptions eo;
   eo.backend.device = Device::Cuda;
   eo.backend.gpu_product_kernel = o.product_kernel;
+  eo.backend.gpu_skip_ops = o.skip_ops;
   eo.max_sequences = max_batch;
   // Each timed run decodes --tokens more positions on the same sessions.
   eo.max_model_len = std::max(max_ctx, o.prefill) + int64_t(o.runs + 1) * o.tokens + 2;
@@ -289,6 +298,7 @@ int bench_cuda(const BenchOptions& o) {
   out.set("layers", config->num_layers);
   out.set("quantization", quant == QuantKind::None ? "none" : quant_kind_name(quant));
   out.set("product_kernel", o.product_kernel);
+  out.set("skipped_ops", skipped);
   out.set("parameters", params);
   out.set("weight_bytes", int64_t(traffic.dense_bytes + traffic.head_bytes) +
                               int64_t(double(traffic.expert_bytes) * double(config->num_experts) /

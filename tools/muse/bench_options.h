@@ -47,6 +47,7 @@ struct BenchOptions {
   std::vector<int64_t> contexts{1024, 32768};
   int64_t prefill = 8192;
   int product_kernel = 0;  // --product-kernel: CudaBackendOptions::gemv_variant (0: the shape rule)
+  std::vector<std::string> skip_ops;  // --skip-ops: CudaBackendOptions::skip_ops (timing probes)
   // --speculative DIR (bench_spec.cc): a real checkpoint and its drafter,
   // tokens/s with and without speculative decoding on the gate prompts.
   std::string spec_target;

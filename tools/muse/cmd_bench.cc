@@ -15,6 +15,7 @@
 #include "bench_options.h"
 #include "command.h"
 #include "muse/backends/cpu/kernels.h"
+#include "muse/backends/cuda/cuda_backend.h"
 #include "muse/backends/cpu/thread_pool.h"
 #include "muse/core/cli.h"
 #include "muse/core/json.h"
@@ -105,6 +106,11 @@ int bench_command(int argc, char** argv) {
               "kernel with 3/4 stages, 10 the cluster kernel with a call's products in one launch, 11 / 12 the wgmma "
               "kernels with 256 / 8..64 activation rows a tile (sm_90a), 13 the 8..64-row wgmma kernel reading x "
               "permuted into scratch first; 0 (default) the shape rule");
+  std::string skip_ops;
+  args.option("--skip-ops", &skip_ops, "LIST",
+              "--device cuda: do not launch these ops (names as --profile prints them, e.g. residual_norm,swiglu): "
+              "what each costs a step once its launch overlaps its neighbours'. Timing only: the outputs are not "
+              "valid");
   args.option("--speculative", &o.spec_target, "DIR",
               "speculative-decoding benchmark on this checkpoint (e.g. models/muse-tiny) and its drafter: greedy "
               "tokens/s without the drafter, with k = 1..4 and adaptive, at --batch (default 1,8), mean accepted length");
@@ -129,6 +135,22 @@ int bench_command(int argc, char** argv) {
   if (o.product_kernel < 0 || o.product_kernel > 13)
     return fail("bench", "--product-kernel is 0 (the shape rule) or a kernel 1..13, not " + std::to_string(o.product_kernel));
   if (o.product_kernel != 0 && o.device != "cuda") return fail("bench", "--product-kernel needs --device cuda");
+  for (size_t at = 0; !skip_ops.empty() && at <= skip_ops.size();) {
+    const size_t end = std::min(skip_ops.find(',', at), skip_ops.size());
+    const std::string name = skip_ops.substr(at, end - at);
+    const auto& ok = cuda_skippable_ops();
+    if (std::find(ok.begin(), ok.end(), name) == ok.end()) {
+      std::string list;
+      for (const auto& n : ok) {
+        if (!list.empty()) list += ", ";
+        list += n;
+      }
+      return fail("bench", "--skip-ops: \"" + name + "\" is not an op that may be skipped (" + list + ")");
+    }
+    o.skip_ops.push_back(name);
+    at = end + 1;
+  }
+  if (!o.skip_ops.empty() && o.device != "cuda") return fail("bench", "--skip-ops needs --device cuda");
   if (o.runs < 1 || o.tokens < 2 || o.prompt < 1 || o.bandwidth_mib < 64 || o.threads < 0)
     return std::fprintf(stderr, "muse bench: --runs >= 1, --tokens >= 2, --prompt >= 1, --bandwidth-mib >= 64\n"), 2;
   QuantKind quantize = QuantKind::None;

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "muse/backends/backend.h"
 
@@ -27,7 +29,22 @@ struct CudaBackendOptions {
   // give the same bits; the timing tests and `muse bench --product-kernel`
   // compare their speed.
   int gemv_variant = 0;
+  // Ops (by the names --profile prints) whose kernels are not launched: a
+  // timing probe of what each costs a step once PDL overlaps the launches
+  // (`muse bench --skip-ops`). The outputs are then not valid.
+  std::vector<std::string> skip_ops;
 };
+
+// The names of the CUDA backend's ops (its enqueue() calls; what --profile
+// prints), for checking skip_ops. set_input (the step's inputs and plan) is
+// not among those that may be skipped.
+inline const std::vector<std::string>& cuda_skippable_ops() {
+  static const std::vector<std::string> names = {
+      "all_gather", "all_reduce_sum", "all_to_all", "attention",    "embed",        "gather_rows", "kv_store",
+      "moe_experts", "moe_route",     "output_gate", "project",     "qk_norm_rope", "residual_norm", "rms_norm",
+      "rope_tables", "sample_rows",   "softcap",    "swiglu"};
+  return names;
+}
 
 #if defined(MUSE_HAVE_CUDA) && MUSE_HAVE_CUDA
 // The backend on `options.device`; an error (clear message) when there is no

@@ -141,7 +141,7 @@ struct PlanDev {
 // ---------------------------------------------------------------------------
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, bool profile, int gemv_variant = 0);
+  CudaBackend(int device, bool profile, int gemv_variant = 0, std::vector<std::string> skip_ops = {});
   ~CudaBackend() override;
   Status init();
 
@@ -276,6 +276,7 @@ class CudaBackend final : public Backend {
   int device_ = 0;
   bool profile_ = false;
   int gemv_variant_ = 0;
+  std::vector<std::string> skip_ops_;  // not launched (CudaBackendOptions::skip_ops)
   std::string name_;
   cudaStream_t stream_ = nullptr;
   DeviceError* dev_error_ = nullptr;      // device

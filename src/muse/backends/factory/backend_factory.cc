@@ -58,6 +58,7 @@ Result<std::unique_ptr<Backend>> create_backend(const BackendOptions& options) {
       o.device = options.gpu;
       o.profile = options.gpu_profile || options.cpu.profile;
       o.gemv_variant = options.gpu_product_kernel;
+      o.skip_ops = options.gpu_skip_ops;
       auto b = create_cuda_backend(o);
       if (!b.ok()) return make_error("--device cuda: " + b.message());
       return b;

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "muse/backends/backend.h"
 #include "muse/backends/cpu/cpu_backend.h"
@@ -23,6 +24,7 @@ struct BackendOptions {
   int gpu = 0;            // CUDA device index
   bool gpu_profile = false;
   int gpu_product_kernel = 0;  // CudaBackendOptions::gemv_variant (0: the shape rule)
+  std::vector<std::string> gpu_skip_ops;  // CudaBackendOptions::skip_ops (timing probes only)
 };
 
 // The backend for `options.device`; a clear error when that backend is not
