@@ -314,7 +314,7 @@ void CudaBackend::attention_store_gate(const Tensor& out, const Tensor& q, const
   launch.call.store_kv = true;
   // The o projection reads out permuted (above 16 rows): the merge writes
   // that too, after the chunk partials in the scratch.
-  if (out.dtype == DType::BF16 && c.d % 32 == 0 && c.ldo == int64_t(c.hq) * c.d) {
+  if (c.d % 32 == 0) {  // whole 32-k blocks a head (rows of hq·d: `fuse`); offer_xperm: BF16 out only
     const size_t off = (split_scratch_bytes(c.T, c.hq, c.d, c.chunks) + 255) / 256 * 256;
     if (offer_xperm(out, off)) launch.call.xperm_offset = off;
   }

@@ -662,13 +662,20 @@ cudaError_t CudaBackend::launch_cublaslt(cudaStream_t s, const Tensor& x, const 
 
 constexpr int64_t kCublasLtAboveRows = 0;  // 0: never
 
-// Whether a product of x would read it permuted into scratch: the wgmma
-// products above 16 rows (variants 11 and 13; the rule's, or the forced one),
-// BF16 x in 16-byte-aligned rows of a multiple of 8.
+namespace {
+// The product kernel for T rows of K: the forced one, else the rule's.
+int product_variant(int forced, int64_t T, int64_t K) { return forced ? forced : gemv_rule(T, K); }
+// Whether that kernel reads x permuted into scratch: the prefill GEMM, and
+// the wgmma decode kernel above 16 rows.
+bool variant_reads_xperm(int variant, int64_t T) { return variant == 11 || (variant == 13 && T > 16); }
+}  // namespace
+
+// Whether a product of x would read it permuted into scratch (the wgmma
+// products: BF16 x in 16-byte-aligned rows of a multiple of 8), as
+// project() decides it.
 bool CudaBackend::offer_xperm(const Tensor& x, size_t offset) {
   const int64_t T = x.rows(), K = x.cols();
-  const int variant = gemv_variant_ ? gemv_variant_ : gemv_rule(T, K);
-  const bool reads_xperm = wgmma_gemm_usable() && (variant == 11 || (variant == 13 && T > 16)) &&
+  const bool reads_xperm = wgmma_gemm_usable() && variant_reads_xperm(product_variant(gemv_variant_, T, K), T) &&
                            x.dtype == DType::BF16 && K % 8 == 0 && aligned16(x.data) && mma_gemv_usable() &&
                            !(kCublasLtAboveRows > 0 && T > kCublasLtAboveRows);
   if (!reads_xperm || !try_reserve_scratch(offset + size_t(wgmma_xperm_elements(T, K)) * sizeof(__nv_bfloat16)))
@@ -742,7 +749,7 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
   // the prefill GEMM) launch as a chain that overlaps (kChainNext /
   // kChainXReady, cuda_mma.cuh); each product's bits are its own launch's.
   std::vector<bool> chainable(outs.size());
-  const int variant = gemv_variant_ ? gemv_variant_ : gemv_rule(x.rows(), x.cols());
+  const int variant = product_variant(gemv_variant_, x.rows(), x.cols());
   const bool wg = variant >= 11 && variant <= 13 && wgmma_gemm_usable();
   const bool gemm = variant == 7 || wg;  // never chained
   bool all = true;
@@ -759,7 +766,7 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
   const bool wg_all = wg && !lt && std::all_of(outs.begin(), outs.end(), [&](const Projection& p) {
                         return mma_eligible(x, p.weight);
                       });
-  const bool xperm = wg_all && (variant == 11 || (variant == 13 && x.rows() > 16)) &&
+  const bool xperm = wg_all && variant_reads_xperm(variant, x.rows()) &&
                      try_reserve_scratch(size_t(wgmma_xperm_elements(x.rows(), x.cols())) * sizeof(__nv_bfloat16));
   // The op before wrote x permuted into scratch already (offer_xperm), at xoff.
   const bool permuted = xperm && xperm_ready(x);

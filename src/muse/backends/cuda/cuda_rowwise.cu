@@ -579,7 +579,7 @@ void CudaBackend::residual_norm_then_norm(const Tensor& stream, const Tensor& up
   const int mode2 = gain_code(next.mode);
   const float eps2 = next.eps;
   // The products of out read it permuted (above 16 rows): write that too.
-  const bool perm = out.dtype == DType::BF16 && offer_xperm(out);
+  const bool perm = offer_xperm(out);  // BF16 out only
   const int64_t Kp = perm ? wgmma_xperm_elements(1, H) : 0;
   enqueue("residual_norm", [=, this](cudaStream_t s) {
     if (perm) xperm_written();
