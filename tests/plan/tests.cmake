@@ -67,3 +67,4 @@ muse_plan_cli_test(bench_skip_ops_unknown 2 "bench;--device;cuda;--skip-ops;swig
 muse_plan_cli_test(bench_skip_ops_set_input 2 "bench;--device;cuda;--skip-ops;set_input"
   "\"set_input\" is not an op that may be skipped")
 muse_plan_cli_test(bench_skip_ops_cpu 2 "bench;--skip-ops;swiglu" "--skip-ops needs --device cuda")
+muse_plan_cli_test(bench_enforce_eager_cpu 2 "bench;--enforce-eager" "--enforce-eager needs --device cuda")

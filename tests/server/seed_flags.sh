@@ -14,7 +14,7 @@ accepted=(
   "--tensor-parallel-size 1" "--max-model-len 32768" "--max-model-len 128k" "--max-num-batched-tokens 4096"
   "--gpu-memory-utilization 0.95" "--enable-chunked-prefill" "--reasoning-parser muse" "--tool-call-parser muse"
   "--enable-auto-tool-choice" "--max-num-seqs 32" "--reasoning-parser muse_glimmer"
-  "--tensor-parallel-size 8" "--enable-expert-parallel"
+  "--tensor-parallel-size 8" "--enable-expert-parallel" "--enforce-eager"
 )
 # Refused with a message naming the flag. `--speculative-config` itself is
 # supported; this one is refused because it names no drafter (`model`), which

@@ -111,6 +111,9 @@ int bench_command(int argc, char** argv) {
               "--device cuda: do not launch these ops (names as --profile prints them, e.g. residual_norm,swiglu): "
               "what each costs a step once its launch overlaps its neighbours'. Timing only: the outputs are not "
               "valid");
+  args.flag("--enforce-eager", &o.enforce_eager,
+            "--device cuda: launch every kernel as enqueued, no CUDA graphs of the decode steps (as `muse serve "
+            "--enforce-eager`)");
   args.option("--speculative", &o.spec_target, "DIR",
               "speculative-decoding benchmark on this checkpoint (e.g. models/muse-tiny) and its drafter: greedy "
               "tokens/s without the drafter, with k = 1..4 and adaptive, at --batch (default 1,8), mean accepted length");
@@ -151,6 +154,7 @@ int bench_command(int argc, char** argv) {
     at = end + 1;
   }
   if (!o.skip_ops.empty() && o.device != "cuda") return fail("bench", "--skip-ops needs --device cuda");
+  if (o.enforce_eager && o.device != "cuda") return fail("bench", "--enforce-eager needs --device cuda");
   if (o.runs < 1 || o.tokens < 2 || o.prompt < 1 || o.bandwidth_mib < 64 || o.threads < 0)
     return std::fprintf(stderr, "muse bench: --runs >= 1, --tokens >= 2, --prompt >= 1, --bandwidth-mib >= 64\n"), 2;
   QuantKind quantize = QuantKind::None;

@@ -57,6 +57,7 @@ struct RunOptions {
   bool language_model_only = false;
   bool ignore_eos = false;
   int64_t max_num_batched_tokens = 256;
+  bool enforce_eager = false;  // no CUDA graphs
   ParallelOptions parallel;  // --tensor-parallel-size, --enable-expert-parallel (docs/parallel.md)
 };
 
@@ -137,6 +138,7 @@ int run_command(int argc, char** argv) {
   std::string speculative_json;
   args.option("--speculative-config", &speculative_json, "JSON",
               "speculative decoding, as `muse serve` takes it (docs/speculative.md)");
+  args.flag("--enforce-eager", &o.enforce_eager, "--device cuda: no CUDA graphs (every kernel launched as enqueued)");
   args.flag("--language-model-only", &o.language_model_only, "skip vision/audio tensors in the checkpoint");
   args.option("--tensor-parallel-size", &o.parallel.tensor_parallel_size, "N",
               "ranks the model is split over (--device cpu: threads of this process; default 1)");
@@ -203,6 +205,7 @@ int run_command(int argc, char** argv) {
   eo.parallel = o.parallel;
   eo.backend.device = *device;
   eo.backend.cpu.threads = o.threads;
+  eo.backend.gpu_graphs = !o.enforce_eager;
   if (!quantization.empty()) {
     auto q = parse_quant_kind(quantization);
     if (!q.ok()) return fail("--quantization: " + q.message());

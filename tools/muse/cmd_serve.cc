@@ -106,7 +106,7 @@ void declare_refused(ArgParser& args) {
   struct Refused { const char* name; bool value; const char* why; };
   static const Refused kRefused[] = {
       {"--attention-backend", true, "muse has one attention implementation per backend"},
-      {"--compilation-config", true, "there is no torch.compile/CUDA-graph configuration in muse"},
+      {"--compilation-config", true, "there is no torch.compile in muse; CUDA graphs are on by default and --enforce-eager turns them off"},
       {"--kernel-config", true, "kernel autotuning options do not apply to muse's kernels"},
       {"--cpu-offload-gb", true, "expert offload is not implemented yet"},
       {"--cpu-offload-params", true, "expert offload is not implemented yet"},
@@ -186,6 +186,8 @@ int serve_main(int argc, char** argv, const ServeBackendOverride* override) {
   args.option("--tool-call-parser", &o.engine.tool_call_parser, "NAME", "muse, muse_glimmer or muse_spark");
   args.flag("--enable-auto-tool-choice", &enable_auto_tool_choice, "allow tool_choice \"auto\" (on by default in muse: the Muse parser is built in)");
   args.flag("--enable-chunked-prefill", &o.engine.enable_chunked_prefill, "split long prompts over steps (always on)");
+  args.flag("--enforce-eager", &o.engine.enforce_eager,
+            "launch every GPU kernel as enqueued: no CUDA graphs of decode steps (default: graphs, recorded lazily)");
   args.flag("--language-model-only", &o.engine.language_model_only, "serve text only (muse serves text only today)");
   args.option("--tensor-parallel-size", &o.engine.tensor_parallel_size, "N",
               "ranks the model is split over (attention heads, MLP rows, vocabulary; default 1); with --device cpu "

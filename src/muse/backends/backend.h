@@ -157,6 +157,28 @@ class Backend {
   // found after a flush included; what was flushed has run by then.
   virtual void flush() {}
 
+  // ---- recorded regions (CUDA graphs) -----------------------------------------
+  // begin_graph(key) ... end_graph() brackets ops of a step that every step
+  // begun with the same nonzero `key` enqueues identically: the same ops in
+  // the same order, with the same tensors, shapes and arguments, and no
+  // set_input or collective among them (what they read that changes from
+  // step to step is uploaded before, into the same buffers). The caller
+  // makes the key from everything that decides those ops. A backend may
+  // record such a region once and replay the recording for later steps
+  // with the key, instead of launching the ops one by one; the CUDA backend
+  // checks that a replayed step enqueues the recorded op names and fails
+  // the step if not. Regions do not nest; execute() ends an open one. The
+  // defaults do nothing: every op runs as enqueued.
+  virtual void begin_graph(uint64_t key) { (void)key; }
+  virtual void end_graph() {}
+  struct GraphStats {
+    int64_t captured = 0;   // regions recorded
+    int64_t replayed = 0;   // steps that ran a recording
+    int64_t live = 0;       // recordings held now
+    double capture_seconds = 0;  // host time spent recording them
+  };
+  virtual GraphStats graph_stats() const { return {}; }
+
   // ---- operations (enqueued) -------------------------------------------------
   // out[t] = table[ids[t]] (I32 ids; F32/BF16 table rows upcast to F32).
   virtual void embed(const Tensor& out, const Tensor& table, const Tensor& ids) = 0;

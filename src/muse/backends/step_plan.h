@@ -103,6 +103,17 @@ struct StepPlanView {
   }
 };
 
+// A max_seq_end hint rounded up to a coarse value (at most 25% more, and a
+// multiple of 128): steps whose sequences grow by a token each keep the
+// same hint, so a recorded step (Backend::begin_graph) keyed by it is
+// replayed for hundreds of steps, not one. 0 (not known) stays 0.
+inline int64_t coarse_seq_end(int64_t end) {
+  if (end <= 0) return 0;
+  int64_t grain = 128;
+  while (grain * 8 <= end) grain *= 2;  // end / 8 < grain <= end / 4, at least 128
+  return (end + grain - 1) / grain * grain;
+}
+
 // Reads a plan image (host memory, or backend memory on a host backend).
 struct StepPlanReader {
   const int32_t* p;

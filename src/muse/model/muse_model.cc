@@ -3,9 +3,13 @@
 #include "muse/model/muse_model.h"
 
 #include <algorithm>
+#include <atomic>
+#include <bit>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 
+#include "muse/core/log.h"
 #include "muse/model/muse_model_impl.h"
 #include "muse/parallel/communicator.h"
 
@@ -23,6 +27,8 @@ Result<std::unique_ptr<MuseModel>> MuseModel::create(Backend& backend, const Mod
   if (cap.max_rows < 1 || cap.max_seqs < 1 || cap.max_logit_rows < 1 || cap.max_blocks < 1 || options.kv_block_size < 1)
     return make_error("model options: step capacity must be at least 1 everywhere");
   std::unique_ptr<MuseModel> m(new MuseModel(backend, config));
+  static std::atomic<uint64_t> instances{0};
+  m->instance_ = ++instances;
   const ParallelRank& pr = options.weights.shard;
   if (pr.active()) {
     if (!options.comm || options.comm->size() != pr.size || options.comm->rank() != pr.rank)
@@ -147,7 +153,13 @@ Status MuseModel::forward(const StepPlanBuilder& plan, std::span<const KvLayerSt
 
   Step s;
   s.T = T;
-  plan_.max_seq_rows = plan.max_seq_rows(), plan_.max_seq_end = plan.max_seq_end();  // launch hints for the ops
+  // A decode-like step runs its layers and head as a recorded region: its
+  // key holds everything that decides those ops, and its key-length hint
+  // is rounded up (an over-estimate only launches blocks that find no keys)
+  // so that a decode keeps one recording for a while as its context grows.
+  const bool recorded = !comm_ && plan.max_seq_rows() <= kGraphMaxSeqRows;
+  plan_.max_seq_rows = plan.max_seq_rows();  // launch hints for the ops
+  plan_.max_seq_end = recorded ? coarse_seq_end(plan.max_seq_end()) : plan.max_seq_end();
   s.plan = &plan_;
   auto view = [T](const Tensor& t) { return t.empty() ? t : t.rows(0, T); };
   s.ids = plan_.tokens.rows(0, T), s.positions = plan_.positions.rows(0, T);
@@ -161,6 +173,8 @@ Status MuseModel::forward(const StepPlanBuilder& plan, std::span<const KvLayerSt
   Backend& b = backend_;
   // The whole step description goes up in one copy; every op reads it there.
   b.set_input(plan_.buffer, plan.data(), plan.upload_bytes());
+  const Backend::GraphStats graphs_before = recorded ? b.graph_stats() : Backend::GraphStats{};
+  if (recorded) b.begin_graph(graph_key(T, R, taps != nullptr, kv));
   bool any_rope = false;
   for (double theta : c.layer_rope_theta) any_rope |= theta != 0.0;
   // One RoPE table per step. The frequency base is the config's rope_theta;
@@ -195,12 +209,28 @@ Status MuseModel::forward(const StepPlanBuilder& plan, std::span<const KvLayerSt
     b.softcap(out, float(c.output_multiplier), float(c.final_logit_softcapping));
     // Each rank holds a vocabulary shard of the logits: gather them all.
     if (comm_) b.all_gather(buf_.gathered_logits.rows(0, parallel_.size * R * widths_.vocab), out, *comm_);
+  }
+  if (recorded) b.end_graph();  // the sampler's inputs (their count varies by request) go up after it
+  if (R > 0) {
+    const Tensor out = buf_.logits.rows(0, R);
     if (sampled > 0) {
       b.set_input(buf_.sample_specs, sampling->buffer.data(), sampling->buffer.size());
       b.sample_rows(buf_.sample_results, out, buf_.sample_specs, sampled, sampling->edits);
     }
   }
   MUSE_RETURN_IF_ERROR(b.execute());
+  if (recorded) {
+    const Backend::GraphStats now = b.graph_stats();
+    if (now.captured > graphs_before.captured && graphs_logged_ < 32) {
+      ++graphs_logged_;
+      LOG_INFO("graph: recorded the step of %lld rows (%lld logits, keys up to %lld) in %.1f ms; %lld held, %.2f s recording in all%s",
+               (long long)T, (long long)R, (long long)plan_.max_seq_end,
+               (now.capture_seconds - graphs_before.capture_seconds) * 1e3, (long long)now.live, now.capture_seconds,
+               graphs_logged_ == 32 ? " (later recordings are logged at debug level)" : "");
+    } else if (now.captured > graphs_before.captured) {
+      LOG_DEBUG("graph: recorded the step of %lld rows; %lld held", (long long)T, (long long)now.live);
+    }
+  }
   const bool logits_down = sampled == 0 || sampling->logits_too;
   if (R > 0 && logits && !comm_ && logits_down) MUSE_RETURN_IF_ERROR(b.download(buf_.logits.rows(0, R), logits));
   if (sampled > 0)
@@ -221,6 +251,29 @@ Status MuseModel::forward(const StepPlanBuilder& plan, std::span<const KvLayerSt
   for (int64_t t = 0; taps && t < num_taps(); ++t)
     MUSE_RETURN_IF_ERROR(b.download(taps_[size_t(t)].rows(0, T), taps + t * T * c.hidden_size));
   return Status::Ok();
+}
+
+// Everything that decides a recorded step's ops besides the model itself
+// (its weights, buffers and config are fixed for its life; `instance_`
+// keeps two models on one backend apart): the row counts, the launch hints,
+// the taps, and the KV storage the attention ops were handed.
+uint64_t MuseModel::graph_key(int64_t rows, int64_t logit_rows, bool taps, std::span<const KvLayerStorage> kv) const {
+  uint64_t h = 0x9e3779b97f4a7c15ull;
+  auto mix = [&h](uint64_t v) {  // splitmix64 of the running hash and v
+    uint64_t z = (h ^ v) + 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    h = z ^ (z >> 31);
+  };
+  mix(instance_), mix(uint64_t(rows)), mix(uint64_t(logit_rows)), mix(taps ? 1 : 0);
+  mix(uint64_t(plan_.max_seq_rows)), mix(uint64_t(plan_.max_seq_end));
+  for (const KvLayerStorage& c : kv) {
+    mix(reinterpret_cast<uintptr_t>(c.k.data)), mix(reinterpret_cast<uintptr_t>(c.v.data));
+    mix(uint64_t(c.k.dim(0))), mix(uint64_t(c.k.dim(1))), mix(uint64_t(c.k.dim(2))), mix(uint64_t(c.k.dim(3)));
+    mix(uint64_t(int(c.layout))), mix(uint64_t(c.slot)), mix(uint64_t(c.group)), mix(uint64_t(c.pages_per_block));
+    mix(uint64_t(c.k.dtype)), mix(uint64_t(std::bit_cast<uint32_t>(c.k_scale))), mix(uint64_t(std::bit_cast<uint32_t>(c.v_scale)));
+  }
+  return h == 0 ? 1 : h;
 }
 
 // Attention (§3.3) from the normed input s.h into s.a: q/k/v/gate

@@ -41,6 +41,12 @@ struct ModelOptions {
   bool record_experts = false;
 };
 
+// Steps whose sequences have at most this many rows each (decode, and
+// speculative verification) run their layers and head as a recorded region
+// (Backend::begin_graph: CUDA graphs), keyed by the step's shape; longer
+// runs of rows (prefill chunks) are launched op by op.
+constexpr int64_t kGraphMaxSeqRows = 16;
+
 // Rows the backend samples itself (sampling/row_sampling.h), so that only
 // their results come down: `buffer` is a RowSampleHeader, `rows` specs
 // (logit_row set) and `edits` edits, as bytes.
@@ -98,8 +104,13 @@ class MuseModel {
     if (comm_) backend_.all_reduce_sum(t, *comm_);
   }
 
+  // The recorded-region key of a step (begin_graph): what decides its ops.
+  uint64_t graph_key(int64_t rows, int64_t logit_rows, bool taps, std::span<const KvLayerStorage> kv) const;
+
   Backend& backend_;
   ModelConfig config_;
+  uint64_t instance_ = 0;          // unique per model in the process: part of every graph key
+  int64_t graphs_logged_ = 0;      // recordings logged at info level (the first few)
   ModelWeights weights_;
   StepPlanCapacity cap_;
   ParallelRank parallel_;

@@ -78,6 +78,7 @@ Result<ServeBackend> make_engine_backend(const EngineServeOptions& options) {
   so.seed = o.seed;
   EngineOptions& eo = so.engine;
   eo.backend.device = *device;
+  eo.backend.gpu_graphs = !o.enforce_eager;
   if (!o.quantization.empty()) {
     auto q = parse_quant_kind(o.quantization);
     if (!q.ok()) return make_error("muse serve: --quantization: " + q.message());

@@ -40,6 +40,7 @@ struct EngineServeOptions {
   std::string logprobs_mode = "processed_logprobs";  // or raw_logprobs
   int max_waiting_requests = 4096;   // queued requests beyond which submit answers 429
   SpeculativeConfig speculative;     // --speculative-config (docs/speculative.md); disabled by default
+  bool enforce_eager = false;        // --enforce-eager: no CUDA graphs (every kernel launched as enqueued)
 };
 
 struct ServeOptions {

@@ -38,7 +38,7 @@ Result<std::unique_ptr<Backend>> create_cuda_backend(const CudaBackendOptions& o
   if (prop.major < 9)
     return make_error(std::string("the CUDA backend is built for sm_90 (Hopper); ") + prop.name + " is sm_" +
                       std::to_string(prop.major) + std::to_string(prop.minor));
-  auto b = std::make_unique<cuda::CudaBackend>(options.device, options.profile, options.gemv_variant, options.skip_ops);
+  auto b = std::make_unique<cuda::CudaBackend>(options);
   Status s = b->init();
   if (!s.ok()) return s.error();
   return std::unique_ptr<Backend>(std::move(b));
@@ -46,8 +46,13 @@ Result<std::unique_ptr<Backend>> create_cuda_backend(const CudaBackendOptions& o
 
 namespace cuda {
 
-CudaBackend::CudaBackend(int device, bool profile, int gemv_variant, std::vector<std::string> skip_ops)
-    : device_(device), profile_(profile), gemv_variant_(gemv_variant), skip_ops_(std::move(skip_ops)) {}
+CudaBackend::CudaBackend(const CudaBackendOptions& o)
+    : device_(o.device),
+      profile_(o.profile),
+      gemv_variant_(o.gemv_variant),
+      skip_ops_(o.skip_ops),
+      graphs_on_(o.graphs),
+      max_graphs_(size_t(std::max(1, o.max_graphs))) {}
 
 // The CUDA device is per host thread: the engine may create the backend on
 // one thread and run steps on another, so every entry point that talks to
@@ -84,6 +89,7 @@ Status CudaBackend::init() {
 CudaBackend::~CudaBackend() {
   use_device();
   if (stream_) cudaStreamSynchronize(stream_);
+  drop_graphs();
   for (auto& [key, plan] : lt_plans_) {
     if (plan.op) cublasLtMatmulDescDestroy(plan.op);
     if (plan.a) cublasLtMatrixLayoutDestroy(plan.a);
@@ -367,7 +373,9 @@ void CudaBackend::launch_queued(bool timed) {
     step_started_ = true;
   }
   if (timed && launched_ == 0) cudaEventRecord(events_[0], stream_);
-  for (; launched_ < ops_.size(); ++launched_) {
+  // A region being recorded is launched by its capture, at end_graph().
+  const size_t end = graph_mode_ == GraphMode::Capture ? region_begin_ : ops_.size();
+  for (; launched_ < end; ++launched_) {
     const bool skip = !skip_ops_.empty() && std::find(skip_ops_.begin(), skip_ops_.end(), ops_[launched_].name) !=
                                                 skip_ops_.end();  // a timing probe (CudaBackendOptions::skip_ops)
     cudaError_t e = skip ? cudaSuccess : ops_[launched_].run(stream_);
@@ -389,6 +397,7 @@ void CudaBackend::flush() {
 
 Status CudaBackend::execute() {
   use_device();
+  if (graph_mode_ != GraphMode::Off) end_graph();  // a region left open ends with the step
   // Profiling: flush() launched nothing, so every op runs here, timed.
   const bool profile = profile_ && launched_ == 0;
   bool events_ok = true;

@@ -33,6 +33,11 @@ struct CudaBackendOptions {
   // timing probe of what each costs a step once PDL overlaps the launches
   // (`muse bench --skip-ops`). The outputs are then not valid.
   std::vector<std::string> skip_ops;
+  // Replay recorded regions (Backend::begin_graph) as CUDA graphs; off:
+  // every op is launched as enqueued (`--enforce-eager`).
+  bool graphs = true;
+  // Recordings held at once; the least recently replayed goes first.
+  int max_graphs = 64;
 };
 
 // The names of the CUDA backend's ops (its enqueue() calls; what --profile

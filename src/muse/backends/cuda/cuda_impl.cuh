@@ -26,6 +26,7 @@
 #include <string>
 #include <type_traits>
 #include <tuple>
+#include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
@@ -141,7 +142,7 @@ struct PlanDev {
 // ---------------------------------------------------------------------------
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, bool profile, int gemv_variant = 0, std::vector<std::string> skip_ops = {});
+  explicit CudaBackend(const CudaBackendOptions& options);
   ~CudaBackend() override;
   Status init();
 
@@ -170,6 +171,10 @@ class CudaBackend final : public Backend {
   void set_input(const Tensor& dst, const void* host, size_t bytes) override;
   Status execute() override;
   void flush() override;
+  // Recorded regions as CUDA graphs (cuda_graphs.cu).
+  void begin_graph(uint64_t key) override;
+  void end_graph() override;
+  GraphStats graph_stats() const override;
 
   void embed(const Tensor& out, const Tensor& table, const Tensor& ids) override;
   void rms_norm(const Tensor& out, const Tensor& in, const Tensor& gain, NormGain mode, float eps, int64_t group,
@@ -223,7 +228,10 @@ class CudaBackend final : public Backend {
   bool check(bool ok, const char* op, Message&& what) {
     return ok || check(false, op, std::string(what()));
   }
-  void enqueue(const char* name, Launch run) { ops_.push_back({name, std::move(run)}); }
+  void enqueue(const char* name, Launch run) {
+    ops_.push_back({name, std::move(run)});
+    if (graph_mode_ != GraphMode::Off) graph_enqueued(name);
+  }
   int op_index() const { return int(ops_.size()); }  // the index the next enqueued op gets
   DeviceError* dev_error() const { return dev_error_; }
   // Device scratch of at least `bytes`, valid while the step runs: ops read
@@ -334,6 +342,35 @@ class CudaBackend final : public Backend {
   };
   std::vector<std::pair<std::string, OpTime>> profile_times_;
   std::vector<cudaEvent_t> events_;
+
+  // Recorded regions (cuda_graphs.cu). A region's ops are captured into a
+  // graph the second time its key is seen (a key seen once may never come
+  // back: a prefill's shape), and replayed from the third: begin_graph then
+  // launches the graph at once, and the ops the model enqueues after it are
+  // only checked against the recorded names (launched_ moves past them).
+  // A recording bakes in the scratch buffer's address, so a reallocation of
+  // the scratch drops them all.
+  enum class GraphMode { Off, Capture, Replay };
+  struct StepGraph {
+    cudaGraphExec_t exec = nullptr;
+    std::vector<const char*> names;  // the region's op names, in order
+    uint64_t scratch_generation = 0;
+    uint64_t last_use = 0;
+  };
+  void graph_enqueued(const char* name);  // an op enqueued inside a region
+  void capture_region();                  // end_graph() of a Capture region
+  void graph_mismatch(const std::string& what);
+  void drop_graphs();
+  bool graphs_on_ = true;
+  size_t max_graphs_ = 64;
+  GraphMode graph_mode_ = GraphMode::Off;
+  uint64_t graph_key_ = 0;
+  size_t region_begin_ = 0;  // the region's first op index
+  StepGraph* replaying_ = nullptr;
+  std::unordered_map<uint64_t, StepGraph> graphs_;
+  std::unordered_map<uint64_t, int> graph_sightings_;
+  uint64_t graph_clock_ = 0;
+  GraphStats graph_stats_;
 };
 
 // Host helpers.

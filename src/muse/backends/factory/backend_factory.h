@@ -25,6 +25,7 @@ struct BackendOptions {
   bool gpu_profile = false;
   int gpu_product_kernel = 0;  // CudaBackendOptions::gemv_variant (0: the shape rule)
   std::vector<std::string> gpu_skip_ops;  // CudaBackendOptions::skip_ops (timing probes only)
+  bool gpu_graphs = true;                 // CudaBackendOptions::graphs (--enforce-eager turns them off)
 };
 
 // The backend for `options.device`; a clear error when that backend is not

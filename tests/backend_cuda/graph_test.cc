@@ -1,0 +1,118 @@
+// Recorded regions (Backend::begin_graph) on the CUDA backend: a key's
+// second step is captured into a CUDA graph and later steps replay it. The
+// replayed steps must give the bits of the same ops launched one by one, a
+// step that breaks the key's promise must fail rather than return the
+// recording's results, and a region a graph cannot hold runs eagerly.
+// The whole-model form is in tests/model_cuda (CudaModel.GraphsGiveTheEagerBits).
+#include "cuda_test_util.h"
+
+namespace muse {
+namespace {
+
+using cuda_testing::CudaTest;
+
+class Graphs : public CudaTest {
+ protected:
+  static constexpr int64_t kRows = 5, kCols = 96;
+  // A step: new input rows uploaded, then (inside the region) a norm and a
+  // softcap of them; `full` = false leaves the softcap out.
+  Status step(Backend& be, const Tensor& in, const Tensor& out, const Tensor& gain, int salt, uint64_t key,
+              bool full = true, bool upload_inside = false) {
+    std::vector<float> x = muse::testing::random_floats(size_t(kRows * kCols), uint32_t(100 + salt), 1.5f);
+    if (!upload_inside) be.set_input(in, x.data(), x.size() * sizeof(float));
+    be.begin_graph(key);
+    if (upload_inside) be.set_input(in, x.data(), x.size() * sizeof(float));
+    be.rms_norm(out, in, gain, NormGain::After, 1e-6f);
+    if (full) be.softcap(out, 1.3f, 2.0f);
+    be.end_graph();
+    return be.execute();
+  }
+  struct Buffers {
+    Tensor in, out, gain;
+  };
+  Buffers buffers(Backend& be) {
+    Buffers t;
+    t.in = *be.alloc(DType::F32, {kRows, kCols});
+    t.out = *be.alloc(DType::BF16, {kRows, kCols});
+    std::vector<float> g = muse::testing::random_floats(size_t(kCols), 7u, 1.0f);
+    t.gain = *be.import_weight(DType::F32, {kCols}, g.data(), false);
+    return t;
+  }
+  std::unique_ptr<Backend> eager() {
+    CudaBackendOptions o;
+    o.graphs = false;
+    auto r = create_cuda_backend(o);
+    EXPECT_TRUE(r.ok()) << r.message();
+    return r.ok() ? std::move(r).value() : nullptr;
+  }
+};
+
+TEST_F(Graphs, ReplayedStepsGiveTheEagerBits) {
+  auto ref = eager();
+  ASSERT_TRUE(ref);
+  const Buffers g = buffers(b()), e = buffers(*ref);
+  for (int s = 0; s < 6; ++s) {
+    ASSERT_TRUE(step(b(), g.in, g.out, g.gain, s, 42).ok());
+    ASSERT_TRUE(step(*ref, e.in, e.out, e.gain, s, 42).ok());
+    std::vector<uint16_t> got(size_t(kRows * kCols)), want(got.size());
+    ASSERT_TRUE(b().download(g.out, got.data()).ok());
+    ASSERT_TRUE(ref->download(e.out, want.data()).ok());
+    EXPECT_EQ(got, want) << "step " << s;
+  }
+  const Backend::GraphStats st = b().graph_stats();
+  EXPECT_EQ(st.captured, 1) << "the key's second step is recorded";
+  EXPECT_EQ(st.replayed, 4) << "and the four after it replay it";
+  EXPECT_EQ(st.live, 1);
+  EXPECT_EQ(ref->graph_stats().captured, 0) << "graphs off: nothing recorded";
+}
+
+TEST_F(Graphs, AStepThatBreaksTheKeysPromiseFails) {
+  const Buffers g = buffers(b());
+  for (int s = 0; s < 3; ++s) ASSERT_TRUE(step(b(), g.in, g.out, g.gain, s, 7).ok());
+  ASSERT_EQ(b().graph_stats().replayed, 1);
+  // The same key, one op fewer: the replay has already run the softcap.
+  Status bad = step(b(), g.in, g.out, g.gain, 3, 7, /*full=*/false);
+  ASSERT_FALSE(bad.ok()) << "a replay of other ops than the recording must fail the step";
+  EXPECT_NE(bad.message().find("graph replay"), std::string::npos) << bad.message();
+  EXPECT_EQ(b().graph_stats().live, 0) << "the recording is dropped";
+  // The backend goes on: the key starts again (eager, then recorded).
+  auto ref = eager();
+  ASSERT_TRUE(ref);
+  const Buffers e = buffers(*ref);
+  for (int s = 4; s < 8; ++s) {
+    ASSERT_TRUE(step(b(), g.in, g.out, g.gain, s, 7).ok());
+    ASSERT_TRUE(step(*ref, e.in, e.out, e.gain, s, 7).ok());
+    std::vector<uint16_t> got(size_t(kRows * kCols)), want(got.size());
+    ASSERT_TRUE(b().download(g.out, got.data()).ok());
+    ASSERT_TRUE(ref->download(e.out, want.data()).ok());
+    EXPECT_EQ(got, want) << "step " << s;
+  }
+  EXPECT_EQ(b().graph_stats().captured, 2);
+}
+
+TEST_F(Graphs, ARegionWithAnUploadRunsEagerly) {
+  auto ref = eager();
+  ASSERT_TRUE(ref);
+  const Buffers g = buffers(b()), e = buffers(*ref);
+  for (int s = 0; s < 4; ++s) {
+    ASSERT_TRUE(step(b(), g.in, g.out, g.gain, s, 9, true, /*upload_inside=*/true).ok());
+    ASSERT_TRUE(step(*ref, e.in, e.out, e.gain, s, 9).ok());
+    std::vector<uint16_t> got(size_t(kRows * kCols)), want(got.size());
+    ASSERT_TRUE(b().download(g.out, got.data()).ok());
+    ASSERT_TRUE(ref->download(e.out, want.data()).ok());
+    EXPECT_EQ(got, want) << "step " << s;
+  }
+  EXPECT_EQ(b().graph_stats().captured, 0) << "set_input cannot be inside a recording";
+}
+
+TEST_F(Graphs, ProfilingRunsEagerly) {
+  const Buffers g = buffers(b());
+  b().set_profiling(true);
+  for (int s = 0; s < 3; ++s) ASSERT_TRUE(step(b(), g.in, g.out, g.gain, s, 11).ok());
+  b().set_profiling(false);
+  EXPECT_EQ(b().graph_stats().captured, 0) << "a profiled step times each op: no graph";
+  EXPECT_NE(b().profile_report().find("softcap"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace muse
