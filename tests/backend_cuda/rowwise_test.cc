@@ -433,7 +433,7 @@ TEST_P(Rowwise, ReportsTheBackend) {
 TEST_P(Rowwise, ProducersPermutedXGivesTheSameBits) {
   if (!bf()) GTEST_SKIP() << "the permuted copy is BF16 (the products' activations)";
   for (int64_t H : {int64_t(200), int64_t(6656)})
-    for (int64_t T : {int64_t(1), int64_t(17), int64_t(64), int64_t(65), int64_t(300)})
+    for (int64_t T : {int64_t(1), int64_t(5), int64_t(12), int64_t(17), int64_t(64), int64_t(65), int64_t(300)})
       for (bool flush : {false, true}) {
         const int64_t N = 136, F = 264;  // product rows; SwiGLU width
         const std::string what = "H " + std::to_string(H) + " T " + std::to_string(T) + (flush ? " flush" : "");

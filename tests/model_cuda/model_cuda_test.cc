@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,8 @@
 #include "muse/engine/engine.h"
 #include "muse/engine/scheduler.h"
 #include "muse/engine/token_collector.h"
+#include "muse/model/config.h"
+#include "muse/model/random_weights.h"
 #include "muse/sampling/sampler.h"
 
 namespace muse {
@@ -203,20 +206,33 @@ TEST(CudaModel, DecodeIsBatchInvariant) {
   }
 }
 
+// A small dense (Glimmer) model with random weights: its recorded steps run
+// at padded row counts (a MoE model's, muse-tiny's, do not).
+std::unique_ptr<Engine> dense_engine(EngineOptions o) {
+  auto config = parse_model_config(R"({"model_type": "muse_glimmer", "text_config": {
+    "vocab_size": 4096, "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 8,
+    "num_key_value_heads": 2, "head_dim": 32, "intermediate_size": 512, "rms_norm_eps": 1e-5,
+    "post_norm_eps": 1e-8, "rope_parameters": {"rope_type": "default", "rope_theta": 10000.0},
+    "sliding_window": 128, "max_position_embeddings": 4096, "qk_scale_factor": 3.0,
+    "output_multiplier": 0.2, "final_logit_softcapping": 20.0, "tie_word_embeddings": false,
+    "bos_token_id": 1, "eos_token_id": 2}})");
+  EXPECT_TRUE(config.ok()) << config.message();
+  if (!config.ok()) return nullptr;
+  o.backend.device = Device::Cuda;
+  o.gpu_memory_utilization = 0.5;
+  auto e = Engine::create(*config, std::make_unique<RandomWeightSource>(*config), o);
+  EXPECT_TRUE(e.ok()) << (e.ok() ? "" : e.message());
+  return e.ok() ? std::move(e).value() : nullptr;
+}
+
 // Decode steps replayed from CUDA graphs give the bits of the same steps
-// launched op by op: batches of 1, 3 and 5 rows in turn (each its own
-// recording), over contexts that cross the 128-position sliding window
-// and the coarse key-length hint's steps (a new recording each time).
-TEST(CudaModel, GraphsGiveTheEagerBits) {
-  SKIP_WITHOUT_GPU();
-  auto open = [&](bool graphs) {
-    EngineOptions o;
-    o.max_sequences = 8;
-    o.max_model_len = 512;
-    o.max_batch_tokens = 256;
-    o.backend.gpu_graphs = graphs;
-    return cuda_engine(tiny_model(), o);
-  };
+// launched op by op (an engine with graphs off): batches of 1, 3, 5, 13, 17
+// and 21 rows in turn, four steps each (eager, recorded, replayed,
+// replayed), over contexts that cross the 128-position sliding window and
+// the coarse key-length hint's steps (a new recording each time). On the
+// dense model 17 and 21 rows both run as 24 (one recording, padding rows
+// skipped by attention); the engine without graphs runs them unpadded.
+void expect_graphs_give_the_eager_bits(const std::function<std::unique_ptr<Engine>(bool graphs)>& open) {
   auto with = open(true), without = open(false);
   ASSERT_TRUE(with && without);
   struct Run {
@@ -226,7 +242,7 @@ TEST(CudaModel, GraphsGiveTheEagerBits) {
   };
   Run runs[2] = {{*with, {}, {}}, {*without, {}, {}}};
   for (Run& r : runs) {
-    for (int i = 0; i < 5; ++i) {
+    for (int i = 0; i < 21; ++i) {
       auto s = r.e.new_session();
       ASSERT_TRUE(s.ok()) << s.message();
       auto l = (*s)->feed(tokens(size_t(100 + 7 * i), i + 3));
@@ -235,9 +251,9 @@ TEST(CudaModel, GraphsGiveTheEagerBits) {
       r.sessions.push_back(std::move(s).value());
     }
   }
-  const int widths[] = {1, 3, 5};
-  for (int k = 0; k < 60; ++k) {
-    const int n = widths[(k / 4) % 3];  // four steps a width: eager, recorded, replayed, replayed
+  const int widths[] = {1, 3, 5, 13, 17, 21};
+  for (int k = 0; k < 72; ++k) {
+    const int n = widths[(k / 4) % 6];
     std::vector<float> logits[2];
     for (int w = 0; w < 2; ++w) {
       Run& r = runs[w];
@@ -256,9 +272,28 @@ TEST(CudaModel, GraphsGiveTheEagerBits) {
         << "step " << k << " (" << n << " rows): the replayed step differs from the eager one";
   }
   const Backend::GraphStats g = with->backend().graph_stats();
-  EXPECT_GE(g.captured, 3) << "one recording a width at least";
-  EXPECT_GE(g.replayed, 20) << "most steps replay";
+  EXPECT_GE(g.captured, 5) << "one recording a width at least";
+  EXPECT_GE(g.replayed, 30) << "most steps replay";
   EXPECT_EQ(without->backend().graph_stats().captured, 0);
+}
+
+EngineOptions graph_test_options(bool graphs) {
+  EngineOptions o;
+  o.max_sequences = 24;
+  o.max_model_len = 512;
+  o.max_batch_tokens = 256;
+  o.backend.gpu_graphs = graphs;
+  return o;
+}
+
+TEST(CudaModel, GraphsGiveTheEagerBits) {
+  SKIP_WITHOUT_GPU();
+  expect_graphs_give_the_eager_bits([](bool graphs) { return cuda_engine(tiny_model(), graph_test_options(graphs)); });
+}
+
+TEST(CudaModel, PaddedGraphsGiveTheEagerBits) {
+  SKIP_WITHOUT_GPU();
+  expect_graphs_give_the_eager_bits([](bool graphs) { return dense_engine(graph_test_options(graphs)); });
 }
 
 // The scheduler on the GPU, sampling on the device and on the host (the

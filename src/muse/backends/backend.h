@@ -171,6 +171,12 @@ class Backend {
   // defaults do nothing: every op runs as enqueued.
   virtual void begin_graph(uint64_t key) { (void)key; }
   virtual void end_graph() {}
+  // The row count a recorded step of `rows` rows may run at instead (the
+  // padded batch sizes a backend records: fewer recordings). Rows from the
+  // step plan's row count on are padding: attention and kv_store skip them,
+  // every other op computes them like any row, and nothing reads their
+  // results. Default: `rows` (no padding).
+  virtual int64_t graph_rows(int64_t rows) const { return rows; }
   struct GraphStats {
     int64_t captured = 0;   // regions recorded
     int64_t replayed = 0;   // steps that ran a recording

@@ -111,6 +111,7 @@ Status MuseModel::allocate(const ModelOptions& options) {
   }
   for (int l : options.tap_layers)
     if (l < 0 || l >= c.num_layers) return make_error("model options: tap layer " + std::to_string(l) + " does not exist");
+  zero_ids_.assign(size_t(R), 0);
   tap_layers_ = options.tap_layers;
   tap_final_ = options.tap_final;
   record_experts_ = options.record_experts && sparse;
@@ -151,18 +152,25 @@ Status MuseModel::forward(const StepPlanBuilder& plan, std::span<const KvLayerSt
     return make_error("step input: " + std::to_string(sampled) + " sampled rows (of " + std::to_string(R) +
                       " logit rows) with " + std::to_string(sampling->edits) + " edits do not fit this step");
 
-  Step s;
-  s.T = T;
   // A decode-like step runs its layers and head as a recorded region: its
   // key holds everything that decides those ops, and its key-length hint
   // is rounded up (an over-estimate only launches blocks that find no keys)
   // so that a decode keeps one recording for a while as its context grows.
+  // A dense model's step also runs at the backend's padded row count
+  // (Backend::graph_rows; CUDA: 17..24 rows as 24, 25..32 as 32, ...), so
+  // a server's changing batch sizes share a few recordings; the padding
+  // rows' results are not used and attention skips them. A MoE step keeps
+  // its row count: its padding rows would route to experts and read their
+  // weights.
   const bool recorded = !comm_ && plan.max_seq_rows() <= kGraphMaxSeqRows;
+  const int64_t Tx = recorded && sparse_layers_ == 0 ? std::clamp(backend_.graph_rows(T), T, cap_.max_rows) : T;
+  Step s;
+  s.T = Tx;
   plan_.max_seq_rows = plan.max_seq_rows();  // launch hints for the ops
   plan_.max_seq_end = recorded ? coarse_seq_end(plan.max_seq_end()) : plan.max_seq_end();
   s.plan = &plan_;
-  auto view = [T](const Tensor& t) { return t.empty() ? t : t.rows(0, T); };
-  s.ids = plan_.tokens.rows(0, T), s.positions = plan_.positions.rows(0, T);
+  auto view = [Tx](const Tensor& t) { return t.empty() ? t : t.rows(0, Tx); };
+  s.ids = plan_.tokens.rows(0, Tx), s.positions = plan_.positions.rows(0, Tx);
   s.cos = view(buf_.cos), s.sin = view(buf_.sin);
   s.x = view(buf_.x), s.h = view(buf_.h), s.q = view(buf_.q), s.k = view(buf_.k), s.v = view(buf_.v);
   s.g = view(buf_.g), s.o = view(buf_.o), s.a = view(buf_.a);
@@ -173,8 +181,10 @@ Status MuseModel::forward(const StepPlanBuilder& plan, std::span<const KvLayerSt
   Backend& b = backend_;
   // The whole step description goes up in one copy; every op reads it there.
   b.set_input(plan_.buffer, plan.data(), plan.upload_bytes());
+  // Padding rows embed token 0 (the plan image holds whatever earlier steps left there).
+  if (Tx > T) b.set_input(plan_.tokens.rows(T, Tx - T), zero_ids_.data(), size_t(Tx - T) * sizeof(int32_t));
   const Backend::GraphStats graphs_before = recorded ? b.graph_stats() : Backend::GraphStats{};
-  if (recorded) b.begin_graph(graph_key(T, R, taps != nullptr, kv));
+  if (recorded) b.begin_graph(graph_key(Tx, R, taps != nullptr, kv));
   bool any_rope = false;
   for (double theta : c.layer_rope_theta) any_rope |= theta != 0.0;
   // One RoPE table per step. The frequency base is the config's rope_theta;
@@ -192,13 +202,13 @@ Status MuseModel::forward(const StepPlanBuilder& plan, std::span<const KvLayerSt
     // layers (on the H200 the whole enqueue was ~0.2 ms of idle GPU a step).
     if (l == 0) b.flush();
     if (record_experts_ && sparse_index_[size_t(l)] >= 0)
-      b.gather_rows(routed_.rows(sparse_index_[size_t(l)] * cap_.max_rows, T), s.expert_ids, tap_index_.rows(0, T));
+      b.gather_rows(routed_.rows(sparse_index_[size_t(l)] * cap_.max_rows, Tx), s.expert_ids, tap_index_.rows(0, Tx));
     // A tap copies the residual stream after the layer (every row).
     for (size_t t = 0; taps && t < tap_layers_.size(); ++t)
-      if (tap_layers_[t] == l) b.gather_rows(taps_[t].rows(0, T), s.x, tap_index_.rows(0, T));
+      if (tap_layers_[t] == l) b.gather_rows(taps_[t].rows(0, Tx), s.x, tap_index_.rows(0, Tx));
   }
   if (taps && tap_final_)
-    b.rms_norm(taps_.back().rows(0, T), s.x, weights_.final_norm, NormGain::After, float(c.rms_norm_eps));
+    b.rms_norm(taps_.back().rows(0, Tx), s.x, weights_.final_norm, NormGain::After, float(c.rms_norm_eps));
 
   // Head on the requested rows only: rms(x)·w_norm (absolute), lm_head, softcap.
   if (R > 0) {
@@ -224,11 +234,11 @@ Status MuseModel::forward(const StepPlanBuilder& plan, std::span<const KvLayerSt
     if (now.captured > graphs_before.captured && graphs_logged_ < 32) {
       ++graphs_logged_;
       LOG_INFO("graph: recorded the step of %lld rows (%lld logits, keys up to %lld) in %.1f ms; %lld held, %.2f s recording in all%s",
-               (long long)T, (long long)R, (long long)plan_.max_seq_end,
+               (long long)Tx, (long long)R, (long long)plan_.max_seq_end,
                (now.capture_seconds - graphs_before.capture_seconds) * 1e3, (long long)now.live, now.capture_seconds,
                graphs_logged_ == 32 ? " (later recordings are logged at debug level)" : "");
     } else if (now.captured > graphs_before.captured) {
-      LOG_DEBUG("graph: recorded the step of %lld rows; %lld held", (long long)T, (long long)now.live);
+      LOG_DEBUG("graph: recorded the step of %lld rows; %lld held", (long long)Tx, (long long)now.live);
     }
   }
   const bool logits_down = sampled == 0 || sampling->logits_too;

@@ -140,6 +140,7 @@ class MuseModel {
   Tensor routed_;                      // I32 [sparse layers · max_rows, top-k]
   std::vector<int32_t> routed_host_;
   std::vector<Tensor> taps_;  // [max_rows, H] per tap, in the stream's dtype
+  std::vector<int32_t> zero_ids_;  // [max_rows] zeros: the token ids of a step's padding rows
 };
 
 }  // namespace muse

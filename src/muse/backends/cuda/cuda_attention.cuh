@@ -38,13 +38,16 @@ struct RowSeq {
   int s;
   int64_t row_begin, num_rows, pos_begin;
 };
-// `rows`: the step's row count as launched; the plan's must be the same.
+// `rows`: the step's row count as launched; the plan's may be smaller (a
+// recorded step run at a padded row count, Backend::graph_rows): rows from
+// the plan's count on are padding, false without an error.
 __device__ __forceinline__ bool row_sequence(const PlanDev& P, int64_t t, int64_t rows, RowSeq& rs, DeviceError* err,
                                              int op, bool reporter) {
+  const int plan_rows = P.p[StepPlanLayout::kRows];
+  if (t >= plan_rows && plan_rows >= 0 && plan_rows <= rows && t < rows) return false;  // a padding row
   const int seqs = P.p[StepPlanLayout::kSeqs];
   const int s = t < P.max_rows ? P.p[P.row_seq + t] : -1;
-  bool ok = t < P.max_rows && P.p[StepPlanLayout::kRows] == int(rows) && seqs >= 0 && seqs <= P.max_seqs &&
-            s >= 0 && s < seqs;
+  bool ok = t < P.max_rows && plan_rows <= rows && seqs >= 0 && seqs <= P.max_seqs && s >= 0 && s < seqs;
   if (ok) {
     rs.s = s;
     rs.row_begin = P.p[P.seq_row_begin + s];

@@ -24,7 +24,8 @@ struct CudaBackendOptions {
   // cluster kernel with 3 or 4 stages; 10 the cluster kernel with the
   // products of one project() call in one launch; 11 and 12 the wgmma
   // kernels with 256 or 8..64 activation rows a tile (sm_90a; 7 elsewhere),
-  // 13 the form of 12 that reads x permuted into scratch first;
+  // 13 the form of 12 that reads x permuted into scratch first (above 16
+  // rows), 14 the same with its 32-row TMA tiles from one row on;
   // each forced for every row count. All
   // give the same bits; the timing tests and `muse bench --product-kernel`
   // compare their speed.
@@ -37,7 +38,7 @@ struct CudaBackendOptions {
   // every op is launched as enqueued (`--enforce-eager`).
   bool graphs = true;
   // Recordings held at once; the least recently replayed goes first.
-  int max_graphs = 64;
+  int max_graphs = 256;
 };
 
 // The names of the CUDA backend's ops (its enqueue() calls; what --profile

@@ -175,6 +175,8 @@ class CudaBackend final : public Backend {
   void begin_graph(uint64_t key) override;
   void end_graph() override;
   GraphStats graph_stats() const override;
+  // Every count to 16, then multiples of 8; `rows` with graphs off (cuda_graphs.cu).
+  int64_t graph_rows(int64_t rows) const override;
 
   void embed(const Tensor& out, const Tensor& table, const Tensor& ids) override;
   void rms_norm(const Tensor& out, const Tensor& in, const Tensor& gain, NormGain mode, float eps, int64_t group,
@@ -362,7 +364,7 @@ class CudaBackend final : public Backend {
   void graph_mismatch(const std::string& what);
   void drop_graphs();
   bool graphs_on_ = true;
-  size_t max_graphs_ = 64;
+  size_t max_graphs_ = 256;
   GraphMode graph_mode_ = GraphMode::Off;
   uint64_t graph_key_ = 0;
   size_t region_begin_ = 0;  // the region's first op index

@@ -490,8 +490,8 @@ cudaError_t launch_mma_nt(cudaStream_t s, const __nv_bfloat16* x, int64_t T, con
 // The default rule's choice (see below).
 int gemv_rule(int64_t T, int64_t K) {
   if (T > 64) return wgmma_gemm_usable() ? 11 : 7;
+  if (T > 4 && wgmma_gemm_usable()) return 14;
   if (T <= 8) return 3;
-  if (T > 16 && wgmma_gemm_usable()) return 13;
   if (!mma_cluster_built()) return 1;
   return T > 16 && K >= 16384 ? 9 : 8;
 }
@@ -504,7 +504,8 @@ int gemv_rule(int64_t T, int64_t K) {
 // the wgmma kernels (cuda_wgmma_gemm.cu, sm_90a: 256 or 8..64 activation
 // rows a tile; the products of one project() call in one launch; variant 7
 // or the cluster rule where the device cannot run them; 13 is 12 reading x
-// permuted into scratch first above 16 rows, as 11 does). Every
+// permuted into scratch first above 16 rows, as 11 does; 14 is 13 with
+// its 32-row TMA tiles from one row on). Every
 // variant gives the same bits, so the rule may pick by shape freely. The
 // rule, from the H200 timings of every variant on Glimmer's shapes
 // (tests/backend_cuda Timing.DISABLED_DecodeProducts and whole-model `muse
@@ -523,11 +524,19 @@ int gemv_rule(int64_t T, int64_t K) {
 // lost on the short matrices until the copy engine staged it: batch 32
 // 17.9-18.1 ms a step against 18.3-18.5 for variant 12, 2026-12-04), and
 // the wgmma GEMM above 64 rows (the mma.sync GEMM, variant 7, elsewhere).
+// From 5 rows on the wgmma kernel's 32-row TMA tiles of x permuted
+// (variant 14; 13 at 17..64 rows) beat both the ring and the cluster kernel
+// once the producers wrote x permuted (2026-12-04, whole-model `muse bench
+// --product-kernel 14` against the rule, two runs each: batch 8 15.59-15.65
+// ms a step against 16.23-16.28, 13 rows 15.72-15.74 against 16.49-16.67,
+// 16 rows 15.75-15.88 against 16.34-16.41, 5 rows 15.31-15.42 against
+// 15.48-15.56; at 1, 2 and 4 rows the ring stays ahead, 14.91-14.99 ms
+// against 15.31 at 4).
 // wide_gemv (once the rule at 9..16 rows for the long matrices) lost on the
 // whole model: batch 16 at 24.96 ms a step against 19.00 for the cluster
 // kernel.
 // chain: kChainNext / kChainXReady (cuda_mma.cuh) for the products of one
-// project() call; the GEMMs (variants 7, 11, 12 and 13) are never chained.
+// project() call; the GEMMs (variants 7, 11, 12, 13 and 14) are never chained.
 cudaError_t launch_mma_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, const Tensor& out, int variant,
                             int chain) {
   const int64_t T = x.rows(), K = x.cols(), N = w.rows();
@@ -536,8 +545,8 @@ cudaError_t launch_mma_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, co
   const int odt = dt_code(out.dtype);
   const int64_t ldo = out.cols();
   if (variant == 0) variant = gemv_rule(T, K);
-  if (variant >= 11 && variant <= 13 && !wgmma_gemm_usable()) variant = 7;  // the same bits, without wgmma
-  if (variant >= 11 && variant <= 13) return launch_wgmma_gemm(s, x, {&w, 1}, {&out, 1}, variant, nullptr, 0);
+  if (variant >= 11 && variant <= 14 && !wgmma_gemm_usable()) variant = 7;  // the same bits, without wgmma
+  if (variant >= 11 && variant <= 14) return launch_wgmma_gemm(s, x, {&w, 1}, {&out, 1}, variant, nullptr, 0);
   if (variant == 7) return launch_mma_gemm(s, x, w, out);
   if (variant >= 8 && variant <= 10 && !mma_cluster_built()) variant = 1;  // the same bits, without clusters
   if (variant >= 8 && variant <= 10)
@@ -665,9 +674,10 @@ constexpr int64_t kCublasLtAboveRows = 0;  // 0: never
 namespace {
 // The product kernel for T rows of K: the forced one, else the rule's.
 int product_variant(int forced, int64_t T, int64_t K) { return forced ? forced : gemv_rule(T, K); }
-// Whether that kernel reads x permuted into scratch: the prefill GEMM, and
-// the wgmma decode kernel above 16 rows.
-bool variant_reads_xperm(int variant, int64_t T) { return variant == 11 || (variant == 13 && T > 16); }
+// Whether that kernel reads x permuted into scratch: the prefill GEMM, the
+// wgmma decode kernel's TMA tiles (variant 14 at every row count, 13 above
+// 16 rows).
+bool variant_reads_xperm(int variant, int64_t T) { return variant == 11 || variant == 14 || (variant == 13 && T > 16); }
 }  // namespace
 
 // Whether a product of x would read it permuted into scratch (the wgmma
@@ -750,7 +760,7 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
   // kChainXReady, cuda_mma.cuh); each product's bits are its own launch's.
   std::vector<bool> chainable(outs.size());
   const int variant = product_variant(gemv_variant_, x.rows(), x.cols());
-  const bool wg = variant >= 11 && variant <= 13 && wgmma_gemm_usable();
+  const bool wg = variant >= 11 && variant <= 14 && wgmma_gemm_usable();
   const bool gemm = variant == 7 || wg;  // never chained
   bool all = true;
   int64_t min_n = INT64_MAX;

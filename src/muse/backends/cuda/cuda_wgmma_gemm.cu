@@ -28,7 +28,8 @@
 // the H200: bench/NOTES.md, 2026-12-04).
 //
 // The activations' transposed order: for the prefill (variant 11) and
-// decode above 16 rows (variant 13) a small kernel first writes x in that
+// decode from 5 rows (variant 14, the rule's; 13 above 16 rows) the op
+// that produced x, or a small kernel, first writes x in that
 // order to scratch (rows padded with zeros to whole granules); then the
 // copy engine stages both operands (wgmma_tma_kernel). Without scratch, and
 // for variant 12, each thread copies 4-byte pairs of x into place and
@@ -585,6 +586,7 @@ bool two_per_sm(const ClusterGroup& grp) {
 // fewest of 8, 16, 32, 64 that hold T.
 int wgmma_tile_rows(int variant, int64_t T) {
   if (variant == 11) return 256;
+  if (variant == 14) return T <= 32 ? 32 : 64;       // the TMA tiles of x permuted, from one row
   return T <= 8 ? 8 : T <= 16 ? 16 : T <= 32 ? 32 : 64;  // 12, 13
 }
 
