@@ -105,6 +105,29 @@ TEST_F(Graphs, ARegionWithAnUploadRunsEagerly) {
   EXPECT_EQ(b().graph_stats().captured, 0) << "set_input cannot be inside a recording";
 }
 
+// Steps of one key whose uploads before the region differ in number (the
+// model's padding-token upload) get separate recordings: a recording bakes
+// in its ops' indices, which device errors are reported by.
+TEST_F(Graphs, OpsBeforeTheRegionAreInTheKey) {
+  auto ref = eager();
+  ASSERT_TRUE(ref);
+  const Buffers g = buffers(b()), e = buffers(*ref);
+  Tensor extra = *b().alloc(DType::I32, {4});
+  const int32_t four[4] = {1, 2, 3, 4};
+  for (int s = 0; s < 8; ++s) {
+    if (s % 2) b().set_input(extra, four, sizeof(four));  // one more op before the region
+    ASSERT_TRUE(step(b(), g.in, g.out, g.gain, s, 5).ok());
+    ASSERT_TRUE(step(*ref, e.in, e.out, e.gain, s, 5).ok());
+    std::vector<uint16_t> got(size_t(kRows * kCols)), want(got.size());
+    ASSERT_TRUE(b().download(g.out, got.data()).ok());
+    ASSERT_TRUE(ref->download(e.out, want.data()).ok());
+    EXPECT_EQ(got, want) << "step " << s;
+  }
+  const Backend::GraphStats st = b().graph_stats();
+  EXPECT_EQ(st.captured, 2) << "one recording for each number of ops before the region";
+  EXPECT_EQ(st.replayed, 4);
+}
+
 TEST_F(Graphs, ProfilingRunsEagerly) {
   const Buffers g = buffers(b());
   b().set_profiling(true);

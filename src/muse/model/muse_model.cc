@@ -159,9 +159,10 @@ Status MuseModel::forward(const StepPlanBuilder& plan, std::span<const KvLayerSt
   // A dense model's step also runs at the backend's padded row count
   // (Backend::graph_rows; CUDA: 17..24 rows as 24, 25..32 as 32, ...), so
   // a server's changing batch sizes share a few recordings; the padding
-  // rows' results are not used and attention skips them. A MoE step keeps
-  // its row count: its padding rows would route to experts and read their
-  // weights.
+  // rows' results are not used and attention skips them (every other op
+  // keeps rows independent, so their stale inputs touch no real row). A
+  // MoE step keeps its row count: its padding rows would be grouped with
+  // the real rows by expert and read more experts' weights.
   const bool recorded = !comm_ && plan.max_seq_rows() <= kGraphMaxSeqRows;
   const int64_t Tx = recorded && sparse_layers_ == 0 ? std::clamp(backend_.graph_rows(T), T, cap_.max_rows) : T;
   Step s;

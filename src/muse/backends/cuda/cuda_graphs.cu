@@ -23,8 +23,10 @@
 // never go into a graph (a region containing one is run eagerly), so the
 // pinned arena may move.
 //
-// Device errors in a replayed region name the op by its index, which is the
-// same in the recording and the replay (the same ops in the same order).
+// Device errors in a replayed region name the op by its index, baked into
+// the recording: the backend's key is the caller's mixed with the number of
+// ops before the region, so a replay's ops sit at the recording's indices.
+#include <atomic>
 #include <chrono>
 
 #include "muse/backends/cuda/cuda_impl.cuh"
@@ -39,10 +41,16 @@ bool is_collective(const char* name) {
 }
 }  // namespace
 
-void CudaBackend::begin_graph(uint64_t key) {
-  if (!graphs_on_ || profile_ || !skip_ops_.empty() || key == 0 || graph_mode_ != GraphMode::Off ||
+void CudaBackend::begin_graph(uint64_t caller_key) {
+  if (!graphs_on_ || profile_ || !skip_ops_.empty() || caller_key == 0 || graph_mode_ != GraphMode::Off ||
       !enqueue_error_.empty() || flush_error_ != cudaSuccess)
     return;
+  // The ops before the region (uploads the caller adds for some steps of a
+  // key) shift the op indices the recording bakes in: part of the key.
+  uint64_t key = (caller_key ^ (uint64_t(ops_.size()) * 0x9e3779b97f4a7c15ull)) * 0xbf58476d1ce4e5b9ull;
+  key ^= key >> 31;
+  if (key == 0) key = 1;
+  if (graph_failed_.count(key)) return;  // its capture failed once: op by op
   use_device();
   auto it = graphs_.find(key);
   if (it != graphs_.end() && it->second.scratch_generation != scratch_generation_) {
@@ -58,8 +66,13 @@ void CudaBackend::begin_graph(uint64_t key) {
   }
   launch_queued(false);  // the ops before the region (the inputs' uploads) first
   if (!enqueue_error_.empty() || flush_error_ != cudaSuccess) return;
-  if (cudaError_t e = cudaGraphLaunch(it->second.exec, stream_); e != cudaSuccess) {
-    flush_error_ = e, flush_error_name_ = "graph replay";
+  if (cudaGraphLaunch(it->second.exec, stream_) != cudaSuccess) {
+    // Nothing of the region has run: drop the recording and run it op by op.
+    cudaGetLastError();
+    cudaGraphExecDestroy(it->second.exec);
+    graphs_.erase(it);
+    graph_stats_.live = int64_t(graphs_.size());
+    graph_failed_.insert(key);
     return;
   }
   it->second.last_use = ++graph_clock_;
@@ -77,6 +90,7 @@ void CudaBackend::graph_enqueued(const char* name) {
   }
   // Replay: the op is the recording's.
   launched_ = ops_.size();
+  if (!enqueue_error_.empty()) return;  // an op failed its checks (not enqueued): that error is the step's
   if (i >= replaying_->names.size() || replaying_->names[i] != name)
     graph_mismatch("op " + std::to_string(i) + " of the region is " + name + ", the recording's is " +
                    (i < replaying_->names.size() ? replaying_->names[i] : "past its end"));
@@ -101,7 +115,7 @@ void CudaBackend::end_graph() {
     case GraphMode::Off:
       return;
     case GraphMode::Replay:
-      if (ops_.size() - region_begin_ != replaying_->names.size())
+      if (enqueue_error_.empty() && ops_.size() - region_begin_ != replaying_->names.size())
         graph_mismatch("the region has " + std::to_string(ops_.size() - region_begin_) + " ops, the recording " +
                        std::to_string(replaying_->names.size()));
       graph_mode_ = GraphMode::Off;
@@ -168,12 +182,15 @@ void CudaBackend::capture_region() {
       return;
     }
   }
-  // Not recorded: the ops run eagerly. Clear the error the capture left.
+  // Not recorded: the ops run eagerly, and so do the key's later steps.
+  // Clear the error the capture left.
   cudaGetLastError();
-  static bool warned = false;  // once a process: it is a slower path, not an error
-  if (!warned) LOG_WARN("cuda backend: a step region could not be recorded as a CUDA graph (%s: %s); such steps run op by op",
-                        failed, cudaGetErrorName(e));
-  warned = true;
+  if (graph_failed_.size() > 4096) graph_failed_.clear();
+  graph_failed_.insert(graph_key_);
+  static std::atomic<bool> warned{false};  // once a process: it is a slower path, not an error
+  if (!warned.exchange(true))
+    LOG_WARN("cuda backend: a step region could not be recorded as a CUDA graph (%s: %s); such steps run op by op",
+             failed, cudaGetErrorName(e));
 }
 
 void CudaBackend::drop_graphs() {

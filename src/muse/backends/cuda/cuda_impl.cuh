@@ -371,6 +371,7 @@ class CudaBackend final : public Backend {
   StepGraph* replaying_ = nullptr;
   std::unordered_map<uint64_t, StepGraph> graphs_;
   std::unordered_map<uint64_t, int> graph_sightings_;
+  std::unordered_set<uint64_t> graph_failed_;  // keys whose capture or launch failed: op by op
   uint64_t graph_clock_ = 0;
   GraphStats graph_stats_;
 };
