@@ -388,14 +388,16 @@ int bench_cuda(const BenchOptions& o) {
   {
     const Backend::GraphStats g = e.backend().graph_stats();
     Json gj = Json::object();
-    gj.set("enabled", !o.enforce_eager);
+    const bool graphs_on = !o.enforce_eager && o.skip_ops.empty();  // a skip-op probe runs op by op
+    gj.set("enabled", graphs_on);
     gj.set("recorded", g.captured);
     gj.set("replayed_steps", g.replayed);
     gj.set("recording_seconds", g.capture_seconds);
     out.set("graphs", gj);
     if (!o.json)
       std::printf("graphs: %s; %lld decode steps recorded in %.3f s, %lld steps replayed\n",
-                  o.enforce_eager ? "off (--enforce-eager)" : "on", (long long)g.captured, g.capture_seconds,
+                  graphs_on ? "on" : o.enforce_eager ? "off (--enforce-eager)" : "off (--skip-ops)", (long long)g.captured,
+                  g.capture_seconds,
                   (long long)g.replayed);
   }
 
