@@ -38,6 +38,17 @@ class Graphs : public CudaTest {
     t.gain = *be.import_weight(DType::F32, {kCols}, g.data(), false);
     return t;
   }
+  // Step `salt` on this backend (graphs on, `upload_inside` as given) and
+  // on `ref` (graphs off): the same output bits.
+  void expect_same_step(Backend& ref, const Buffers& g, const Buffers& e, int salt, uint64_t key,
+                        bool upload_inside = false) {
+    ASSERT_TRUE(step(b(), g.in, g.out, g.gain, salt, key, true, upload_inside).ok());
+    ASSERT_TRUE(step(ref, e.in, e.out, e.gain, salt, key).ok());
+    std::vector<uint16_t> got(size_t(kRows * kCols)), want(got.size());
+    ASSERT_TRUE(b().download(g.out, got.data()).ok());
+    ASSERT_TRUE(ref.download(e.out, want.data()).ok());
+    EXPECT_EQ(got, want) << "step " << salt;
+  }
   std::unique_ptr<Backend> eager() {
     CudaBackendOptions o;
     o.graphs = false;
@@ -52,12 +63,7 @@ TEST_F(Graphs, ReplayedStepsGiveTheEagerBits) {
   ASSERT_TRUE(ref);
   const Buffers g = buffers(b()), e = buffers(*ref);
   for (int s = 0; s < 6; ++s) {
-    ASSERT_TRUE(step(b(), g.in, g.out, g.gain, s, 42).ok());
-    ASSERT_TRUE(step(*ref, e.in, e.out, e.gain, s, 42).ok());
-    std::vector<uint16_t> got(size_t(kRows * kCols)), want(got.size());
-    ASSERT_TRUE(b().download(g.out, got.data()).ok());
-    ASSERT_TRUE(ref->download(e.out, want.data()).ok());
-    EXPECT_EQ(got, want) << "step " << s;
+    expect_same_step(*ref, g, e, s, 42);
   }
   const Backend::GraphStats st = b().graph_stats();
   EXPECT_EQ(st.captured, 1) << "the key's second step is recorded";
@@ -80,12 +86,7 @@ TEST_F(Graphs, AStepThatBreaksTheKeysPromiseFails) {
   ASSERT_TRUE(ref);
   const Buffers e = buffers(*ref);
   for (int s = 4; s < 8; ++s) {
-    ASSERT_TRUE(step(b(), g.in, g.out, g.gain, s, 7).ok());
-    ASSERT_TRUE(step(*ref, e.in, e.out, e.gain, s, 7).ok());
-    std::vector<uint16_t> got(size_t(kRows * kCols)), want(got.size());
-    ASSERT_TRUE(b().download(g.out, got.data()).ok());
-    ASSERT_TRUE(ref->download(e.out, want.data()).ok());
-    EXPECT_EQ(got, want) << "step " << s;
+    expect_same_step(*ref, g, e, s, 7);
   }
   EXPECT_EQ(b().graph_stats().captured, 2);
 }
@@ -95,12 +96,7 @@ TEST_F(Graphs, ARegionWithAnUploadRunsEagerly) {
   ASSERT_TRUE(ref);
   const Buffers g = buffers(b()), e = buffers(*ref);
   for (int s = 0; s < 4; ++s) {
-    ASSERT_TRUE(step(b(), g.in, g.out, g.gain, s, 9, true, /*upload_inside=*/true).ok());
-    ASSERT_TRUE(step(*ref, e.in, e.out, e.gain, s, 9).ok());
-    std::vector<uint16_t> got(size_t(kRows * kCols)), want(got.size());
-    ASSERT_TRUE(b().download(g.out, got.data()).ok());
-    ASSERT_TRUE(ref->download(e.out, want.data()).ok());
-    EXPECT_EQ(got, want) << "step " << s;
+    expect_same_step(*ref, g, e, s, 9, /*upload_inside=*/true);
   }
   EXPECT_EQ(b().graph_stats().captured, 0) << "set_input cannot be inside a recording";
 }
@@ -116,12 +112,7 @@ TEST_F(Graphs, OpsBeforeTheRegionAreInTheKey) {
   const int32_t four[4] = {1, 2, 3, 4};
   for (int s = 0; s < 8; ++s) {
     if (s % 2) b().set_input(extra, four, sizeof(four));  // one more op before the region
-    ASSERT_TRUE(step(b(), g.in, g.out, g.gain, s, 5).ok());
-    ASSERT_TRUE(step(*ref, e.in, e.out, e.gain, s, 5).ok());
-    std::vector<uint16_t> got(size_t(kRows * kCols)), want(got.size());
-    ASSERT_TRUE(b().download(g.out, got.data()).ok());
-    ASSERT_TRUE(ref->download(e.out, want.data()).ok());
-    EXPECT_EQ(got, want) << "step " << s;
+    expect_same_step(*ref, g, e, s, 5);
   }
   const Backend::GraphStats st = b().graph_stats();
   EXPECT_EQ(st.captured, 2) << "one recording for each number of ops before the region";
