@@ -78,6 +78,36 @@ TEST_F(Sampling, SparkVocabularyBatch64) {
   expect_same(c, got, "V 202048 rows 64");
 }
 
+// Plain argmax rows (greedy, no edits, no logprobs) in steps of up to 16
+// rows take the multi-block pre-pass (argmax_slices_kernel): the host's id,
+// ties to the lower id, across slice edges, with a sampled vocabulary
+// below the width and a row of -inf; mixed in with a row that has logprobs
+// (the full pass).
+TEST_F(Sampling, PlainArgmaxOfFewRows) {
+  for (int64_t V : {int64_t(37), int64_t(4099), int64_t(202048)})
+    for (int rows : {1, 5, 16}) {
+      testing::RowSampleCase c = testing::make_row_sample_case(rows, V, uint32_t(V + 17 * rows));
+      c.edits.clear();
+      for (int r = 0; r < rows; ++r) {
+        RowSampleSpec& sp = c.specs[size_t(r)];
+        sp.flags = kRowGreedy;
+        sp.edit_begin = sp.edit_count = 0;
+        sp.top_logprobs = r == 2 ? 3 : -1;
+        sp.limit = int32_t(r % 2 ? V - 3 : V);
+        float* x = c.logits.data() + int64_t(r) * V;
+        const int64_t n = sp.limit;
+        int64_t best = 0;
+        for (int64_t i = 1; i < n; ++i)
+          if (x[i] > x[best]) best = i;
+        // Ties with the max on both sides of it and in another slice.
+        if (r % 3 == 0) x[n - 1] = x[best], x[n / 2] = x[best];
+        if (r % 3 == 1 && best > 0) x[0] = x[best];
+        if (r == 3) std::fill(x, x + V, -INFINITY);
+      }
+      expect_same(c, run_on(*this, c), "plain argmax, V " + std::to_string(V) + " rows " + std::to_string(rows));
+    }
+}
+
 // Many draws of one distribution: the device's draws are the host's draws
 // (same variates), so their frequencies agree exactly, not just in law.
 TEST_F(Sampling, SeededDrawsAgreeOverManyVariates) {

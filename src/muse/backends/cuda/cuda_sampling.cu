@@ -266,9 +266,64 @@ __device__ __forceinline__ float logprob_of(float v, double lse, bool finite) {
   return lp > kMinLogprob ? lp : kMinLogprob;
 }
 
+// Whether a row's draw is a plain argmax: greedy, no edits, no logprobs
+// (the pre-pass below may then do its one pass).
+__device__ __forceinline__ bool plain_argmax(const RowSampleSpec& sp) {
+  return (sp.flags & kRowGreedy) && sp.edit_count == 0 && sp.top_logprobs < 0;
+}
+
+// The greedy argmax's pass spread over kArgmaxSlices blocks a row, for
+// steps of few rows (one block a row took ~46 µs for a 202,048-wide row at
+// batch 1, on the critical path at the end of every step): block (s, r)
+// writes the largest key of slice s of row r's ids; sample_rows_kernel then
+// takes the largest of the row's slice keys. Keys are unique, so the max of
+// the slices' maxima is the full pass's: the same id. Rows that are not a
+// plain argmax are left to the full kernel (their slice keys are not read).
+constexpr int kArgmaxSlices = 32;
+constexpr int64_t kArgmaxSliceRows = 16;  // steps of at most this many sampled rows take the pre-pass
+constexpr int kArgmaxThreads = 256;
+__global__ void __launch_bounds__(kArgmaxThreads) argmax_slices_kernel(unsigned long long* slice_keys,
+                                                                        const float* logits, int64_t V, int64_t R,
+                                                                        const char* buffer) {
+  const auto* specs = reinterpret_cast<const RowSampleSpec*>(buffer + sizeof(RowSampleHeader));
+  const RowSampleSpec sp = specs[blockIdx.y];
+  if (!plain_argmax(sp) || sp.logit_row < 0 || sp.logit_row >= R) return;
+  const int n = int(sp.limit < V ? sp.limit : V);
+  if (n < 1) return;
+  Keys keys;
+  while (keys.id_bits < 31 && (1 << keys.id_bits) < n) ++keys.id_bits;
+  const float* x = logits + int64_t(sp.logit_row) * V;
+  const int per = (n + kArgmaxSlices - 1) / kArgmaxSlices, lo = int(blockIdx.x) * per;
+  const int hi = lo + per < n ? lo + per : n;
+  unsigned long long m = 0;
+  for (int i0 = lo + int(threadIdx.x); i0 < hi; i0 += 4 * kArgmaxThreads) {
+    float v[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int i = i0 + u * kArgmaxThreads;
+      v[u] = i < hi ? x[i] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      const int i = i0 + u * kArgmaxThreads;
+      if (i < hi) m = max(m, keys.rank(v[u], i));
+    }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
+  __shared__ unsigned long long wm[kArgmaxThreads / 32];
+  if ((threadIdx.x & 31) == 0) wm[threadIdx.x >> 5] = m;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kArgmaxThreads / 32; ++w) m = max(m, wm[w]);
+    slice_keys[int64_t(blockIdx.y) * kArgmaxSlices + blockIdx.x] = m;
+  }
+}
+
 __global__ void __launch_bounds__(kThreads) sample_rows_kernel(RowSampleResult* results, float* logits, int64_t V,
                                                                int64_t R, const char* buffer, int rows, int edit_total,
-                                                               DeviceError* err, int op) {
+                                                               const unsigned long long* slice_keys, DeviceError* err,
+                                                               int op) {
   __shared__ SampleShared sh;
   const auto* specs = reinterpret_cast<const RowSampleSpec*>(buffer + sizeof(RowSampleHeader));
   const auto* all_edits = reinterpret_cast<const RowEdit*>(specs + rows);
@@ -333,7 +388,11 @@ __global__ void __launch_bounds__(kThreads) sample_rows_kernel(RowSampleResult* 
   int chosen = 0;
   if (sp.flags & kRowGreedy) {
     unsigned long long m = 0;
-    for_each_value(x, n, [&](int i, float v) { m = max(m, keys.rank(v, i)); });
+    if (slice_keys && plain_argmax(sp)) {  // argmax_slices_kernel made the pass
+      if (threadIdx.x < kArgmaxSlices) m = slice_keys[int64_t(blockIdx.x) * kArgmaxSlices + threadIdx.x];
+    } else {
+      for_each_value(x, n, [&](int i, float v) { m = max(m, keys.rank(v, i)); });
+    }
     chosen = keys.id_of(block_ext_u64(m, true, sh));
     if (want && !raw_mode) {
       const float mx = x[chosen];
@@ -481,10 +540,19 @@ void CudaBackend::sample_rows(const Tensor& out, const Tensor& logits, const Ten
     return;
   if (rows == 0) return;
   const int op = op_index();
+  // Few rows: their argmax passes spread over the GPU first (rows that are
+  // not a plain argmax ignore them). Many rows fill the GPU one block each.
+  const bool slices = rows <= kArgmaxSliceRows && try_reserve_scratch(size_t(rows) * kArgmaxSlices * 8);
   enqueue("sample_rows", [=, this](cudaStream_t s) {
+    auto* keys = slices ? static_cast<unsigned long long*>(scratch()) : nullptr;
+    if (slices) {
+      argmax_slices_kernel<<<dim3(kArgmaxSlices, unsigned(rows)), kArgmaxThreads, 0, s>>>(
+          keys, static_cast<const float*>(logits.data), logits.cols(), logits.rows(), static_cast<const char*>(specs.data));
+      if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+    }
     sample_rows_kernel<<<unsigned(rows), kThreads, 0, s>>>(
         static_cast<RowSampleResult*>(out.data), static_cast<float*>(logits.data), logits.cols(), logits.rows(),
-        static_cast<const char*>(specs.data), int(rows), int(edits), dev_error(), op);
+        static_cast<const char*>(specs.data), int(rows), int(edits), keys, dev_error(), op);
     return cudaGetLastError();
   });
 }
