@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 
@@ -230,15 +229,14 @@ Status MuseModel::forward(const StepPlanBuilder& plan, std::span<const KvLayerSt
     }
   }
   MUSE_RETURN_IF_ERROR(b.execute());
-  if (recorded) {
-    const Backend::GraphStats now = b.graph_stats();
-    if (now.captured > graphs_before.captured && graphs_logged_ < 32) {
+  if (const Backend::GraphStats now = recorded ? b.graph_stats() : graphs_before; now.captured > graphs_before.captured) {
+    if (graphs_logged_ < 32) {
       ++graphs_logged_;
       LOG_INFO("graph: recorded the step of %lld rows (%lld logits, keys up to %lld) in %.1f ms; %lld held, %.2f s recording in all%s",
                (long long)Tx, (long long)R, (long long)plan_.max_seq_end,
                (now.capture_seconds - graphs_before.capture_seconds) * 1e3, (long long)now.live, now.capture_seconds,
                graphs_logged_ == 32 ? " (later recordings are logged at debug level)" : "");
-    } else if (now.captured > graphs_before.captured) {
+    } else {
       LOG_DEBUG("graph: recorded the step of %lld rows; %lld held", (long long)Tx, (long long)now.live);
     }
   }

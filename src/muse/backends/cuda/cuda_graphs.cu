@@ -41,9 +41,13 @@ bool is_collective(const char* name) {
 }
 }  // namespace
 
+// Graphs off (--enforce-eager), or steps that must run op by op: profiled
+// (events between the ops) or timing probes (--skip-ops).
+bool CudaBackend::graphs_apply() const { return graphs_on_ && !profile_ && skip_ops_.empty(); }
+
 void CudaBackend::begin_graph(uint64_t caller_key) {
-  if (!graphs_on_ || profile_ || !skip_ops_.empty() || caller_key == 0 || graph_mode_ != GraphMode::Off ||
-      !enqueue_error_.empty() || flush_error_ != cudaSuccess)
+  if (!graphs_apply() || caller_key == 0 || graph_mode_ != GraphMode::Off || !enqueue_error_.empty() ||
+      flush_error_ != cudaSuccess)
     return;
   // The ops before the region (uploads the caller adds for some steps of a
   // key) shift the op indices the recording bakes in: part of the key.
@@ -207,7 +211,7 @@ Backend::GraphStats CudaBackend::graph_stats() const { return graph_stats_; }
 // above, multiples of 8, the wgmma products' row granule (33 rows as 40
 // measured 1.3% faster than 33 eagerly). At most 16 + 30 sizes to 256 rows.
 int64_t CudaBackend::graph_rows(int64_t rows) const {
-  if (!graphs_on_ || profile_ || !skip_ops_.empty() || rows <= 16) return rows;
+  if (!graphs_apply() || rows <= 16) return rows;
   return (rows + 7) / 8 * 8;
 }
 

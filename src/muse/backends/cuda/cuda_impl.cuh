@@ -359,6 +359,7 @@ class CudaBackend final : public Backend {
     uint64_t scratch_generation = 0;
     uint64_t last_use = 0;
   };
+  bool graphs_apply() const;             // whether steps may be recorded at all
   void graph_enqueued(const char* name);  // an op enqueued inside a region
   void capture_region();                  // end_graph() of a Capture region
   void graph_mismatch(const std::string& what);

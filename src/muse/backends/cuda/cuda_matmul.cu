@@ -487,6 +487,9 @@ cudaError_t launch_mma_nt(cudaStream_t s, const __nv_bfloat16* x, int64_t T, con
   }
 }
 
+// The wgmma kernels (cuda_wgmma_gemm.cu): the prefill GEMM and the decode forms.
+constexpr bool is_wgmma_variant(int variant) { return variant >= 11 && variant <= 14; }
+
 // The default rule's choice (see below).
 int gemv_rule(int64_t T, int64_t K) {
   if (T > 64) return wgmma_gemm_usable() ? 11 : 7;
@@ -545,8 +548,8 @@ cudaError_t launch_mma_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, co
   const int odt = dt_code(out.dtype);
   const int64_t ldo = out.cols();
   if (variant == 0) variant = gemv_rule(T, K);
-  if (variant >= 11 && variant <= 14 && !wgmma_gemm_usable()) variant = 7;  // the same bits, without wgmma
-  if (variant >= 11 && variant <= 14) return launch_wgmma_gemm(s, x, {&w, 1}, {&out, 1}, variant, nullptr, 0);
+  if (is_wgmma_variant(variant) && !wgmma_gemm_usable()) variant = 7;  // the same bits, without wgmma
+  if (is_wgmma_variant(variant)) return launch_wgmma_gemm(s, x, {&w, 1}, {&out, 1}, variant, nullptr, 0);
   if (variant == 7) return launch_mma_gemm(s, x, w, out);
   if (variant >= 8 && variant <= 10 && !mma_cluster_built()) variant = 1;  // the same bits, without clusters
   if (variant >= 8 && variant <= 10)
@@ -760,7 +763,7 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
   // kChainXReady, cuda_mma.cuh); each product's bits are its own launch's.
   std::vector<bool> chainable(outs.size());
   const int variant = product_variant(gemv_variant_, x.rows(), x.cols());
-  const bool wg = variant >= 11 && variant <= 14 && wgmma_gemm_usable();
+  const bool wg = is_wgmma_variant(variant) && wgmma_gemm_usable();
   const bool gemm = variant == 7 || wg;  // never chained
   bool all = true;
   int64_t min_n = INT64_MAX;

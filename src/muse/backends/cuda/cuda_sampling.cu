@@ -121,21 +121,26 @@ __device__ unsigned long long block_ext_u64(unsigned long long v, bool want_max,
 // f(i, x[i]) for this thread's ids i < n, in increasing order (the order
 // its sums take), with four loads in flight per step: a pass over a row is
 // bound by load latency, not bandwidth, at one block per row.
-template <class F>
-__device__ __forceinline__ void for_each_value(const float* x, int n, F f) {
-  for (int i0 = threadIdx.x; i0 < n; i0 += 4 * kThreads) {
+// (for_each_value_in: the ids [lo, hi) over a block of THREADS threads.)
+template <int THREADS, class F>
+__device__ __forceinline__ void for_each_value_in(const float* x, int lo, int hi, F f) {
+  for (int i0 = lo + int(threadIdx.x); i0 < hi; i0 += 4 * THREADS) {
     float v[4];
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
-      const int i = i0 + u * kThreads;
-      v[u] = i < n ? x[i] : 0.0f;
+      const int i = i0 + u * THREADS;
+      v[u] = i < hi ? x[i] : 0.0f;
     }
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
-      const int i = i0 + u * kThreads;
-      if (i < n) f(i, v[u]);
+      const int i = i0 + u * THREADS;
+      if (i < hi) f(i, v[u]);
     }
   }
+}
+template <class F>
+__device__ __forceinline__ void for_each_value(const float* x, int n, F f) {
+  for_each_value_in<kThreads>(x, 0, n, f);
 }
 
 // The radix descent. Among members in descending key order, finds the
@@ -296,19 +301,7 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_slices_kernel(unsigned 
   const int per = (n + kArgmaxSlices - 1) / kArgmaxSlices, lo = int(blockIdx.x) * per;
   const int hi = lo + per < n ? lo + per : n;
   unsigned long long m = 0;
-  for (int i0 = lo + int(threadIdx.x); i0 < hi; i0 += 4 * kArgmaxThreads) {
-    float v[4];
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int i = i0 + u * kArgmaxThreads;
-      v[u] = i < hi ? x[i] : 0.0f;
-    }
-#pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      const int i = i0 + u * kArgmaxThreads;
-      if (i < hi) m = max(m, keys.rank(v[u], i));
-    }
-  }
+  for_each_value_in<kArgmaxThreads>(x, lo, hi, [&](int i, float v) { m = max(m, keys.rank(v, i)); });
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) m = max(m, __shfl_xor_sync(0xffffffffu, m, o));
   __shared__ unsigned long long wm[kArgmaxThreads / 32];
