@@ -122,6 +122,13 @@ __device__ __forceinline__ void pdl_launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;");
 #endif
 }
+// A product's blocks call this once their last weight copy is issued: the
+// kernel after it may then launch (it fires once every block has called it
+// or exited, so all of this grid's blocks are resident by then) and take
+// the SM slots our finishing blocks free, streaming its own weights during
+// our tail. It still waits (pdl_wait) for our completion before reading
+// what we write.
+__device__ __forceinline__ void pdl_streaming_done() { pdl_launch_dependents(); }
 
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
 // A value as the dtype dt stores it (what a later read of it gives).

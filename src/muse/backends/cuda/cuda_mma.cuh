@@ -243,6 +243,7 @@ __device__ __forceinline__ void ring_accumulate(uint4* ring, const __nv_bfloat16
       }
     }
   }
+  pdl_streaming_done();
   cp_async_wait<0>();
 }
 

@@ -146,6 +146,7 @@ __global__ void __launch_bounds__(kCThreads, STAGES == 3 ? 3 : 2)  // the blocks
       }
     }
   }
+  pdl_streaming_done();
   cp_async_wait<0>();
   __syncthreads();  // the stages become this block's partial
   float* part = reinterpret_cast<float*>(smem);

@@ -413,6 +413,7 @@ __device__ __forceinline__ void fp4_accumulate(uint4* ring, const uint32_t* lut,
       }
     }
   }
+  pdl_streaming_done();
   cp_async_wait<0>();
 }
 

@@ -177,6 +177,7 @@ __device__ __forceinline__ void fp8_accumulate(uint4* ring, const QTile (&tile)[
           for (int e = 0; e < 4; ++e) acc[r][c][e] = fmaf(part[r][c][e], sc[r][e >> 1], acc[r][c][e]);
     }
   }
+  pdl_streaming_done();
   cp_async_wait<0>();
 }
 
@@ -342,6 +343,7 @@ __device__ __forceinline__ void int4_accumulate(uint4* ring, const Int4Rows (&ro
           for (int e = 0; e < 4; ++e)
             acc[2 * q + tt][c][e] = fmaf(part[2 * q + tt][c][e], sc[q][2 * tt + (e >> 1)], acc[2 * q + tt][c][e]);
   }
+  pdl_streaming_done();
   cp_async_wait<0>();
 }
 

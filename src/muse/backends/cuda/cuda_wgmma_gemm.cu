@@ -340,6 +340,7 @@ __global__ void __launch_bounds__(kWgThreads, NX >= 256 ? 1 : NX >= 32 ? 2 : 3) 
     cp_async_commit();
     wg_unit_end<NX>(d, a);
   }
+  pdl_streaming_done();
   cp_async_wait<0>();
   wg_finish<NX>(d, wg_raw + (base - raw), s, tl, grp, T, chain);
 #elif defined(__CUDA_ARCH__)
@@ -453,6 +454,7 @@ __global__ void __launch_bounds__(kWgThreads, NX >= 256 ? 1 : STAGES <= 3 ? 3 : 
     __syncwarp();
     if (lane == 0) mbar_arrive(empty + 8 * st);
   }
+  pdl_streaming_done();
   wg_finish<NX>(d, wg_raw + (base - raw), s, tl, grp, T, chain);
 #elif defined(__CUDA_ARCH__)
   __trap();  // never launched: wgmma_gemm_usable() is false unless this file's sm_90a code runs
