@@ -236,6 +236,54 @@ TEST(ProjectVariants, GroupedOutputsGiveTheBitsOfSeparateProducts) {
 #endif
 }
 
+// project_swiglu: on the ring (1..8 rows, variants 2, 3, 4, 6 and the
+// rule's 1..4) one kernel forms silu(γ) · υ where the gate and up sums land;
+// elsewhere it runs project then swiglu. Either way the bits are those of
+// the two ops, for odd widths (tiles past I), both stored dtypes of γ and υ,
+// and act aliasing gate's out (as the model calls it) or not.
+TEST(ProjectVariants, ProjectSwigluGivesTheBitsOfProjectThenSwiglu) {
+#if !(defined(MUSE_HAVE_CUDA) && MUSE_HAVE_CUDA)
+  GTEST_SKIP() << "this build has no CUDA backend (configure with -DMUSE_CUDA=ON: scripts/test-cuda.sh)";
+#else
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU on this machine: the CUDA backend is not tested here";
+  auto bf = [](const std::vector<float>& v) {
+    std::vector<uint16_t> h(v.size());
+    for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_bf16(v[i]);
+    return h;
+  };
+  uint32_t seed = 9700;
+  for (int variant : {0, 2, 3, 4, 6, 1, 14})
+    for (int64_t T : {1, 2, 4, 5, 8})
+      for (int64_t K : {136, 1000})
+        for (int64_t I : {77, 300})
+          for (int form = 0; form < 3; ++form) {  // 0: BF16, act aliases gate; 1: BF16; 2: F32 γ and υ, F32 act
+            auto bp = backend_with_product_kernel(variant);
+            ASSERT_TRUE(bp);
+            Backend& be = *bp;
+            seed += 3;
+            const DType pdt = form == 2 ? DType::F32 : DType::BF16;
+            const auto x = bf(random_floats(static_cast<size_t>(T * K), seed));
+            const auto wg = bf(random_floats(static_cast<size_t>(I * K), seed + 1, 0.05f)),
+                       wu = bf(random_floats(static_cast<size_t>(I * K), seed + 2, 0.05f));
+            auto tx = be.import_weight(DType::BF16, {T, K}, x.data(), false);
+            auto tg = be.import_weight(DType::BF16, {I, K}, wg.data(), false);
+            auto tu = be.import_weight(DType::BF16, {I, K}, wu.data(), false);
+            auto og = be.alloc(pdt, {T, I}), ou = be.alloc(pdt, {T, I}), act = be.alloc(pdt, {T, I});
+            auto rg = be.alloc(pdt, {T, I}), ru = be.alloc(pdt, {T, I});
+            ASSERT_TRUE(tx.ok() && tg.ok() && tu.ok() && og.ok() && ou.ok() && act.ok() && rg.ok() && ru.ok());
+            const Tensor& got = form == 0 ? *og : *act;
+            be.project_swiglu(*tx, {*tg, *og}, {*tu, *ou}, got);
+            const Projection gu[] = {{*tg, *rg}, {*tu, *ru}};
+            be.project(*tx, gu);
+            be.swiglu(*rg, *rg, *ru);
+            ASSERT_TRUE(be.execute().ok());
+            std::vector<char> a(static_cast<size_t>(got.bytes())), c(a.size());
+            ASSERT_TRUE(be.download(got, a.data()).ok() && be.download(*rg, c.data()).ok());
+            EXPECT_EQ(a, c) << "variant " << variant << " T " << T << " K " << K << " I " << I << " form " << form;
+          }
+#endif
+}
+
 INSTANTIATE_TEST_SUITE_P(Act, Project, ::testing::Values(DType::F32, DType::BF16), param_name);
 
 }  // namespace

@@ -276,6 +276,18 @@ class Backend {
   // out = silu(gate) ⊙ up (out may alias gate).
   virtual void swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) = 0;
 
+  // A dense MLP's gate/up products and its SwiGLU: act = silu(γ) ⊙ υ with
+  // γ = x · gate.weightᵀ and υ = x · up.weightᵀ, each rounded to its out's
+  // dtype first (the bits of project then swiglu, which this default runs).
+  // gate.out and up.out are scratch: a backend that fuses the two (the CUDA
+  // backend at 1..8 rows on its ring kernel) leaves them unwritten. act may
+  // alias gate.out.
+  virtual void project_swiglu(const Tensor& x, const Projection& gate, const Projection& up, const Tensor& act) {
+    const Projection gu[] = {gate, up};
+    project(x, gu);
+    swiglu(act, gate.out, up.out);
+  }
+
   // Sigmoid router: p = σ(logits · multiplier); the top k by p + bias
   // (selection only; ties to the lower index), in descending order; weights
   // p_k / (Σ p_top + 1e-15) · scaling. ids I32 [T, k], weights F32 [T, k].

@@ -308,9 +308,7 @@ void MuseModel::attention_block(const Step& s, int64_t l, const KvLayerStorage& 
 // f = down(silu(gate·h) ⊙ up·h) into s.a.
 void MuseModel::dense_mlp(const Step& s, const LayerWeights& w) {
   Backend& b = backend_;
-  const Projection gu[] = {{w.mlp_gate, s.mlp_gate}, {w.mlp_up, s.mlp_up}};
-  b.project(s.h, gu);
-  b.swiglu(s.mlp_gate, s.mlp_gate, s.mlp_up);
+  b.project_swiglu(s.h, {w.mlp_gate, s.mlp_gate}, {w.mlp_up, s.mlp_up}, s.mlp_gate);
   b.matmul(s.a, s.mlp_gate, w.mlp_down);
   reduce(s.a);  // down is row-split
 }

@@ -207,6 +207,7 @@ class CudaBackend final : public Backend {
                             float scale, const OutputGate& gate) override;
   void output_gate(const Tensor& o, const Tensor& g, int64_t head_dim, bool head_norm, float eps) override;
   void swiglu(const Tensor& out, const Tensor& gate, const Tensor& up) override;
+  void project_swiglu(const Tensor& x, const Projection& gate, const Projection& up, const Tensor& act) override;
   void moe_route(const Tensor& ids, const Tensor& weights, const Tensor& logits, const Tensor& bias, float multiplier,
                  float scaling) override;
   void moe_experts(const Tensor& out, const Tensor& u, const Tensor& gate_up, const Tensor& down,
