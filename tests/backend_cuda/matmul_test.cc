@@ -65,11 +65,13 @@ TEST_P(Project, OddShapesBothWeightDtypesTwoOutputs) {
 TEST_P(Project, DecodeRowIsBatchInvariantAndDeterministic) {
   const int64_t K = 1000, N = 300, B = 64, at = 37;
   // mma_gemv (K 1000, 4168: a K tail, BF16 activations), the warp dot's
-  // vector path (F32 activations) and its scalar path (K 67).
+  // vector path (F32 activations or F32 weights; one row alone takes its
+  // deep-prefetch form, warp_dot_row) and its scalar path (K 67).
+  for (DType wdt : {DType::BF16, DType::F32})
   for (int64_t kk : {K, int64_t(67), int64_t(4168)}) {
     auto xb = random_floats(static_cast<size_t>(B * kk), 2000);
     auto w = random_floats(static_cast<size_t>(N * kk), 2001, 0.05f);
-    Tensor tw = up(DType::BF16, {N, kk}, w);
+    Tensor tw = up(wdt, {N, kk}, w);
     Tensor txb = up(act(), {B, kk}, xb);
     std::vector<float> x1(xb.begin() + at * kk, xb.begin() + (at + 1) * kk);
     Tensor tx1 = up(act(), {1, kk}, x1);

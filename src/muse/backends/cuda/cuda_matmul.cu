@@ -60,8 +60,11 @@ constexpr int kWarps = 8;  // warps per block
 // row: its 32 KB of ring a block leave too little L1 for 8 fp32 activation
 // rows (Spark slice at batch 16 went from 86% to 69% of HBM with it).
 constexpr int kGemvStages = 8;  // 8 warps × 8 slots × 512 bytes: 32 KB of ring a block
+// One activation row without the ring (4-byte weights): warp_dot_row's
+// pieces of both operands in flight at once (cuda_dot.cuh).
+constexpr int kRowAhead = 8;
 
-template <typename XT, typename WT, bool VEC, bool RING>
+template <typename XT, typename WT, bool VEC, bool RING, int AHEAD = 0>
 __global__ void __launch_bounds__(256) gemv_kernel(const XT* __restrict__ x, int64_t ldx, int64_t T,
                                                    const WT* __restrict__ w, int64_t N, int64_t K, void* out, int odt,
                                                    int64_t ldo, int rows) {
@@ -125,6 +128,13 @@ __global__ void __launch_bounds__(256) gemv_kernel(const XT* __restrict__ x, int
       }
     }
     cp_async_wait<0>();
+  } else if constexpr (VEC && AHEAD > 0) {  // one activation row (launch_gemv)
+    for (int j = 0; j < rows; ++j) {
+      const int64_t n = n_first + j;
+      if (n >= N) break;
+      const float v = warp_dot_row<AHEAD>(w + n * K, x, K, lane);
+      if (lane == 0) st(out, odt, n, v);
+    }
   } else {
     for (int j = 0; j < rows; ++j) {
       const int64_t n = n_first + j;
@@ -154,7 +164,11 @@ void launch_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, const Tensor&
       return;
     }
   }
-  if (vec)
+  // One row (F32 weights: Spark's router): the deep-prefetch warp dot.
+  if (vec && T == 1)
+    launch_pdl<gemv_kernel<XT, WT, true, false, kRowAhead>>(s, grid, dim3(256), 0, xp, int64_t(K), T, wp, N, K,
+                                                            out.data, odt, out.cols(), rows);
+  else if (vec)
     launch_pdl<gemv_kernel<XT, WT, true, false>>(s, grid, dim3(256), 0, xp, int64_t(K), T, wp, N, K, out.data, odt,
                                                  out.cols(), rows);
   else
@@ -327,13 +341,7 @@ __global__ void __launch_bounds__(32 * kSplit)
   const int64_t n0 = int64_t(blockIdx.x) * 16;
   const __nv_bfloat16* wr[2][2];
   bool wok[2][2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t n = n0 + g + 8 * h, nc = n < I ? n : I - 1;
-    wok[0][h] = wok[1][h] = n < I;
-    wr[0][h] = wg + nc * K + 8 * tq;
-    wr[1][h] = wu + nc * K + 8 * tq;
-  }
+  gate_up_tiles(wg, wu, n0, I, K, lane, wr, wok);
   const __nv_bfloat16* xr[1] = {x + (g < T ? g : T - 1) * K + 8 * tq};
   const bool xok[1] = {g < T};
   float acc[2][1][4];

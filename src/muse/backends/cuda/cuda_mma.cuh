@@ -247,6 +247,23 @@ __device__ __forceinline__ void ring_accumulate(uint4* ring, const __nv_bfloat16
   cp_async_wait<0>();
 }
 
+// A warp's two weight tiles of a gate/up pair (the dense MLP's fused kernel
+// and the experts'): rows n0 + g and n0 + g + 8 of gate (tile 0) and of up
+// (tile 1), row stride ld, offset by 8·(lane % 4); rows at or past I point
+// at row I − 1 and are masked.
+__device__ __forceinline__ void gate_up_tiles(const __nv_bfloat16* gate, const __nv_bfloat16* up, int64_t n0,
+                                              int64_t I, int64_t ld, int lane, const __nv_bfloat16* (&wr)[2][2],
+                                              bool (&wok)[2][2]) {
+  const int g = lane >> 2, tq = lane & 3;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int64_t n = n0 + g + 8 * h, nc = n < I ? n : I - 1;
+    wok[0][h] = wok[1][h] = n < I;
+    wr[0][h] = gate + nc * ld + 8 * tq;
+    wr[1][h] = up + nc * ld + 8 * tq;
+  }
+}
+
 // The K-slices' partials added in the order s = 0 + 1 + 2 + 3 (through
 // `ring`, which must be idle: every warp has left ring_accumulate); warp 0
 // calls store(r, c, i, value) for fragment element i of tile (r, c): weight

@@ -384,13 +384,7 @@ __global__ void __launch_bounds__(32 * kSplit)
   const __nv_bfloat16* w = gate_up + int64_t(e) * 2 * I * Hm;
   const __nv_bfloat16* wr[2][2];
   bool wok[2][2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int64_t i = i0 + g + 8 * h, ic = i < I ? i : I - 1;
-    wok[0][h] = wok[1][h] = i < I;
-    wr[0][h] = w + ic * Hm + 8 * tq;
-    wr[1][h] = w + (I + ic) * Hm + 8 * tq;
-  }
+  gate_up_tiles(w, w + I * Hm, i0, I, Hm, lane, wr, wok);
   const __nv_bfloat16* xr[1] = {u + int64_t(order[g0 + min(g, nr - 1)] / K) * Hm + 8 * tq};
   const bool xok[1] = {g < nr};
   float acc[2][1][4];
