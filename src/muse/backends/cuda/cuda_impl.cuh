@@ -122,12 +122,14 @@ __device__ __forceinline__ void pdl_launch_dependents() {
   asm volatile("griddepcontrol.launch_dependents;");
 #endif
 }
-// A product's blocks call this once their last weight copy is issued: the
+// A product's blocks call this once their weight loop is done (every copy
+// issued and consumed; what is left is the reduction and the stores): the
 // kernel after it may then launch (it fires once every block has called it
 // or exited, so all of this grid's blocks are resident by then) and take
 // the SM slots our finishing blocks free, streaming its own weights during
 // our tail. It still waits (pdl_wait) for our completion before reading
-// what we write.
+// what we write. (At the product's start instead it was slower: the
+// dependents' blocks held slots the product's own blocks needed.)
 __device__ __forceinline__ void pdl_streaming_done() { pdl_launch_dependents(); }
 
 __device__ __forceinline__ float sigmoidf_(float x) { return 1.0f / (1.0f + expf(-x)); }
