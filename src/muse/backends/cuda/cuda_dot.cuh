@@ -13,18 +13,40 @@ namespace muse::cuda {
 
 constexpr int kRT = 8;  // activation rows per warp pass
 
-__device__ __forceinline__ void load8(const float* p, float (&v)[8]) {
-  const float4 a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
-  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-}
-__device__ __forceinline__ void load8(const __nv_bfloat16* p, float (&v)[8]) {
-  const uint4 u = *reinterpret_cast<const uint4*>(p);
-  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    v[2 * i] = __uint_as_float(w[i] << 16);
-    v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+// A lane's piece (8 elements) as loaded, unconverted: two float4s or one
+// uint4 of bf16 (so that AHEAD pieces of both operands fit in registers).
+template <typename T>
+struct RawPiece;
+template <>
+struct RawPiece<float> {
+  float4 a, b;
+  __device__ __forceinline__ void load(const float* p) {
+    a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
   }
+  __device__ __forceinline__ void values(float (&v)[8]) const {
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  }
+};
+template <>
+struct RawPiece<__nv_bfloat16> {
+  uint4 u;
+  __device__ __forceinline__ void load(const __nv_bfloat16* p) { u = *reinterpret_cast<const uint4*>(p); }
+  __device__ __forceinline__ void values(float (&v)[8]) const {
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      v[2 * i] = __uint_as_float(w[i] << 16);
+      v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+  }
+};
+
+// A lane's piece as fp32 values.
+template <typename T>
+__device__ __forceinline__ void load8(const T* p, float (&v)[8]) {
+  RawPiece<T> r;
+  r.load(p);
+  r.values(v);
 }
 
 // acc[r] += the lane's piece of weights wv (elements k0..k0+7) times the
@@ -90,34 +112,6 @@ __device__ __forceinline__ void warp_dot(const WT* __restrict__ w, const XT* con
 // time: 22.7 → 16.1 µs a layer (ncu, H200, 2026-12-04). The fmas keep
 // warp_dot's order: the same bits (Project.DecodeRowIsBatchInvariant...,
 // F32 weights: one row alone against the row in batches).
-// A lane's piece (8 elements) as loaded, unconverted: two float4s or one
-// uint4 of bf16 (so that AHEAD pieces of both operands fit in registers).
-template <typename T>
-struct RawPiece;
-template <>
-struct RawPiece<float> {
-  float4 a, b;
-  __device__ __forceinline__ void load(const float* p) {
-    a = *reinterpret_cast<const float4*>(p), b = *reinterpret_cast<const float4*>(p + 4);
-  }
-  __device__ __forceinline__ void values(float (&v)[8]) const {
-    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
-  }
-};
-template <>
-struct RawPiece<__nv_bfloat16> {
-  uint4 u;
-  __device__ __forceinline__ void load(const __nv_bfloat16* p) { u = *reinterpret_cast<const uint4*>(p); }
-  __device__ __forceinline__ void values(float (&v)[8]) const {
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      v[2 * i] = __uint_as_float(w[i] << 16);
-      v[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
-    }
-  }
-};
-
 template <int AHEAD, typename XT, typename WT>
 __device__ __forceinline__ float warp_dot_row(const WT* __restrict__ w, const XT* __restrict__ x, int64_t K, int lane) {
   float acc = 0.0f;

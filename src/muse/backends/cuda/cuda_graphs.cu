@@ -39,6 +39,12 @@ bool is_collective(const char* name) {
   const std::string n = name;
   return n == "all_reduce_sum" || n == "all_gather" || n == "all_to_all";
 }
+// A key whose capture or graph launch failed: its steps run op by op from
+// now on (bounded: past 4096 such keys the set starts over).
+void remember_failed(std::unordered_set<uint64_t>& failed, uint64_t key) {
+  if (failed.size() > 4096) failed.clear();
+  failed.insert(key);
+}
 }  // namespace
 
 // Graphs off (--enforce-eager), or steps that must run op by op: profiled
@@ -54,7 +60,7 @@ void CudaBackend::begin_graph(uint64_t caller_key) {
   uint64_t key = (caller_key ^ (uint64_t(ops_.size()) * 0x9e3779b97f4a7c15ull)) * 0xbf58476d1ce4e5b9ull;
   key ^= key >> 31;
   if (key == 0) key = 1;
-  if (graph_failed_.count(key)) return;  // its capture failed once: op by op
+  if (graph_failed_.count(key)) return;  // its capture or a launch failed once: op by op
   use_device();
   auto it = graphs_.find(key);
   if (it != graphs_.end() && it->second.scratch_generation != scratch_generation_) {
@@ -76,7 +82,7 @@ void CudaBackend::begin_graph(uint64_t caller_key) {
     cudaGraphExecDestroy(it->second.exec);
     graphs_.erase(it);
     graph_stats_.live = int64_t(graphs_.size());
-    graph_failed_.insert(key);
+    remember_failed(graph_failed_, key);
     return;
   }
   it->second.last_use = ++graph_clock_;
@@ -189,8 +195,7 @@ void CudaBackend::capture_region() {
   // Not recorded: the ops run eagerly, and so do the key's later steps.
   // Clear the error the capture left.
   cudaGetLastError();
-  if (graph_failed_.size() > 4096) graph_failed_.clear();
-  graph_failed_.insert(graph_key_);
+  remember_failed(graph_failed_, graph_key_);
   static std::atomic<bool> warned{false};  // once a process: it is a slower path, not an error
   if (!warned.exchange(true))
     LOG_WARN("cuda backend: a step region could not be recorded as a CUDA graph (%s: %s); such steps run op by op",
