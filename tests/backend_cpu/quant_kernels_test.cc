@@ -160,6 +160,55 @@ TEST_P(QuantKernels, ProjectMatchesDequantizedReference) {
   }
 }
 
+// INT4 work is split in multiples of the kernel's column block (64 on
+// AVX-512), and the columns left at a matrix's end run as one block of 1..4
+// registers, the last partial. Every split computes each output by the same
+// sequence, so 1, 2, 3, 7 and 16 threads give the same bits, for every tail
+// width, at decode (T 1) and batched.
+TEST_P(QuantKernels, Int4GivesTheSameBitsAtAnyThreadCountAndTail) {
+  const int64_t K = 256;
+  for (int64_t N : {int64_t(8), int64_t(24), int64_t(40), int64_t(56), int64_t(64), int64_t(344), int64_t(1016)}) {
+    const Case c{QuantKind::Int4, false, N, K, "int4"};
+    auto w = random_floats(size_t(N * K), 41, 0.3f);
+    HostQuantWeight q = make_quant(c, w, 1);
+    for (int64_t T : {1, 5}) {
+      auto x = random_floats(size_t(T * K), 42 + uint32_t(T));
+      std::vector<float> first;
+      for (int threads : {1, 2, 3, 7, 16}) {
+        auto be = make_backend(GetParam(), threads);
+        ASSERT_TRUE(be);
+        ModelWeights owner;
+        auto tq = import_quantized(*be, {N, K}, quant_view(q), false, owner);
+        ASSERT_TRUE(tq.ok()) << tq.message();
+        Tensor tx = upload(*be, DType::F32, {T, K}, x);
+        Tensor o = zeros(*be, DType::F32, {T, N});
+        be->matmul(o, tx, *tq);
+        run(*be);
+        auto got = fetch(*be, o);
+        if (first.empty()) {
+          first = got;
+          std::vector<double> want, scale;
+          const std::vector<float> wd = dequantize(q, 1, N, K);
+          for (int64_t t = 0; t < T; ++t)
+            for (int64_t n = 0; n < N; ++n) {
+              double sum = 0, a = 0;
+              for (int64_t k = 0; k < K; ++k) {
+                const double p = double(x[size_t(t * K + k)]) * wd[size_t(n * K + k)];
+                sum += p, a += std::fabs(p);
+              }
+              want.push_back(sum), scale.push_back(a);
+            }
+          expect_close(got, want, scale, 1e-6 * double(K) + 1e-6, "int4 N " + std::to_string(N));
+        } else {
+          EXPECT_EQ(0, std::memcmp(got.data(), first.data(), got.size() * 4))
+              << "N " << N << " T " << T << ": " << threads << " threads differ from 1";
+        }
+        release_weights(*be, owner);
+      }
+    }
+  }
+}
+
 // FP8 rows whose scale is 2^8 or more take the plain decode (the kernels
 // fold 2^120 into smaller scales), rows of both kinds share register
 // blocks, and NaN codes (0x7F, 0xFF) give NaN exactly where the reference's

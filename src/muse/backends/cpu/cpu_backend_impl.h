@@ -147,6 +147,8 @@ class CpuBackend final : public Backend {
     int64_t ldo;
   };
   void run_matmuls(const std::vector<MatmulJob>& jobs);
+  // Output rows per task for weight w, from the load-balancing target `rows`.
+  int64_t task_rows(const Tensor& w, int64_t rows) const;
   struct MatmulTask {
     int job;
     int64_t n0, N, t0, T;

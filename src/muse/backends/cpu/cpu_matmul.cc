@@ -65,6 +65,14 @@ void CpuBackend::matmul_block(const float* x, int64_t ldx, int64_t T, const Tens
   }
 }
 
+int64_t CpuBackend::task_rows(const Tensor& w, int64_t rows) const {
+  // Int4 codes run along K with N contiguous: the kernel keeps int4_cols
+  // output columns in flight, so a task gets whole multiples of them.
+  if (!w.quant || w.quant->format.kind != QuantKind::Int4) return rows;
+  const int64_t a = k_.int4_cols;
+  return std::max(a, (rows + a / 2) / a * a);
+}
+
 void CpuBackend::run_matmuls(const std::vector<MatmulJob>& jobs) {
   // Task shape: weight-row chunks sized so every thread gets several tasks
   // (load balance) but each streams a contiguous slab of weights; x-row
@@ -80,9 +88,10 @@ void CpuBackend::run_matmuls(const std::vector<MatmulJob>& jobs) {
   tasks.clear();
   for (size_t i = 0; i < jobs.size(); ++i) {
     const auto& j = jobs[i];
+    const int64_t rows = task_rows(*j.w, rows_per_task);
     for (int64_t t0 = 0; t0 < j.T; t0 += kRowsPerXBlock) {
-      for (int64_t n0 = 0; n0 < j.N; n0 += rows_per_task) {
-        tasks.push_back({int(i), n0, std::min(rows_per_task, j.N - n0), t0, std::min(kRowsPerXBlock, j.T - t0)});
+      for (int64_t n0 = 0; n0 < j.N; n0 += rows) {
+        tasks.push_back({int(i), n0, std::min(rows, j.N - n0), t0, std::min(kRowsPerXBlock, j.T - t0)});
       }
     }
   }

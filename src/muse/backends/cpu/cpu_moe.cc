@@ -124,7 +124,7 @@ void CpuBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& g
     constexpr int64_t kRowsPerXBlock = 64;
     int64_t active_rows = 0;
     for (int64_t e = 0; e < E; ++e) active_rows += count[size_t(e)] ? I : 0;
-    const int64_t c = std::max<int64_t>(8, (active_rows / (pool_.size() * 4) + 7) / 8 * 8);
+    const int64_t c = task_rows(gate_up, std::max<int64_t>(8, (active_rows / (pool_.size() * 4) + 7) / 8 * 8));
     auto& gu_tasks = ms.gu_tasks;
     gu_tasks.clear();
     for (int64_t e = 0; e < E; ++e)

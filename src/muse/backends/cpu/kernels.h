@@ -45,6 +45,11 @@ const float* e8m0_table();
 
 struct KernelTable {
   Isa isa;
+  // Int4 products vectorize over output columns (N contiguous) and keep
+  // several column registers in flight: a call over fewer columns than this
+  // runs one FMA chain and is latency-bound (2.6x slower on AVX-512), so the
+  // backend splits Int4 work in multiples of it.
+  int64_t int4_cols;
   // out[t*ldo + n] = Σ_k x[t*ldx + k] · w[n*ldw + k] for t < T, n < N.
   void (*matmul_f32)(const float* x, int64_t ldx, int64_t T, const float* w, int64_t ldw, int64_t N, int64_t K,
                      float* out, int64_t ldo);

@@ -115,6 +115,7 @@ struct Avx2 {
 
 const KernelTable kTable = {
     Isa::Avx2,
+    Avx2::QNB1 * Avx2::W,
     matmul_f32_impl<Avx2>,
     matmul_bf16_impl<Avx2>,
     matmul_quant_impl<Avx2>,

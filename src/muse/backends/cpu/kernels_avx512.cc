@@ -116,6 +116,7 @@ struct Avx512 {
 
 const KernelTable kTable = {
     Isa::Avx512,
+    Avx512::QNB1 * Avx512::W,
     matmul_f32_impl<Avx512>,
     matmul_bf16_impl<Avx512>,
     matmul_quant_impl<Avx512>,

@@ -108,6 +108,7 @@ void attend_scalar(const float* q, const float* const* krows, const float* const
 
 const KernelTable kScalar = {
     Isa::Scalar,
+    1,
     matmul_scalar<float>,
     matmul_scalar<uint16_t>,
     matmul_quant_scalar,
