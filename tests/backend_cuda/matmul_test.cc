@@ -163,7 +163,7 @@ TEST(ProjectVariants, EveryGemvVariantGivesTheSameBits) {
   for (const ProductCase c : {ProductCase{257, 129, 4096}, ProductCase{65, 260, 384}, ProductCase{200, 128, 640},
                               ProductCase{129, 255, 520}, ProductCase{2100, 513, 1032}})
     cases.push_back(c);
-  expect_variants_give_the_same_bits(cases, {0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14}, 7000);
+  expect_variants_give_the_same_bits(cases, {0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}, 7000);
 #endif
 }
 
@@ -187,7 +187,8 @@ TEST(ProjectVariants, WgmmaKernelsGiveTheSameBits) {
 
 // The outputs of one project() call launch as a chain of overlapping
 // products (kChainNext / kChainXReady), or (two to four of them, at 9..64
-// rows or variant 10) as one grouped cluster launch: each output's bits must
+// rows or variant 10) as one grouped cluster launch, or (variants 15 and 16,
+// at 1..8 rows) as one grouped ring launch: each output's bits must
 // be those of its own product, for every decode variant, with outputs of odd
 // sizes (tiles across the products' edges), both output dtypes, and five,
 // four or two outputs.
@@ -203,7 +204,7 @@ TEST(ProjectVariants, GroupedOutputsGiveTheBitsOfSeparateProducts) {
     return h;
   };
   uint32_t seed = 9100;
-  for (int variant : {0, 1, 2, 3, 5, 6, 8, 9, 10, 11, 12, 13, 14})
+  for (int variant : {0, 1, 2, 3, 5, 6, 8, 9, 10, 11, 12, 13, 14, 15, 16})
     for (int64_t T : {1, 5, 16, 29, 64, 200})
       for (int64_t K : {136, 1000})
         for (size_t n_out : {size_t(5), size_t(4), size_t(2)}) {

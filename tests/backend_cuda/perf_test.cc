@@ -168,7 +168,8 @@ TEST_F(Timing, DISABLED_GroupedProducts) {
     int64_t K;
   };
   const Group groups[] = {{"q,k,v,gate", {4096, 256, 256, 4096}, 6656}, {"gate,up", {19968, 19968}, 6656}};
-  const std::pair<int, const char*> variants[] = {{3, "ring3"}, {8, "clus3"}, {10, "group"}, {0, "rule"}};
+  const std::pair<int, const char*> variants[] = {{3, "ring3"}, {8, "clus3"}, {10, "group"}, {15, "rgrp3"},
+                                                  {16, "rgrp2"}, {0, "rule"}};
   uint64_t seed = 500;
   for (const auto& [v, vname] : variants) {
     auto bp = backend_with_product_kernel(v);

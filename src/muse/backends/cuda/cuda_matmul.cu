@@ -275,17 +275,18 @@ __global__ void __launch_bounds__(32 * kSplit * RWARPS)
 // mma_gemv with a cp.async ring: the same fragments and order as the kernel
 // above through ring_accumulate (cuda_mma.cuh), so the same bits; 16 weight
 // rows and up to 64 activation rows per block of 4 K-slice warps.
+// ring_tile: weight rows n0..n0 + 15 of w (N rows) against x's activation
+// tile of blockIdx.y.
 template <int NT, int STAGES>
-__global__ void __launch_bounds__(32 * kSplit)
-    ring_gemv_kernel(const __nv_bfloat16* __restrict__ x, int64_t T, const __nv_bfloat16* __restrict__ w, int64_t N,
-                     int64_t K, void* out, int odt, int64_t ldo, int chain) {
+__device__ __forceinline__ void ring_tile(const __nv_bfloat16* __restrict__ x, int64_t T,
+                                          const __nv_bfloat16* __restrict__ w, int64_t N, int64_t n0, int64_t K,
+                                          void* out, int odt, int64_t ldo, int chain) {
   extern __shared__ uint4 ring[];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, tq = lane & 3;
   const int64_t t0 = int64_t(blockIdx.y) * 64;
   x += t0 * K;
   const int64_t nt = T - t0 < 64 ? T - t0 : 64;
-  const int64_t n0 = int64_t(blockIdx.x) * 16;
   const __nv_bfloat16* wr[1][2];
   bool wok[1][2];
 #pragma unroll
@@ -309,6 +310,30 @@ __global__ void __launch_bounds__(32 * kSplit)
     if (n < N && t < nt) st(out, odt, (t0 + t) * ldo + n, v);
   });
   chain_end(chain);
+}
+
+template <int NT, int STAGES>
+__global__ void __launch_bounds__(32 * kSplit)
+    ring_gemv_kernel(const __nv_bfloat16* __restrict__ x, int64_t T, const __nv_bfloat16* __restrict__ w, int64_t N,
+                     int64_t K, void* out, int odt, int64_t ldo, int chain) {
+  ring_tile<NT, STAGES>(x, T, w, N, int64_t(blockIdx.x) * 16, K, out, odt, ldo, chain);
+}
+
+// The products of one project() call (Q/K/V/gate) in one ring launch
+// (variants 15 and 16): block tile i belongs to the product whose 16-row
+// tiles hold it (ClusterGroup in tiles of 16), and runs ring_tile on it, so
+// each row's bits are its own product's. Why: at 1..8 rows the rule's
+// grouped cluster launch reads Glimmer's Q/K/V/gate at ~75% of HBM and
+// Spark's at 71% (ncu, bench/NOTES.md), where the ring streams the long
+// products at ~88%; the ring chained per product leaves K and V (16 blocks
+// each) alone on the GPU. Not the rule: to be timed against it.
+template <int NT, int STAGES>
+__global__ void __launch_bounds__(32 * kSplit)
+    ring_group_kernel(const __nv_bfloat16* __restrict__ x, int64_t T, int64_t K, const ClusterGroup grp) {
+  const int64_t tile = blockIdx.x;
+  const int j = group_product(grp, tile);
+  const int64_t n0 = (tile - (j ? grp.tile_end[j - 1] : 0)) * 16;
+  ring_tile<NT, STAGES>(x, T, grp.w[j], grp.n[j], n0, K, grp.out[j], grp.odt[j], grp.ldo[j], 0);
 }
 
 template <int NT, int STAGES>
@@ -385,6 +410,30 @@ cudaError_t launch_ring_nt(cudaStream_t s, int stages, const __nv_bfloat16* x, i
     case 6: return launch_ring<NT, 6>(s, x, T, w, N, K, out, odt, ldo, chain);
     default: return launch_ring<NT, 4>(s, x, T, w, N, K, out, odt, ldo, chain);
   }
+}
+
+// Variants 15 and 16: the products of one project() call in one ring launch
+// (ring_group_kernel) with three or two stages (48 KB: four blocks an SM;
+// 32 KB: seven).
+template <int NT>
+cudaError_t launch_ring_group_nt(cudaStream_t s, int stages, const __nv_bfloat16* x, int64_t T, int64_t K,
+                                 const ClusterGroup& grp) {
+  const dim3 grid(unsigned(grp.tiles_n), unsigned((T + 63) / 64));
+  if (stages == 2)
+    return launch_pdl<ring_group_kernel<NT, 2>>(s, grid, dim3(32 * kSplit), ring_bytes<1, NT, 2>(), x, T, K, grp);
+  return launch_pdl<ring_group_kernel<NT, 3>>(s, grid, dim3(32 * kSplit), ring_bytes<1, NT, 3>(), x, T, K, grp);
+}
+
+cudaError_t launch_ring_group(cudaStream_t s, const Tensor& x, std::span<const Tensor> ws,
+                              std::span<const Tensor> outs, int stages) {
+  const ClusterGroup grp = make_cluster_group(ws, outs, 16);
+  const int64_t T = x.rows(), K = x.cols();
+  if (grp.count == 0 || grp.tiles_n >= (int64_t(1) << 31)) return cudaErrorInvalidValue;
+  auto* xp = static_cast<const __nv_bfloat16*>(x.data);
+  if (T <= 8) return launch_ring_group_nt<1>(s, stages, xp, T, K, grp);
+  if (T <= 16) return launch_ring_group_nt<2>(s, stages, xp, T, K, grp);
+  if (T <= 32) return launch_ring_group_nt<4>(s, stages, xp, T, K, grp);
+  return launch_ring_group_nt<8>(s, stages, xp, T, K, grp);
 }
 
 // ---------------------------------------------------------------------------
@@ -555,6 +604,11 @@ cudaError_t launch_mma_nt(cudaStream_t s, const __nv_bfloat16* x, int64_t T, con
 
 // The wgmma kernels (cuda_wgmma_gemm.cu): the prefill GEMM and the decode forms.
 constexpr bool is_wgmma_variant(int variant) { return variant >= 11 && variant <= 14; }
+// Variants 15 and 16: the rule, except that the products of one project()
+// call at 1..8 rows run as one ring launch (ring_group_kernel).
+constexpr bool is_ring_group_variant(int variant) { return variant == 15 || variant == 16; }
+// The variant that decides everything else: the rule for 15 and 16.
+constexpr int single_product_variant(int variant) { return is_ring_group_variant(variant) ? 0 : variant; }
 
 // The default rule's choice (see below).
 int gemv_rule(int64_t T, int64_t K) {
@@ -574,7 +628,10 @@ int gemv_rule(int64_t T, int64_t K) {
 // rows a tile; the products of one project() call in one launch; variant 7
 // or the cluster rule where the device cannot run them; 13 is 12 reading x
 // permuted into scratch first above 16 rows, as 11 does; 14 is 13 with
-// its 32-row TMA tiles from one row on). Every
+// its 32-row TMA tiles from one row on); 15 and 16 the rule, with the
+// products of one project() call at 1..8 rows in one ring launch of three or
+// two stages (ring_group_kernel; untimed yet, to be compared with the rule's
+// grouped cluster launch). Every
 // variant gives the same bits, so the rule may pick by shape freely. The
 // rule, from the H200 timings of every variant on Glimmer's shapes
 // (tests/backend_cuda Timing.DISABLED_DecodeProducts and whole-model `muse
@@ -613,6 +670,7 @@ cudaError_t launch_mma_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, co
   auto* wp = static_cast<const __nv_bfloat16*>(w.data);
   const int odt = dt_code(out.dtype);
   const int64_t ldo = out.cols();
+  variant = single_product_variant(variant);
   if (variant == 0) variant = gemv_rule(T, K);
   if (is_wgmma_variant(variant) && !wgmma_gemm_usable()) variant = 7;  // the same bits, without wgmma
   if (is_wgmma_variant(variant)) return launch_wgmma_gemm(s, x, {&w, 1}, {&out, 1}, variant, nullptr, 0);
@@ -648,6 +706,7 @@ cudaError_t launch_mma_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, co
 // grouped against 43 / 47 chained; gate and up (19,968 rows each) stay
 // chained on the ring (131 against 143 µs at 1 row; bench/NOTES.md).
 int grouped_rule(int variant, int64_t T, int64_t K, size_t count, int64_t min_n) {
+  variant = single_product_variant(variant);
   if (count < 2 || count > 4 || !mma_cluster_built()) return 0;
   if (variant == 10) return 3;
   if (variant != 0 || T > 64 || (T <= 8 && min_n >= 2048)) return 0;
@@ -742,7 +801,10 @@ constexpr int64_t kCublasLtAboveRows = 0;  // 0: never
 
 namespace {
 // The product kernel for T rows of K: the forced one, else the rule's.
-int product_variant(int forced, int64_t T, int64_t K) { return forced ? forced : gemv_rule(T, K); }
+int product_variant(int forced, int64_t T, int64_t K) {
+  forced = single_product_variant(forced);
+  return forced ? forced : gemv_rule(T, K);
+}
 // Whether that kernel reads x permuted into scratch: the prefill GEMM, the
 // wgmma decode kernel's TMA tiles (variant 14 at every row count, 13 above
 // 16 rows).
@@ -852,8 +914,14 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
   const size_t xoff = permuted ? xperm_copy_.offset : 0;
   // All of them in one cluster launch where the rule says so (each row's
   // bits are still its own product's).
-  const int grouped = all ? grouped_rule(gemv_variant_, x.rows(), x.cols(), outs.size(), min_n) : 0;
-  enqueue("project", [this, x, outs, lt, chainable, grouped, wg_all, variant, xperm, permuted,
+  // Variants 15 / 16: at 1..8 rows, all of them in one ring launch instead.
+  const int ring_group = all && !wg_all && is_ring_group_variant(gemv_variant_) && x.rows() <= 8 &&
+                                 outs.size() >= 2 && outs.size() <= size_t(kClusterGroupMax)
+                             ? (gemv_variant_ == 15 ? 3 : 2)
+                             : 0;
+  const int grouped =
+      all && !ring_group ? grouped_rule(gemv_variant_, x.rows(), x.cols(), outs.size(), min_n) : 0;
+  enqueue("project", [this, x, outs, lt, chainable, grouped, ring_group, wg_all, variant, xperm, permuted,
                        xoff](cudaStream_t s) {
     if (wg_all) {
       const bool ready = permuted && xperm_valid();
@@ -870,9 +938,10 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
       }
       return cudaSuccess;
     }
-    if (grouped) {
-      Tensor ws[4], os[4];
+    if (grouped || ring_group) {
+      Tensor ws[kClusterGroupMax], os[kClusterGroupMax];
       for (size_t i = 0; i < outs.size(); ++i) ws[i] = outs[i].weight, os[i] = outs[i].out;
+      if (ring_group) return launch_ring_group(s, x, {ws, outs.size()}, {os, outs.size()}, ring_group);
       return launch_mma_cluster(s, x, {ws, outs.size()}, {os, outs.size()}, grouped, 0);
     }
     for (size_t i = 0; i < outs.size(); ++i) {
