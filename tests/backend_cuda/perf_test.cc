@@ -110,12 +110,16 @@ TEST_F(Timing, DISABLED_DecodeProducts) {
     const char* name;
     int64_t N, K;
   };
-  const Shape shapes[] = {{"qkv+gate", 8704, 6656}, {"o", 6656, 4096}, {"gate+up", 39936, 6656},
-                          {"down", 6656, 19968},    {"lm_head", 202048, 6656}};
+  // Glimmer's, then the Spark slice's short ones (the pooler in and out, o),
+  // which run on 128-256 ring blocks at one row (pre-expert: 57% of HBM).
+  const Shape shapes[] = {{"qkv+gate", 8704, 6656}, {"o", 6656, 4096},       {"gate+up", 39936, 6656},
+                          {"down", 6656, 19968},    {"lm_head", 202048, 6656}, {"sp.pre_ex", 4096, 8192},
+                          {"sp.post_ex", 8192, 4096}, {"sp.o", 8192, 8192}};
   // Each kernel variant on its own backend (CudaBackendOptions::gemv_variant).
   // (regs, 1, and wide, 5, lost everywhere in the 2026-12-01 runs: not timed.)
-  const std::pair<int, const char*> variants[] = {
-      {3, "ring3"}, {8, "clus3"}, {9, "clus4"}, {12, "wgmma"}, {13, "wgperm"}, {0, "rule"}};
+  const std::pair<int, const char*> variants[] = {{2, "ring2"},  {3, "ring3"},   {4, "ring4"},
+                                                  {6, "ring6"},  {8, "clus3"},   {9, "clus4"},
+                                                  {12, "wgmma"}, {13, "wgperm"}, {0, "rule"}};
   std::vector<std::unique_ptr<Backend>> backends;
   for (const auto& [v, name] : variants) {
     backends.push_back(backend_with_product_kernel(v));
@@ -154,9 +158,11 @@ TEST_F(Timing, DISABLED_DecodeProducts) {
 }
 
 // The multi-output products of a Glimmer layer as the model calls them (one
-// project() with Q, K, V and the gate; one with gate and up): chained
-// launches (ring3, clus3) against one grouped cluster launch (variant 10) and
-// the rule, T = 1, 4, 16, 64, as a share of the HBM read of the same run.
+// project() with Q, K, V and the gate; one with gate and up), and the Spark
+// slice's Q, K, V and gate: chained launches (ring3, clus3) against one
+// grouped cluster launch (variant 10), one grouped ring launch (15, 16: at
+// 1..8 rows) and the rule, T = 1, 4, 16, 64, as a share of the HBM read of
+// the same run.
 TEST_F(Timing, DISABLED_GroupedProducts) {
   auto ceil = measure_gpu_ceilings(uint64_t(4) << 30, 2048, 5);
   ASSERT_TRUE(ceil.ok()) << ceil.message();
@@ -167,7 +173,9 @@ TEST_F(Timing, DISABLED_GroupedProducts) {
     std::vector<int64_t> Ns;
     int64_t K;
   };
-  const Group groups[] = {{"q,k,v,gate", {4096, 256, 256, 4096}, 6656}, {"gate,up", {19968, 19968}, 6656}};
+  const Group groups[] = {{"q,k,v,gate", {4096, 256, 256, 4096}, 6656},
+                          {"gate,up", {19968, 19968}, 6656},
+                          {"sp.q,k,v,gate", {8192, 1024, 1024, 8192}, 8192}};
   const std::pair<int, const char*> variants[] = {{3, "ring3"}, {8, "clus3"}, {10, "group"}, {15, "rgrp3"},
                                                   {16, "rgrp2"}, {0, "rule"}};
   uint64_t seed = 500;
