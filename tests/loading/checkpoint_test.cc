@@ -609,3 +609,107 @@ TEST_F(CheckpointTest, QuantizedFormatsStrictChecksNameTheTensor) {
   with_config(R"({"quant_method": "bitsandbytes"})");
   expect_open_error({"bitsandbytes", "not a format muse reads"});
 }
+
+// The checks added after an audit of malformed quantized checkpoints
+// (2026-12-04): exclusion lists in the forms configs use, the activation
+// scale, quantized embeddings, compressed-tensors' weight_shape, FP4 codes
+// in F4 of the logical shape, FP8 block configs, and config.json against
+// hf_quant_config.json.
+TEST_F(CheckpointTest, QuantizedCheckpointAuditCases) {
+  const std::string q = P + "layers.0.self_attn.q_proj.";
+  auto with_config = [&](const char* qc) {
+    Json cfg = spark_config();
+    cfg.set("quantization_config", *Json::parse(qc));
+    fs::remove_all(dir_);
+    write(cfg);
+  };
+  // Replaces the tensor of that name (the random writer may have made it), or adds it.
+  auto put = [](std::vector<Owned>& ts, Owned t) {
+    if (Owned* o = by_name(ts, t.name)) *o = std::move(t);
+    else ts.push_back(std::move(t));
+  };
+  Nvfp4Sample s = make_nvfp4(32, 32, [](int64_t) { return 0.5f; }, 7);
+  auto nvfp4_q = [&](DType codes_dtype, std::vector<int64_t> codes_shape) {
+    rewrite("model.safetensors", [&](std::vector<Owned>& ts) {
+      put(ts, {q + "weight", codes_dtype, codes_shape, s.packed});
+      put(ts, {q + "weight_scale", DType::F8_E4M3, {32, 2}, s.scales});
+      put(ts, {q + "weight_scale_2", DType::F32, {}, tensor_bytes_f32({0.5f}, DType::F32)});
+    });
+  };
+  // Exclusions: a glob of a module above (gpt-oss style), a bare component
+  // name, a compressed-tensors regex, a single string.
+  for (const char* excl : {R"("ignore": ["model.language_model.layers.*.self_attn"])", R"("ignore": ["self_attn"])",
+                           R"("ignore": ["re:.*layers\\.0\\.self_attn\\.q_proj$"])",
+                           R"("exclude_modules": "model.language_model.layers.0.self_attn.q_proj")"}) {
+    with_config(("{\"quant_method\": \"modelopt\", \"quant_algo\": \"NVFP4\", " + std::string(excl) + "}").c_str());
+    nvfp4_q(DType::U8, {32, 16});
+    expect_open_error({q + "weight", "is stored quantized but quantization_config excludes"});
+  }
+  // The same exclusion naming another module, and the codes as F4 of the
+  // logical shape: loads, the same values as the packed bytes.
+  with_config(R"({"quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": ["self_attn.k_proj", "lm_head"]})");
+  nvfp4_q(DType::F4, {32, 32});
+  {
+    auto ck = Checkpoint::open(dir_);
+    ASSERT_TRUE(ck.ok()) << ck.message();
+    std::vector<float> got(32 * 32);
+    ASSERT_TRUE(ck->read_f32("attn.q", 0, got.data()).ok());
+    EXPECT_EQ(got, s.values);
+  }
+  rewrite("model.safetensors", [&](std::vector<Owned>& ts) {
+    put(ts, {q + "weight", DType::F4, {32, 16}, s.packed.substr(0, 32 * 8)});  // F4 of the packed shape
+  });
+  expect_open_error({q + "weight", "F4 [32, 32]"});
+  // An activation scale that is not one float value.
+  with_config(R"({"quant_method": "modelopt", "quant_algo": "NVFP4"})");
+  nvfp4_q(DType::U8, {32, 16});
+  rewrite("model.safetensors", [&](std::vector<Owned>& ts) {
+    put(ts, {q + "input_scale", DType::BF16, {7}, tensor_bytes_f32(std::vector<float>(7, 1.0f), DType::BF16)});
+  });
+  expect_open_error({q + "input_scale", "BF16 [7]", "activation scale"});
+  // FP8 token embeddings are refused at load, not at the first step.
+  with_config(R"({"quant_method": "modelopt", "quant_algo": "FP8"})");
+  rewrite("model.safetensors", [&](std::vector<Owned>& ts) {
+    Owned* e = by_name(ts, P + "embed_tokens.weight");
+    const int64_t n = e->shape[0] * e->shape[1];
+    *e = {e->name, DType::F8_E4M3, e->shape, std::string(size_t(n), '\x38')};
+    put(ts, {P + "embed_tokens.weight_scale", DType::F32, {}, tensor_bytes_f32({1.0f}, DType::F32)});
+  });
+  expect_open_error({P + "embed_tokens.weight", "quantized token embeddings are not supported"});
+  // quant_method fp8 (128 x 128 blocks) with per-channel scales.
+  with_config(R"({"quant_method": "fp8", "weight_block_size": [128, 128]})");
+  rewrite("model.safetensors", [&](std::vector<Owned>& ts) {
+    put(ts, {q + "weight", DType::F8_E4M3, {32, 32}, std::string(32 * 32, '\x38')});
+    put(ts, {q + "weight_scale_inv", DType::F32, {32}, tensor_bytes_f32(std::vector<float>(32, 1.0f), DType::F32)});
+  });
+  expect_open_error({q + "weight_scale_inv", "per 128x128 block [1, 1]", "weight_block_size"});
+  // compressed-tensors INT4 with a weight_shape that is not the slot's.
+  with_config(R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
+                  "config_groups": {"group_0": {"weights": {"num_bits": 4, "group_size": 16}}}})");
+  auto ct_int4 = [&](std::vector<int64_t> logical) {
+    rewrite("model.safetensors", [&](std::vector<Owned>& ts) {
+      ts.erase(std::remove_if(ts.begin(), ts.end(), [&](const Owned& t) { return t.name.rfind(q, 0) == 0; }), ts.end());
+      put(ts, {q + "weight_packed", DType::I32, {32, 4}, std::string(32 * 4 * 4, '\x88')});
+      put(ts, {q + "weight_scale", DType::F16, {32, 2}, tensor_bytes_f32(std::vector<float>(64, 0.01f), DType::F16)});
+      std::string shape(16, '\0');
+      std::memcpy(shape.data(), logical.data(), 16);
+      put(ts, {q + "weight_shape", DType::I64, {2}, shape});
+    });
+  };
+  ct_int4({32, 32});
+  EXPECT_TRUE(Checkpoint::open(dir_).ok());
+  ct_int4({999, 7});
+  expect_open_error({q + "weight_shape", "holding [32, 32]"});
+  // config.json and hf_quant_config.json that disagree.
+  with_config(R"({"quant_method": "modelopt", "quant_algo": "FP8"})");
+  ASSERT_TRUE(write_file(dir_ + "/hf_quant_config.json",
+                         R"({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4"}})").ok());
+  expect_open_error({"hf_quant_config.json (modelopt NVFP4) disagree"});
+  // A known method with an unknown variant names the file the settings came from.
+  Json cfg = spark_config();
+  fs::remove_all(dir_);
+  write(cfg);
+  ASSERT_TRUE(write_file(dir_ + "/hf_quant_config.json",
+                         R"({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "W4A8_AWQ"}})").ok());
+  expect_open_error({"hf_quant_config.json: modelopt quant_algo \"W4A8_AWQ\" is not supported"});
+}

@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <unistd.h>
 
@@ -440,4 +441,102 @@ TEST(QuantConfig, RefusesActOrderAndOtherBitsByName) {
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(d->scheme, QuantScheme::ModelOptNvfp4);
   EXPECT_EQ(d->excluded.size(), 2u);
+}
+
+// A known method with a variant muse does not read is refused naming the
+// setting (not as an unknown method), and per-layer settings either become
+// exclusions (AutoRound 16-bit extra_config, GPTQModel "-:" dynamic) or are
+// refused by name.
+TEST(QuantConfig, RefusesUnsupportedVariantsByName) {
+  auto refused = [](const char* text, const char* needle) {
+    auto r = describe_quantization(*Json::parse(text));
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_NE(r.message().find(needle), std::string::npos) << r.message();
+  };
+  refused(R"({"quant_method": "modelopt", "quant_algo": "W4A8_AWQ"})", "quant_algo \"W4A8_AWQ\" is not supported");
+  refused(R"({"quant_method": "modelopt"})", "quant_algo \"\"");
+  refused(R"({"quant_method": "compressed-tensors", "format": "int-quantized"})", "format \"int-quantized\"");
+  refused(R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
+              "config_groups": {"g": {"weights": {"num_bits": 8, "group_size": 128}}}})", "num_bits 8");
+  refused(R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
+              "config_groups": {"g": {"weights": {"num_bits": 4, "symmetric": false, "group_size": 128}}}})",
+          "symmetric = false");
+  refused(R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
+              "config_groups": {"g": {"weights": {"num_bits": 4, "actorder": "group", "group_size": 128}}}})",
+          "actorder \"group\"");
+  refused(R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
+              "config_groups": {"a": {"weights": {"num_bits": 4, "group_size": 128}},
+                                "b": {"weights": {"num_bits": 4, "group_size": 64}}}})", "different weight schemes");
+  refused(R"({"quant_method": "quark", "global_quant_config": {"weight": {"dtype": "int8"}}})", "dtype \"int8\"");
+  refused(R"({"quant_method": "quark", "global_quant_config": {"weight": {"dtype": "fp4"}},
+              "layer_quant_config": {"*q_proj": {"weight": {"dtype": "fp8_e4m3"}}}})", "layer_quant_config");
+  refused(R"({"quant_method": "fp8", "weight_block_size": [64, 64]})", "128 x 128 blocks only");
+  refused(R"({"quant_method": "fp8", "weight_block_size": "128"})", "two integers");
+  refused(R"({"quant_method": "gptq", "bits": 4, "checkpoint_format": "marlin"})", "checkpoint_format \"marlin\"");
+  refused(R"({"quant_method": "gptq", "bits": 4, "group_size": 0})", "group_size 0");
+  refused(R"({"quant_method": "gptq", "bits": 4, "group_size": -8})", "group_size -8");
+  refused(R"({"quant_method": "gptq", "bits": 4, "desc_act": "true"})", "desc_act must be true or false");
+  refused(R"({"quant_method": "gptq", "bits": 4, "dynamic": {"+:.*q_proj": {"bits": 8}}})", "dynamic override");
+  refused(R"({"quant_method": "auto-round", "bits": 4, "packing_format": "auto_round:gptqmodel"})",
+          "packing_format \"auto_round:gptqmodel\"");
+  refused(R"({"quant_method": "auto-round", "bits": 4, "data_type": "nv_fp"})", "data_type \"nv_fp\"");
+  refused(R"({"quant_method": "auto-round", "bits": 4, "extra_config": {"model.layers.0.mlp.down_proj": {"bits": 8}}})",
+          "per-layer schemes");
+  refused(R"({"quant_method": "gptq", "bits": 4, "ignore": [3]})", "not a module name");
+
+  auto ok = [](const char* text) {
+    auto r = describe_quantization(*Json::parse(text));
+    EXPECT_TRUE(r.ok()) << text << ": " << r.message();
+    return r.ok() ? *r : QuantInfo{};
+  };
+  EXPECT_EQ(ok(R"({"quant_method": "modelopt", "quant_algo": "nvfp4"})").scheme, QuantScheme::ModelOptNvfp4);
+  auto ar = ok(R"({"quant_method": "auto-round", "bits": 4, "group_size": 128,
+                   "extra_config": {"model.layers.0.self_attn.q_proj": {"bits": 16, "data_type": "float"}}})");
+  EXPECT_EQ(ar.excluded, std::vector<std::string>{"model.layers.0.self_attn.q_proj"});
+  auto dyn = ok(R"({"quant_method": "gptq", "bits": 4, "dynamic": {"-:.*mlp\\.gate$": {}}})");
+  EXPECT_EQ(dyn.excluded, std::vector<std::string>{"re:.*mlp\\.gate$"});
+  auto ptpc = ok(R"({"quant_method": "ptpc_fp8"})");
+  EXPECT_EQ(ptpc.scheme, QuantScheme::None);
+  EXPECT_EQ(ptpc.online, QuantKind::Fp8);
+  EXPECT_EQ(ok(R"({"quant_method": "modelopt", "quant_algo": "NVFP4", "exclude_modules": "lm_head"})").excluded,
+            std::vector<std::string>{"lm_head"});
+  auto channel = ok(R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
+                        "config_groups": {"g": {"weights": {"num_bits": 4, "strategy": "channel", "group_size": null}}}})");
+  EXPECT_EQ(channel.group_size, -1);
+}
+
+// Scale values: NaN codes and non-finite floats are refused naming the
+// element; zero scales (an all-zero block) are legal.
+TEST(QuantConfig, ScaleValuesAreChecked) {
+  QuantFormat f;
+  f.scale_dtype = DType::F8_E4M3;
+  const uint8_t e4m3[] = {0x00, 0x38, 0xFE, 0x7F};
+  EXPECT_TRUE(check_scale_values(f, e4m3, 3).ok());
+  auto s = check_scale_values(f, e4m3, 4);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("scale 3 of 4"), std::string::npos) << s.message();
+  const uint8_t neg_nan[] = {0xFF};
+  EXPECT_FALSE(check_scale_values(f, neg_nan, 1).ok());
+  f.scale_dtype = DType::F8_E8M0;
+  const uint8_t e8m0[] = {0x00, 0x7F, 0xFE, 0xFF};
+  EXPECT_TRUE(check_scale_values(f, e8m0, 3).ok());
+  EXPECT_FALSE(check_scale_values(f, e8m0, 4).ok());
+  f.scale_dtype = DType::F16;
+  const uint16_t f16[] = {0x0000, 0x3C00, 0x7BFF, 0x7C00, 0x7E00};
+  EXPECT_TRUE(check_scale_values(f, f16, 6).ok());
+  auto inf = check_scale_values(f, f16, 8);
+  ASSERT_FALSE(inf.ok());
+  EXPECT_NE(inf.message().find("infinite"), std::string::npos) << inf.message();
+  auto nan = check_scale_values(f, f16 + 4, 2);
+  ASSERT_FALSE(nan.ok());
+  EXPECT_NE(nan.message().find("NaN"), std::string::npos) << nan.message();
+  f.scale_dtype = DType::BF16;
+  const uint16_t bf16[] = {0x3F80, 0xFF80};
+  EXPECT_FALSE(check_scale_values(f, bf16, 4).ok());
+  f.scale_dtype = DType::F32;
+  const float f32[] = {0.0f, -2.0f, std::numeric_limits<float>::quiet_NaN()};
+  EXPECT_TRUE(check_scale_values(f, f32, 8).ok());
+  EXPECT_FALSE(check_scale_values(f, f32, 12).ok());
+  EXPECT_TRUE(check_global_values({0.5f, 0.0f}).ok());
+  EXPECT_FALSE(check_global_values({0.5f, std::numeric_limits<float>::infinity()}).ok());
 }

@@ -94,17 +94,39 @@ HostQuantWeight transpose_ct_int4(const ResolvedWeight& w) {
 
 }  // namespace
 
+namespace {
+// The scales' values, checked where they are read for the upload (their
+// pages are about to be read anyway), naming the tensors they came from.
+Result<HostQuantView> checked(const HostQuantView& v, const ResolvedWeight& w) {
+  const std::string where = w.per_expert ? "the per-expert scales of slot " + w.spec.slot + " of layer " +
+                                               std::to_string(w.spec.layer)
+                                         : "tensor " + w.quant.scales.name + " in " + w.quant.scales.file;
+  if (Status s = check_scale_values(v.format, v.scales, v.scales_bytes); !s.ok())
+    return make_error(where + ": " + s.message() + "; the checkpoint's scales are corrupt");
+  if (Status s = check_global_values(v.global); !s.ok()) {
+    const bool ct = w.quant.scheme == QuantScheme::CompressedTensorsNvfp4;
+    const std::string global = w.per_expert || w.quant.global_scale.name.empty()
+                                   ? where
+                                   : "tensor " + w.quant.global_scale.name + " in " + w.quant.global_scale.file;
+    return make_error(global + ": " + s.message() +
+                      (ct ? " (compressed-tensors stores the reciprocal: a stored 0 becomes infinite)" : "") +
+                      "; the checkpoint's scales are corrupt");
+  }
+  return v;
+}
+}  // namespace
+
 Result<HostQuantView> CheckpointWeightSource::quantized(const WeightSpec& spec) const {
   const ResolvedWeight* w = ck_.find(spec.slot, spec.layer);
   if (!w || !w->quantized()) return HostQuantView{};
   if (w->quant.n_major) {
     stacked_.push_back(std::make_unique<HostQuantWeight>(transpose_ct_int4(*w)));
-    return quant_view(*stacked_.back());
+    return checked(quant_view(*stacked_.back()), *w);
   }
   if (w->per_expert) {
     MUSE_ASSIGN_OR_RETURN(HostQuantWeight h, stack_pieces(*w));
     stacked_.push_back(std::make_unique<HostQuantWeight>(std::move(h)));
-    return quant_view(*stacked_.back());
+    return checked(quant_view(*stacked_.back()), *w);
   }
   const ResolvedWeight::Quantized& q = w->quant;
   HostQuantView v;
@@ -115,7 +137,7 @@ Result<HostQuantView> CheckpointWeightSource::quantized(const WeightSpec& spec) 
   v.scale_shape = q.scales.shape.empty() ? std::vector<int64_t>{1} : q.scales.shape;
   if (q.zeros.data) v.zeros = q.zeros.data, v.zeros_bytes = q.zeros.nbytes, v.zero_shape = q.zeros.shape;
   v.global = q.global;
-  return v;
+  return checked(v, *w);
 }
 
 uint64_t CheckpointWeightSource::stored_quantized_bytes(const WeightSpec& spec) const {

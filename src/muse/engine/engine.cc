@@ -10,6 +10,7 @@
 
 #include "muse/engine/checkpoint_source.h"
 #include "muse/engine/rank_group.h"
+#include "muse/loading/quant.h"
 
 namespace muse {
 
@@ -220,7 +221,11 @@ Status Engine::init(const ModelConfig& config, const EngineOptions& options, con
   ModelOptions mo;
   mo.plan = cap;
   mo.kv_block_size = ko.block_size;
+  // --quantization, else what the checkpoint's config asks to be done at
+  // load (vLLM's ptpc_fp8: a BF16 checkpoint quantized per channel).
   mo.weights.quantize = options.quantization;
+  if (mo.weights.quantize == QuantKind::None)
+    if (auto q = describe_quantization(config_.quantization_config); q.ok()) mo.weights.quantize = q->online;
   mo.tap_layers = options.tap_layers;
   mo.tap_final = options.tap_final;
   mo.record_experts = options.record_experts;

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include <algorithm>
+#include <regex>
 #include <unordered_set>
 
 #include "muse/loading/convert.h"
@@ -31,6 +32,26 @@ struct Located {
   const TensorInfo* info = nullptr;
 };
 
+// Whether exclusion pattern p names module `base` or a module above it:
+// "re:<regex>" (compressed-tensors, GPTQModel) matched from the start, a
+// glob (fnmatch) of the module or of a prefix of it ("layers.*.self_attn"
+// covers its q_proj), or a name matched on whole dot-separated components
+// ("lm_head", "self_attn", "model.layers.0.mlp"), as transformers'
+// modules_to_not_convert reads it.
+bool module_excluded(const std::string& p, const std::string& base) {
+  if (p.rfind("re:", 0) == 0) {
+    try {
+      return std::regex_search(base, std::regex(p.substr(3)), std::regex_constants::match_continuous);
+    } catch (const std::regex_error&) {
+      return false;  // reported once by Checkpoint::open
+    }
+  }
+  if (fnmatch(p.c_str(), base.c_str(), 0) == 0 || fnmatch((p + ".*").c_str(), base.c_str(), 0) == 0) return true;
+  if (p.empty() || p.find_first_of("*?[") != std::string::npos) return false;
+  const std::string d = "." + base + ".";
+  return d.find("." + p + ".") != std::string::npos;
+}
+
 // Everything the resolver needs while it runs.
 struct Resolver {
   const ModelConfig& config;
@@ -51,7 +72,7 @@ struct Resolver {
   bool is_codes(DType d) const {
     switch (kind()) {
       case QuantKind::Nvfp4:
-      case QuantKind::Mxfp4: return d == DType::U8;
+      case QuantKind::Mxfp4: return d == DType::U8 || d == DType::F4;  // packed bytes, or F4 of the logical shape
       case QuantKind::Fp8: return d == DType::F8_E4M3;
       case QuantKind::Int4: return d == DType::I32;
       case QuantKind::None: return false;
@@ -155,7 +176,7 @@ struct Resolver {
   // a quantized tensor inside an excluded module contradicts the config.
   void check_not_excluded(const WeightSpec& spec, const Naming& nm, const ResolvedWeight& out) {
     for (const std::string& p : info.excluded) {
-      if (fnmatch(p.c_str(), nm.base.c_str(), 0) == 0 || nm.base == p || nm.base.rfind(p + ".", 0) == 0) {
+      if (module_excluded(p, nm.base)) {
         problems.push_back("tensor " + out.tensor.name + " in " + out.tensor.file + " is stored quantized but "
                            "quantization_config excludes " + nm.base + " (pattern \"" + p + "\"); the checkpoint "
                            "and its config disagree");
@@ -177,11 +198,15 @@ struct Resolver {
     if (!out.quantized()) return;
     out.quant.scheme = scheme();
     out.quant.format.kind = kind();
-    if (const Located* li = find(nm(kind() == QuantKind::Nvfp4 && scheme() == QuantScheme::CompressedTensorsNvfp4
-                                        ? "input_global_scale"
-                                        : "input_scale"))) {
-      out.quant.input_scale = view(nm(scheme() == QuantScheme::CompressedTensorsNvfp4 ? "input_global_scale" : "input_scale"), *li);
-      consumed.insert(out.quant.input_scale.name);  // activations stay BF16/F32 here (W4A16 / W8A16)
+    const std::string input = nm(scheme() == QuantScheme::CompressedTensorsNvfp4 ? "input_global_scale" : "input_scale");
+    if (const Located* li = find(input)) {
+      out.quant.input_scale = view(input, *li);
+      consumed.insert(input);  // activations stay BF16/F32 here (W4A16 / W8A16): checked, not used
+      const TensorView& v = out.quant.input_scale;
+      const int64_t n = v.numel(), E = spec.shape.size() == 3 ? spec.shape[0] : 1;
+      const bool float_dt = v.dtype == DType::F32 || v.dtype == DType::F16 || v.dtype == DType::BF16;
+      if (!float_dt || !(n == 1 || n == E || n == 2 * E))
+        bad_part(spec, rule, v, "a float activation scale (one value" + std::string(E > 1 ? ", or one or two an expert" : "") + ")");
     }
   }
 
@@ -217,16 +242,20 @@ struct Resolver {
     std::vector<int64_t> packed = spec.shape, scale_shape = lead(spec, {N, cols / 16});
     packed.back() = cols / 2;
     bool ok = true;
-    if (out.tensor.shape != packed) bad_part(spec, rule, out.tensor, "U8 " + shape_text(packed)), ok = false;
+    if (out.tensor.dtype == DType::F4 ? out.tensor.shape != spec.shape : out.tensor.shape != packed)
+      bad_part(spec, rule, out.tensor, "U8 " + shape_text(packed) + " or F4 " + shape_text(spec.shape)), ok = false;
     if ((q.scales.dtype != DType::F8_E4M3 && q.scales.dtype != DType::U8) || q.scales.shape != scale_shape)
       bad_part(spec, rule, q.scales, "F8_E4M3 " + shape_text(scale_shape)), ok = false;
     const TensorView& gs = q.global_scale;
     int parts = 1;
     if (spec.shape.size() == 3) {
       const int64_t E = spec.shape[0];
-      const bool two = gs.shape == std::vector<int64_t>{E, 2} && N % 2 == 0;
+      const bool two = gs.shape == std::vector<int64_t>{E, 2} && N % 2 == 0 && spec.slot == "moe.experts.gate_up";
       if (gs.dtype != DType::F32 || !(gs.shape == std::vector<int64_t>{E} || gs.shape == std::vector<int64_t>{E, 1} || two)) {
-        bad_part(spec, rule, gs, "F32 [" + std::to_string(E) + "], [" + std::to_string(E) + ", 1] or [" + std::to_string(E) + ", 2]");
+        bad_part(spec, rule, gs,
+                 "F32 [" + std::to_string(E) + "] or [" + std::to_string(E) + ", 1]" +
+                     (spec.slot == "moe.experts.gate_up" ? " or [" + std::to_string(E) + ", 2] (gate and up halves)"
+                                                         : std::string()));
         ok = false;
       }
       parts = two ? 2 : 1;
@@ -266,8 +295,12 @@ struct Resolver {
     packed.back() = cols / 2;
     const std::vector<int64_t> scale_shape = lead(spec, {N, cols / 32});
     bool ok = true;
-    if (out.tensor.shape != packed && !(gpt_oss && out.tensor.shape == blocks))
-      bad_part(spec, rule, out.tensor, "U8 " + shape_text(gpt_oss ? blocks : packed)), ok = false;
+    const bool shape_ok = out.tensor.dtype == DType::F4 ? out.tensor.shape == spec.shape
+                                                        : out.tensor.shape == packed || (gpt_oss && out.tensor.shape == blocks);
+    if (!shape_ok)
+      bad_part(spec, rule, out.tensor,
+               "U8 " + shape_text(gpt_oss ? blocks : packed) + (gpt_oss ? "" : " or F4 " + shape_text(spec.shape))),
+          ok = false;
     if ((q.scales.dtype != DType::U8 && q.scales.dtype != DType::F8_E8M0) || q.scales.shape != scale_shape)
       bad_part(spec, rule, q.scales, "U8 (E8M0) " + shape_text(scale_shape)), ok = false;
     if (!ok) return;
@@ -296,6 +329,12 @@ struct Resolver {
     const bool per_tensor = spec.shape.size() == 3 ? (is({}) || is({1}) || is({1, 1})) : (ss.empty() || is({1}) || is({1, 1}));
     const bool per_channel = is({N}) || is({N, 1});
     const bool block = is({bn, bk});
+    if (info.fp8_blocks && !block && !(bn == 1 && bk == 1 && per_tensor)) {
+      bad_part(spec, rule, q.scales,
+               "F32 scales per 128x128 block " + shape_text(lead(spec, {bn, bk})) +
+                   " (quantization_config: quant_method fp8, weight_block_size [128, 128])");
+      return;
+    }
     if (q.scales.dtype != DType::F32 || !(per_tensor || per_channel || block)) {
       bad_part(spec, rule, q.scales,
                "F32 scales per tensor, per output channel " + shape_text(lead(spec, {N})) + " or per 128x128 block " +
@@ -334,7 +373,26 @@ struct Resolver {
     ResolvedWeight::Quantized& q = out.quant;
     q.scales = view(scale, *ls);
     consumed.insert(scale);
-    if (find(nm("weight_shape"))) consumed.insert(nm("weight_shape"));
+    if (const Located* lw = find(nm("weight_shape"))) {  // the logical [N, K], as integers
+      const TensorView v = view(nm("weight_shape"), *lw);
+      consumed.insert(v.name);
+      const bool i64 = v.dtype == DType::I64, i32 = v.dtype == DType::I32;
+      bool same = (i64 || i32) && v.numel() == 2;
+      for (int64_t i = 0; same && i < 2; ++i) {
+        int64_t d = 0;
+        if (i64) std::memcpy(&d, v.data + 8 * i, 8);
+        else {
+          int32_t d32;
+          std::memcpy(&d32, v.data + 4 * i, 4);
+          d = d32;
+        }
+        same = d == (i == 0 ? N : K);
+      }
+      if (!same) {
+        bad_part(spec, rule, v, "I64 [2] holding [" + std::to_string(N) + ", " + std::to_string(K) + "]");
+        return;
+      }
+    }
     const int64_t groups = (K + G - 1) / G;
     bool ok = true;
     if (out.tensor.dtype != DType::I32 || out.tensor.shape != lead(spec, {N, K / 8}))
@@ -545,6 +603,13 @@ struct Resolver {
       out.tensor = view(present[0], *find(present[0]));
       consumed.insert(present[0]);
       if (is_codes(out.tensor.dtype) && spec.reference_dtype == DType::BF16 && spec.shape.size() >= 2) {
+        if (spec.slot == "embed_tokens") {  // gathered by row, never a product: kept in a float dtype
+          problems.push_back("tensor " + out.tensor.name + " in " + out.tensor.file + " is stored quantized (" +
+                             std::string(dtype_name(out.tensor.dtype)) + ", " + kind_upper() +
+                             "): quantized token embeddings are not supported; the embedding table must be F32, "
+                             "BF16 or F16 (list it in the quantization config's ignore list when re-quantizing)");
+          return;
+        }
         resolve_quant(spec, *rule, out);
         return;
       }
@@ -664,22 +729,47 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir, const LoadOptions& o
   MUSE_ASSIGN_OR_RETURN(ck.config_, load_model_config(dir));
   ck.weights_ = describe_weights(ck.config_);
 
-  if (ck.config_.quantization_config.is_null() && file_exists(dir + "/hf_quant_config.json")) {
-    // ModelOpt's legacy file, read when config.json has no quantization_config.
-    MUSE_ASSIGN_OR_RETURN(std::string text, read_file(dir + "/hf_quant_config.json"));
+  std::string quant_source = dir + "/config.json: quantization_config";
+  if (file_exists(dir + "/hf_quant_config.json")) {
+    // ModelOpt's legacy file: read when config.json has no quantization_config,
+    // and checked against it when both say what the checkpoint is.
+    const std::string hf_path = dir + "/hf_quant_config.json";
+    MUSE_ASSIGN_OR_RETURN(std::string text, read_file(hf_path));
     auto j = Json::parse(text);
-    if (!j.ok()) return make_error(dir + "/hf_quant_config.json: " + j.message());
+    if (!j.ok()) return make_error(hf_path + ": " + j.message());
     auto converted = modelopt_quant_config(*j);
-    if (!converted.ok()) return make_error(dir + "/hf_quant_config.json: " + converted.message());
-    ck.config_.quantization_config = *converted;
+    if (!converted.ok()) return make_error(hf_path + ": " + converted.message());
+    const Json& qc = ck.config_.quantization_config;
+    if (qc.is_null()) {
+      ck.config_.quantization_config = *converted;
+      quant_source = hf_path;
+    } else {
+      const std::string method = qc.is_object() ? qc.get_string("quant_method", "") : "";
+      std::string a = qc.is_object() ? qc.get_string("quant_algo", "") : "", b = converted->get_string("quant_algo", "");
+      for (std::string* t : {&a, &b})
+        for (char& c : *t) c = char(std::toupper(static_cast<unsigned char>(c)));
+      if (method != "modelopt" || a != b)
+        return make_error(dir + ": config.json's quantization_config (quant_method \"" + method + "\"" +
+                          (a.empty() ? "" : ", quant_algo \"" + a + "\"") + ") and hf_quant_config.json (modelopt " +
+                          b + ") disagree about the checkpoint's format; remove the stale one");
+    }
   }
   auto quant = describe_quantization(ck.config_.quantization_config);
-  if (!quant.ok()) return make_error(dir + "/config.json: quantization_config: " + quant.message());
+  if (!quant.ok()) return make_error(quant_source + ": " + quant.message());
+  for (const std::string& p : quant->excluded)
+    if (p.rfind("re:", 0) == 0) {
+      try {
+        std::regex check(p.substr(3));
+      } catch (const std::regex_error& e) {
+        return make_error(quant_source + ": exclusion \"" + p + "\" is not a valid regular expression (" + e.what() + ")");
+      }
+    }
   if (quant->scheme == QuantScheme::Unknown)
-    return make_error(dir + "/config.json: quantization_config: quant_method \"" + quant->method +
+    return make_error(quant_source + ": quant_method \"" + quant->method +
                       "\" is not a format muse reads (NVFP4: modelopt, compressed-tensors nvfp4-pack-quantized; MXFP4: "
-                      "quark fp4, mxfp4; FP8: modelopt, compressed-tensors float-quantized, quark fp8_e4m3, fp8; INT4: "
-                      "gptq, auto-round)");
+                      "quark fp4, mxfp4, compressed-tensors mxfp4-pack-quantized; FP8: modelopt, compressed-tensors "
+                      "float-quantized, quark fp8_e4m3, fp8, ptpc_fp8 (quantized at load); INT4: gptq, auto-round, "
+                      "compressed-tensors pack-quantized)");
   Resolver r{ck.config_, ck.files_, *quant, {}, {}, {}};
   auto add_file = [&](const std::string& path) -> Result<size_t> {
     MUSE_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::open(path));

@@ -1,5 +1,8 @@
 #include "muse/loading/quant.h"
 
+#include <algorithm>
+#include <cctype>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -164,6 +167,53 @@ Status decode_ct_int4(QuantInput packed, QuantInput scales, int64_t rows, int64_
   return Status::Ok();
 }
 
+Status check_scale_values(const QuantFormat& format, const void* scales, size_t bytes) {
+  const uint8_t* p = static_cast<const uint8_t*>(scales);
+  const size_t width = size_t(std::max(8, dtype_bits(format.scale_dtype)) / 8);
+  const size_t n = p ? bytes / width : 0;
+  auto bad = [&](size_t i, const char* what) {
+    return make_error("scale " + std::to_string(i) + " of " + std::to_string(n) + " (" +
+                      std::string(dtype_name(format.scale_dtype)) + ") is " + what);
+  };
+  switch (format.scale_dtype) {
+    case DType::F8_E4M3:
+      for (size_t i = 0; i < n; ++i)
+        if ((p[i] & 0x7F) == 0x7F) return bad(i, "NaN (E4M3 0x7F / 0xFF)");
+      break;
+    case DType::F8_E8M0:
+      for (size_t i = 0; i < n; ++i)
+        if (p[i] == 0xFF) return bad(i, "NaN (E8M0 0xFF)");
+      break;
+    case DType::F16:
+    case DType::BF16: {
+      const uint16_t exp = format.scale_dtype == DType::F16 ? 0x7C00 : 0x7F80;
+      for (size_t i = 0; i < n; ++i) {
+        uint16_t v;
+        std::memcpy(&v, p + 2 * i, 2);
+        if ((v & exp) == exp) return bad(i, (v & uint16_t(~exp & 0x7FFF)) ? "NaN" : "infinite");
+      }
+      break;
+    }
+    case DType::F32:
+      for (size_t i = 0; i < n; ++i) {
+        float v;
+        std::memcpy(&v, p + 4 * i, 4);
+        if (!std::isfinite(v)) return bad(i, std::isnan(v) ? "NaN" : "infinite");
+      }
+      break;
+    default: break;
+  }
+  return Status::Ok();
+}
+
+Status check_global_values(const std::vector<float>& global) {
+  for (size_t i = 0; i < global.size(); ++i)
+    if (!std::isfinite(global[i]))
+      return make_error("global scale " + std::to_string(i) + " of " + std::to_string(global.size()) + " is " +
+                        (std::isnan(global[i]) ? "NaN" : "infinite"));
+  return Status::Ok();
+}
+
 QuantKind quant_kind_of(QuantScheme s) {
   switch (s) {
     case QuantScheme::ModelOptNvfp4:
@@ -214,6 +264,49 @@ const char* quant_scheme_name(QuantScheme s) {
   return "unknown";
 }
 
+namespace {
+
+std::string upper(std::string s) {
+  for (char& c : s) c = char(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// compressed-tensors' weight scheme (config_groups.*.weights): every group
+// must describe the same weights (muse reads one scheme a checkpoint).
+Result<const Json*> ct_weights(const Json& qc) {
+  const Json* groups = qc.find("config_groups");
+  if (!groups || groups->is_null()) return static_cast<const Json*>(nullptr);
+  if (!groups->is_object()) return make_error("compressed-tensors config_groups must be an object");
+  const Json* first = nullptr;
+  for (const auto& [name, g] : groups->as_object()) {
+    const Json* w = g.is_object() ? g.find("weights") : nullptr;
+    if (!g.is_object() || (w && !w->is_object() && !w->is_null()))
+      return make_error("compressed-tensors config_groups." + name + " must be an object with a \"weights\" object");
+    if (!w || w->is_null()) continue;
+    if (first && !(*first == *w))
+      return make_error("compressed-tensors config_groups describe different weight schemes (" + name +
+                        " differs from the first); muse reads one scheme per checkpoint");
+    if (!first) first = w;
+  }
+  return first;
+}
+
+// GPTQ / AutoRound / compressed-tensors INT4: what the settings say beyond
+// the layout, each refusal by name.
+Status check_int4_settings(const Json& qc, const std::string& m) {
+  if (const Json* da = qc.find("desc_act"); da && !da->is_null()) {
+    if (!da->is_bool()) return make_error(m + " desc_act must be true or false, not " + da->dump());
+    if (da->as_bool())
+      return make_error(m + " with desc_act = true (act-order: g_idx permutes the input channels) is not supported; "
+                        "use a checkpoint quantized with desc_act = false");
+  }
+  MUSE_ASSIGN_OR_RETURN(int64_t g, qc.int_member("group_size", 128));
+  if (g == 0 || g < -1) return make_error(m + " group_size " + std::to_string(g) + " is invalid (-1: one group per column)");
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<QuantInfo> describe_quantization(const Json& qc) {
   QuantInfo info;
   if (qc.is_null()) return info;
@@ -224,14 +317,21 @@ Result<QuantInfo> describe_quantization(const Json& qc) {
   const std::string& m = info.method;
   if (m == "modelopt") {
     MUSE_ASSIGN_OR_RETURN(std::string algo, qc.string_member("quant_algo", ""));
+    algo = upper(algo);
     if (algo == "NVFP4" || algo == "W4A16_NVFP4") {
       info.scheme = QuantScheme::ModelOptNvfp4;
       if (!info.group_size) info.group_size = 16;
+      if (info.group_size != 16)
+        return make_error("modelopt NVFP4 with group_size " + std::to_string(info.group_size) + " (NVFP4 blocks are 16)");
     } else if (algo == "FP8" || algo == "FP8_PER_CHANNEL_PER_TOKEN" || algo == "FP8_PB_WO") {
       info.scheme = QuantScheme::ModelOptFp8;
+    } else {
+      return make_error("modelopt quant_algo \"" + algo + "\" is not supported (muse reads NVFP4, W4A16_NVFP4, FP8, " +
+                        "FP8_PER_CHANNEL_PER_TOKEN and FP8_PB_WO)");
     }
   } else if (m == "compressed-tensors") {
     MUSE_ASSIGN_OR_RETURN(std::string format, qc.string_member("format", ""));
+    MUSE_ASSIGN_OR_RETURN(const Json* w, ct_weights(qc));
     if (format == "nvfp4-pack-quantized") {
       info.scheme = QuantScheme::CompressedTensorsNvfp4;
       info.group_size = 16;
@@ -242,13 +342,32 @@ Result<QuantInfo> describe_quantization(const Json& qc) {
     } else if (format == "mxfp4-pack-quantized") {
       info.scheme = QuantScheme::Mxfp4;
       info.group_size = 32;
+    } else {
+      return make_error("compressed-tensors format \"" + format + "\" is not supported (muse reads " +
+                        "nvfp4-pack-quantized, mxfp4-pack-quantized, pack-quantized (INT4 W4A16), float-quantized " +
+                        "and naive-quantized (FP8))");
     }
-    const Json* groups = qc.find("config_groups");
-    if (groups && groups->is_object() && groups->size() > 0) {
-      const Json& g0 = groups->as_object()[0].second;
-      if (const Json* w = g0.find("weights"); w && w->is_object()) {
-        MUSE_ASSIGN_OR_RETURN(int64_t gs, w->int_member("group_size", info.group_size));
-        info.group_size = gs;
+    if (w) {
+      if (const Json* gs = w->find("group_size"); gs && !gs->is_null()) {
+        if (!gs->is_int() || gs->as_int() <= 0)
+          return make_error("compressed-tensors weights.group_size must be a positive integer, not " + gs->dump());
+        info.group_size = gs->as_int();
+      } else if (info.scheme == QuantScheme::CompressedTensorsInt4) {
+        info.group_size = -1;  // strategy "channel": one group per output channel
+      }
+      if (info.scheme == QuantScheme::CompressedTensorsInt4) {
+        MUSE_ASSIGN_OR_RETURN(int64_t bits, w->int_member("num_bits", 4));
+        MUSE_ASSIGN_OR_RETURN(std::string type, w->string_member("type", "int"));
+        MUSE_ASSIGN_OR_RETURN(bool sym, w->bool_member("symmetric", true));
+        if (bits != 4 || type != "int")
+          return make_error("compressed-tensors pack-quantized with num_bits " + std::to_string(bits) + ", type \"" +
+                            type + "\" is not supported (INT4 only: num_bits 4, type int)");
+        if (!sym)
+          return make_error("compressed-tensors pack-quantized with symmetric = false (asymmetric zero points) is not "
+                            "supported");
+        if (const Json* ao = w->find("actorder"); ao && !ao->is_null() && !(ao->is_bool() && !ao->as_bool()))
+          return make_error("compressed-tensors pack-quantized with actorder " + ao->dump() +
+                            " (g_idx permutes the input channels) is not supported");
       }
     }
   } else if (m == "mxfp4") {
@@ -257,40 +376,99 @@ Result<QuantInfo> describe_quantization(const Json& qc) {
   } else if (m == "quark") {
     const Json* global = qc.find("global_quant_config");
     const Json* weight = global && global->is_object() ? global->find("weight") : nullptr;
-    if (weight && weight->is_object()) {
-      MUSE_ASSIGN_OR_RETURN(std::string dtype, weight->string_member("dtype", ""));
-      if (dtype == "fp4") {
-        info.scheme = QuantScheme::QuarkMxfp4;
-        info.group_size = 32;
-      } else if (dtype == "fp8_e4m3") {
-        info.scheme = QuantScheme::QuarkFp8;
-      }
+    if (!weight || !weight->is_object())
+      return make_error("quark quantization_config without global_quant_config.weight");
+    MUSE_ASSIGN_OR_RETURN(std::string dtype, weight->string_member("dtype", ""));
+    if (dtype == "fp4") {
+      info.scheme = QuantScheme::QuarkMxfp4;
+      info.group_size = 32;
+    } else if (dtype == "fp8_e4m3") {
+      info.scheme = QuantScheme::QuarkFp8;
+    } else {
+      return make_error("quark weight dtype \"" + dtype + "\" is not supported (muse reads fp4 (MXFP4) and fp8_e4m3)");
     }
+    for (const char* per_layer : {"layer_quant_config", "layer_type_quant_config"})
+      if (const Json* l = qc.find(per_layer); l && l->size() > 0)
+        return make_error(std::string("quark ") + per_layer + " (formats that differ per layer) is not supported; " +
+                          "muse reads one format per checkpoint (global_quant_config)");
   } else if (m == "fp8") {
     info.scheme = QuantScheme::Fp8Block;
     info.group_size = 128;
+    info.fp8_blocks = true;
+    if (const Json* b = qc.find("weight_block_size"); b && !b->is_null()) {
+      const bool pair = b->is_array() && b->size() == 2 && b->as_array()[0].is_int() && b->as_array()[1].is_int();
+      if (!pair) return make_error("fp8 weight_block_size must be two integers, not " + b->dump());
+      if (b->as_array()[0].as_int() != 128 || b->as_array()[1].as_int() != 128)
+        return make_error("fp8 weight_block_size " + b->dump() + " is not supported (128 x 128 blocks only)");
+    }
+  } else if (m == "ptpc_fp8") {
+    // vLLM's online method: the tensors are BF16, quantized per channel at load.
+    info.scheme = QuantScheme::None;
+    info.online = QuantKind::Fp8;
   } else if (m == "gptq" || m == "auto-round" || m == "autoround" || m == "intel/auto-round") {
     MUSE_ASSIGN_OR_RETURN(int64_t bits, qc.int_member("bits", 4));
     if (bits != 4) return make_error(m + " with bits = " + std::to_string(bits) + ": only 4-bit GPTQ/AutoRound is supported");
-    const Json* da = qc.find("desc_act");
-    if (da && da->is_bool() && da->as_bool())
-      return make_error(m + " with desc_act = true (act-order: g_idx permutes the input channels) is not supported; "
-                        "use a checkpoint quantized with desc_act = false");
+    MUSE_RETURN_IF_ERROR(check_int4_settings(qc, m));
     if (m == "gptq") {
       MUSE_ASSIGN_OR_RETURN(std::string format, qc.string_member("checkpoint_format", "gptq"));
+      if (format != "gptq" && format != "gptq_v2")
+        return make_error("gptq checkpoint_format \"" + format + "\" is not supported (gptq: zeros stored minus one; "
+                          "gptq_v2: zeros as they are)");
       info.scheme = QuantScheme::Gptq;
       info.zeros_minus_one = format != "gptq_v2";
+      // GPTQModel's per-module overrides: "-:regex" skips a module (an
+      // exclusion); any other entry changes bits or groups there.
+      if (const Json* d = qc.find("dynamic"); d && d->size() > 0) {
+        if (!d->is_object()) return make_error("gptq dynamic must be an object");
+        for (const auto& [key, v] : d->as_object()) {
+          if (key.rfind("-:", 0) == 0) info.excluded.push_back("re:" + key.substr(2));
+          else return make_error("gptq dynamic override \"" + key + "\" (per-module bits or groups) is not supported");
+        }
+      }
     } else {
       MUSE_ASSIGN_OR_RETURN(std::string packing, qc.string_member("packing_format", "auto_round:auto_gptq"));
+      if (packing != "auto_round:auto_gptq" && packing != "auto_gptq" && packing != "auto_round")
+        return make_error(m + " packing_format \"" + packing + "\" is not supported (auto_round:auto_gptq: GPTQ v1, " +
+                          "zeros stored minus one; auto_round: zeros as they are)");
+      MUSE_ASSIGN_OR_RETURN(std::string data_type, qc.string_member("data_type", "int"));
+      if (data_type != "int")
+        return make_error(m + " data_type \"" + data_type + "\" is not supported (integer 4-bit only)");
       info.scheme = QuantScheme::AutoRound;
-      info.zeros_minus_one = packing == "auto_round:auto_gptq";
+      info.zeros_minus_one = packing != "auto_round";
+      // Per-layer settings: 16 bits or a float data type leaves the module
+      // unquantized (an exclusion); other bits or groups are refused.
+      if (const Json* ec = qc.find("extra_config"); ec && ec->size() > 0) {
+        if (!ec->is_object()) return make_error(m + " extra_config must be an object");
+        for (const auto& [module, v] : ec->as_object()) {
+          if (!v.is_object()) return make_error(m + " extra_config." + module + " must be an object");
+          MUSE_ASSIGN_OR_RETURN(int64_t b, v.int_member("bits", bits));
+          MUSE_ASSIGN_OR_RETURN(std::string dt, v.string_member("data_type", "int"));
+          MUSE_ASSIGN_OR_RETURN(int64_t g, v.int_member("group_size", info.group_size ? info.group_size : 128));
+          if (b >= 16 || dt == "float" || dt == "fp" || dt == "bf16" || dt == "fp16") {
+            info.excluded.push_back(module);
+          } else if (b != bits || dt != "int" || g != (info.group_size ? info.group_size : 128)) {
+            return make_error(m + " extra_config." + module + " (bits " + std::to_string(b) + ", group_size " +
+                              std::to_string(g) + ", data_type " + dt + ") differs from the checkpoint's scheme: " +
+                              "per-layer schemes are not supported");
+          }
+        }
+      }
     }
     if (!info.group_size) info.group_size = 128;
   }
-  for (const char* key : {"ignore", "exclude_modules", "exclude", "modules_to_not_convert"})
-    if (const Json* l = qc.find(key); l && l->is_array())
-      for (const Json& e : l->as_array())
-        if (e.is_string()) info.excluded.push_back(e.as_string());
+  for (const char* key : {"ignore", "exclude_modules", "exclude", "modules_to_not_convert"}) {
+    const Json* l = qc.find(key);
+    if (!l || l->is_null()) continue;
+    if (l->is_string()) {
+      info.excluded.push_back(l->as_string());
+      continue;
+    }
+    if (!l->is_array()) return make_error(std::string(key) + " must be a list of module names or patterns");
+    for (const Json& e : l->as_array()) {
+      if (!e.is_string()) return make_error(std::string(key) + " holds " + e.dump() + ", not a module name or pattern");
+      info.excluded.push_back(e.as_string());
+    }
+  }
   return info;
 }
 

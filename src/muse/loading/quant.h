@@ -73,13 +73,28 @@ struct QuantInfo {
   int64_t group_size = 0;        // where the config says
   bool zeros_minus_one = false;  // GPTQ v1 / AutoRound auto_gptq packing
   // Modules left unquantized (ignore, exclude_modules, exclude,
-  // modules_to_not_convert): fnmatch patterns or module-name prefixes.
+  // modules_to_not_convert, AutoRound extra_config at 16 bits, GPTQModel
+  // dynamic "-:" entries): fnmatch patterns, module names (matched whole
+  // dot-separated components) or "re:" regular expressions.
   std::vector<std::string> excluded;
+  bool fp8_blocks = false;  // quant_method fp8: 128 x 128 block scales only
+  // A method that quantizes a BF16 checkpoint at load (vLLM's ptpc_fp8):
+  // the engine applies it unless --quantization says otherwise.
+  QuantKind online = QuantKind::None;
 };
-// Errors: a config that is not an object, GPTQ/AutoRound with bits != 4, or
-// desc_act = true (act-order: g_idx permutes the inputs; refused by name).
+// Errors, each naming the setting: a config that is not an object, a known
+// method with a variant muse does not read (ModelOpt quant_algo, compressed-
+// tensors format or weights, Quark dtype or per-layer configs, FP8 block
+// sizes, GPTQ checkpoint_format / dynamic overrides, AutoRound packing_format
+// / data_type / extra_config), bits != 4, desc_act = true (act-order).
 Result<QuantInfo> describe_quantization(const Json& quantization_config);
 const char* quant_scheme_name(QuantScheme s);
+// Every scale finite (E4M3 and E8M0 NaN codes, F16/BF16/F32 NaN or inf):
+// otherwise an error naming the first bad element ("scale 17 of 4096 (F16)
+// is NaN"). A corrupt scale would make every output of the weight NaN.
+Status check_scale_values(const QuantFormat& format, const void* scales, size_t bytes);
+// The same for the per-matrix multipliers (NVFP4's global scales, as used).
+Status check_global_values(const std::vector<float>& global);
 // The in-memory kind a scheme's tensors are (None for None / Unknown).
 QuantKind quant_kind_of(QuantScheme s);
 // ModelOpt's hf_quant_config.json ({"producer", "quantization": {"quant_algo",
