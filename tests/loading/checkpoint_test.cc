@@ -540,13 +540,25 @@ TEST_F(CheckpointTest, QuantizedFormatsStrictChecksNameTheTensor) {
   auto drop = [](std::vector<Owned>& ts, const std::string& name) {
     ts.erase(std::remove_if(ts.begin(), ts.end(), [&](const Owned& t) { return t.name == name; }), ts.end());
   };
-  // FP8 (Quark PTPC) with BF16 channel scales: F32 is required.
+  // FP8 (Quark PTPC) with I32 channel scales: a float is required.
   with_config(R"({"quant_method": "quark", "global_quant_config": {"weight": {"dtype": "fp8_e4m3", "qscheme": "per_channel"}}})");
   rewrite("model.safetensors", [&](std::vector<Owned>& ts) {
     *by_name(ts, q + "weight") = {q + "weight", DType::F8_E4M3, {32, 32}, std::string(32 * 32, '\x38')};
-    ts.push_back({q + "weight_scale", DType::BF16, {32}, tensor_bytes_f32(std::vector<float>(32, 1.0f), DType::BF16)});
+    ts.push_back({q + "weight_scale", DType::I32, {32}, std::string(32 * 4, '\0')});
   });
-  expect_open_error({q + "weight_scale", "BF16 [32]", "FP8", "F32 scales"});
+  expect_open_error({q + "weight_scale", "I32 [32]", "FP8", "F32 (or F16 / BF16) scales"});
+  // With BF16 scales (as compressed-tensors writes them) it loads, widened.
+  rewrite("model.safetensors", [&](std::vector<Owned>& ts) {
+    *by_name(ts, q + "weight_scale") = {q + "weight_scale", DType::BF16, {32, 1},
+                                        tensor_bytes_f32(std::vector<float>(32, 0.25f), DType::BF16)};
+  });
+  {
+    auto ck = Checkpoint::open(dir_);
+    ASSERT_TRUE(ck.ok()) << ck.message();
+    std::vector<float> v(32 * 32);
+    ASSERT_TRUE(ck->read_f32("attn.q", 0, v.data()).ok());
+    EXPECT_EQ(v[5], 0.25f);
+  }
   // ... and with F32 scales it loads, per channel.
   rewrite("model.safetensors", [&](std::vector<Owned>& ts) {
     *by_name(ts, q + "weight_scale") = {q + "weight_scale", DType::F32, {32}, tensor_bytes_f32(std::vector<float>(32, 0.5f), DType::F32)};
@@ -700,11 +712,57 @@ TEST_F(CheckpointTest, QuantizedCheckpointAuditCases) {
   EXPECT_TRUE(Checkpoint::open(dir_).ok());
   ct_int4({999, 7});
   expect_open_error({q + "weight_shape", "holding [32, 32]"});
+  // GPTQ scales in BF16 (a BF16 model's export) load; F32 ones do not.
+  with_config(R"({"quant_method": "gptq", "bits": 4, "group_size": 16, "desc_act": false})");
+  auto gptq_scales = [&](DType dt) {
+    rewrite("model.safetensors", [&](std::vector<Owned>& ts) {
+      ts.erase(std::remove_if(ts.begin(), ts.end(), [&](const Owned& t) { return t.name.rfind(q, 0) == 0; }), ts.end());
+      put(ts, {q + "qweight", DType::I32, {4, 32}, std::string(4 * 32 * 4, '\x99')});
+      put(ts, {q + "qzeros", DType::I32, {2, 4}, std::string(2 * 4 * 4, '\x77')});
+      put(ts, {q + "scales", dt, {2, 32}, tensor_bytes_f32(std::vector<float>(64, 0.5f), dt)});
+    });
+  };
+  gptq_scales(DType::BF16);
+  {
+    auto ck = Checkpoint::open(dir_);
+    ASSERT_TRUE(ck.ok()) << ck.message();
+    std::vector<float> v(32 * 32);
+    ASSERT_TRUE(ck->read_f32("attn.q", 0, v.data()).ok());
+    EXPECT_EQ(v[3], 0.5f);  // (9 - (7 + 1)) * 0.5
+  }
+  gptq_scales(DType::F32);
+  expect_open_error({q + "scales", "F16 [2, 32]"});
   // config.json and hf_quant_config.json that disagree.
   with_config(R"({"quant_method": "modelopt", "quant_algo": "FP8"})");
   ASSERT_TRUE(write_file(dir_ + "/hf_quant_config.json",
                          R"({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4"}})").ok());
   expect_open_error({"hf_quant_config.json (modelopt NVFP4) disagree"});
+  // KV-cache scales in each spelling; absent ones are 1.0.
+  with_config(R"({"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "FP8"})");
+  auto kv_scale = [&](const std::string& name, DType dt, std::vector<int64_t> shape, float value) {
+    rewrite("model.safetensors", [&](std::vector<Owned>& ts) {
+      int64_t n = 1;
+      for (int64_t d : shape) n *= d;
+      put(ts, {name, dt, shape, tensor_bytes_f32(std::vector<float>(size_t(n), value), dt)});
+    });
+  };
+  kv_scale(P + "layers.0.self_attn.k_proj.k_scale", DType::F32, {}, 2.0f);     // ModelOpt, K only
+  kv_scale(P + "layers.1.self_attn.v_proj.output_scale", DType::BF16, {1}, 3.0f);  // Quark, V only
+  {
+    auto ck = Checkpoint::open(dir_);
+    ASSERT_TRUE(ck.ok()) << ck.message();
+    ASSERT_EQ(ck->kv_scales().size(), size_t(ck->config().num_layers));
+    ASSERT_GE(ck->kv_scales().size(), 2u);
+    EXPECT_EQ(ck->kv_scales()[0], (std::array<float, 2>{2.0f, 1.0f}));
+    EXPECT_EQ(ck->kv_scales()[1], (std::array<float, 2>{1.0f, 3.0f}));
+  }
+  kv_scale(P + "layers.1.self_attn.kv_scale", DType::F32, {}, 0.5f);  // legacy: both, so V twice
+  expect_open_error({"ambiguous checkpoint", "layer 1's V-cache scale"});
+  with_config(R"({"quant_method": "modelopt", "quant_algo": "FP8"})");
+  kv_scale(P + "layers.0.self_attn.k_scale", DType::F32, {4}, 2.0f);
+  expect_open_error({P + "layers.0.self_attn.k_scale", "per-head scales"});
+  kv_scale(P + "layers.0.self_attn.k_scale", DType::F32, {}, 0.0f);
+  expect_open_error({P + "layers.0.self_attn.k_scale", "finite and positive"});
   // A known method with an unknown variant names the file the settings came from.
   Json cfg = spark_config();
   fs::remove_all(dir_);

@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "muse/loading/convert.h"
+
 namespace muse {
 
 Result<HostTensor> CheckpointWeightSource::view(const WeightSpec& spec) const {
@@ -20,6 +22,13 @@ Status CheckpointWeightSource::read_f32(const WeightSpec& spec, float* dst) cons
 namespace {
 
 void append(std::vector<uint8_t>& v, const uint8_t* p, size_t n) { v.insert(v.end(), p, p + n); }
+
+// FP8 scales as the kernels take them (F32), from F32, F16 or BF16.
+Result<std::vector<float>> f32_scales(const TensorView& t) {
+  std::vector<float> v(size_t(t.numel() > 0 ? t.numel() : 1));
+  MUSE_RETURN_IF_ERROR(convert_to_f32(t.dtype, t.data, 0, int64_t(v.size()), v.data()));
+  return v;
+}
 
 // Experts stored one by one, each piece quantized: the fused [E, N, K]
 // layout of the same format. Row-major kinds append rows (NVFP4 keeps one
@@ -51,10 +60,10 @@ Result<HostQuantWeight> stack_pieces(const ResolvedWeight& w) {
     for (int64_t p = 0; p < P; ++p) {
       const ResolvedWeight::Quantized& q = qs[size_t(p)];
       append(h.codes, pieces[size_t(p)].data, pieces[size_t(p)].nbytes);
-      if (fp8_tensor) {
-        float s;
-        std::memcpy(&s, q.scales.data, 4);
-        for (int64_t n = 0; n < Np; ++n) append(h.scales, reinterpret_cast<const uint8_t*>(&s), 4);
+      if (h.format.kind == QuantKind::Fp8) {
+        MUSE_ASSIGN_OR_RETURN(std::vector<float> s, f32_scales(q.scales));
+        if (fp8_tensor) s.assign(size_t(Np), s.at(0));
+        append(h.scales, reinterpret_cast<const uint8_t*>(s.data()), s.size() * 4);
       } else {
         append(h.scales, q.scales.data, q.scales.nbytes);
       }
@@ -134,6 +143,11 @@ Result<HostQuantView> CheckpointWeightSource::quantized(const WeightSpec& spec) 
   v.code_dtype = q.format.kind == QuantKind::Fp8 ? DType::F8_E4M3 : DType::F4;
   v.codes = w->tensor.data, v.codes_bytes = w->tensor.nbytes;
   v.scales = q.scales.data, v.scales_bytes = q.scales.nbytes;
+  if (q.format.kind == QuantKind::Fp8 && q.scales.dtype != DType::F32) {  // F16 / BF16 as stored: widened
+    MUSE_ASSIGN_OR_RETURN(std::vector<float> f, f32_scales(q.scales));
+    widened_.push_back(std::make_unique<std::vector<float>>(std::move(f)));
+    v.scales = widened_.back()->data(), v.scales_bytes = widened_.back()->size() * 4;
+  }
   v.scale_shape = q.scales.shape.empty() ? std::vector<int64_t>{1} : q.scales.shape;
   if (q.zeros.data) v.zeros = q.zeros.data, v.zeros_bytes = q.zeros.nbytes, v.zero_shape = q.zeros.shape;
   v.global = q.global;

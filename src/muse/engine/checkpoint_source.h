@@ -19,12 +19,14 @@ class CheckpointWeightSource final : public WeightSource {
   // Quantized slots as stored: codes, scales and zeros point into the mapping.
   Result<HostQuantView> quantized(const WeightSpec& spec) const override;
   uint64_t stored_quantized_bytes(const WeightSpec& spec) const override;
+  std::vector<std::array<float, 2>> kv_scales() const override { return ck_.kv_scales(); }
 
  private:
   const Checkpoint& ck_;
   // Per-expert quantized pieces stacked into the fused layout (a copy: the
   // pieces are separate tensors in the file); kept as long as the source.
   mutable std::vector<std::unique_ptr<HostQuantWeight>> stacked_;
+  mutable std::vector<std::unique_ptr<std::vector<float>>> widened_;  // FP8 scales stored F16 / BF16, as F32
 };
 
 }  // namespace muse

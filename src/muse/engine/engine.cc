@@ -230,6 +230,14 @@ Status Engine::init(const ModelConfig& config, const EngineOptions& options, con
   mo.tap_final = options.tap_final;
   mo.record_experts = options.record_experts;
   const WeightSource& weights = reader ? *reader : *source_;
+  // The checkpoint's KV-cache scales (ModelOpt, compressed-tensors, Quark
+  // spellings): used by an FP8 cache, and said to be unused otherwise.
+  ko.layer_scales = weights.kv_scales();
+  const bool scaled = std::any_of(ko.layer_scales.begin(), ko.layer_scales.end(),
+                                  [](const std::array<float, 2>& s) { return s[0] != 1.0f || s[1] != 1.0f; });
+  if (scaled && kv_dt != DType::F8_E4M3)
+    LOG_INFO("the checkpoint's KV-cache scales are not used: the KV cache is %s (they apply to --kv-cache-dtype fp8)",
+             std::string(dtype_name(kv_dt)).c_str());
   if (group_) {  // rank 0 here, the other ranks in the group; each its own shard and KV heads
     mo.weights.shard = group_->rank(0);
     mo.comm = &group_->comm(0);

@@ -69,6 +69,8 @@ Result<std::unique_ptr<KvCache>> KvCache::create(Backend& backend, const ModelCo
     st.slot = int32_t(i % g.page_layers);
     st.group = int32_t(i / g.page_layers);
     st.pages_per_block = int32_t(full ? g.full_pages_per_block : g.sliding_pages_per_block);
+    if (size_t(l) < options.layer_scales.size())
+      st.k_scale = options.layer_scales[size_t(l)][0], st.v_scale = options.layer_scales[size_t(l)][1];
     kv->layers_.push_back(st);
   }
   kv->pages_.resize(size_t(P));

@@ -38,6 +38,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <array>
 #include <optional>
 #include <span>
 #include <vector>
@@ -57,6 +58,9 @@ struct KvCacheOptions {
   int64_t max_step_rows = 1;            // rows of one step (sliding table capacity)
   bool prefix_caching = false;
   std::optional<DType> dtype;  // storage dtype; default: the backend's kv_dtype()
+  // Per layer {k_scale, v_scale} of an F8 cache (stored = fp8(x / scale));
+  // empty or shorter than the layers: 1.0. Other dtypes ignore them.
+  std::vector<std::array<float, 2>> layer_scales;
 };
 
 // One sequence's place in the cache.

@@ -3,9 +3,11 @@
 #include <fnmatch.h>
 
 #include <cctype>
+#include <cmath>
 #include <cstring>
 
 #include <algorithm>
+#include <optional>
 #include <regex>
 #include <unordered_set>
 
@@ -335,10 +337,13 @@ struct Resolver {
                    " (quantization_config: quant_method fp8, weight_block_size [128, 128])");
       return;
     }
-    if (q.scales.dtype != DType::F32 || !(per_tensor || per_channel || block)) {
+    // Scales in F32, or in the model's F16 / BF16 (compressed-tensors writes
+    // them so): widened to F32 where the weight is read.
+    const bool float_scales = q.scales.dtype == DType::F32 || q.scales.dtype == DType::F16 || q.scales.dtype == DType::BF16;
+    if (!float_scales || !(per_tensor || per_channel || block)) {
       bad_part(spec, rule, q.scales,
-               "F32 scales per tensor, per output channel " + shape_text(lead(spec, {N})) + " or per 128x128 block " +
-                   shape_text(lead(spec, {bn, bk})));
+               "F32 (or F16 / BF16) scales per tensor, per output channel " + shape_text(lead(spec, {N})) +
+                   " or per 128x128 block " + shape_text(lead(spec, {bn, bk})));
       ok = false;
     }
     if (!ok) return;
@@ -441,7 +446,8 @@ struct Resolver {
     };
     expect(out.tensor, DType::I32, lead(spec, {K / 8, N}));
     expect(q.zeros, DType::I32, lead(spec, {groups, N / 8}));
-    expect(q.scales, DType::F16, lead(spec, {groups, N}));
+    if (q.scales.dtype == DType::BF16) expect(q.scales, DType::BF16, lead(spec, {groups, N}));  // a BF16 model's GPTQModel export
+    else expect(q.scales, DType::F16, lead(spec, {groups, N}));
     if (const Located* lg = find(g_idx)) {
       TensorView gv = view(g_idx, *lg);
       consumed.insert(g_idx);
@@ -459,7 +465,7 @@ struct Resolver {
         }
     }
     if (!ok) return;
-    q.format.scale_dtype = DType::F16;
+    q.format.scale_dtype = q.scales.dtype;
     q.format.block_rows = 1, q.format.block_cols = int32_t(G);
     q.format.zero_offset = info.zeros_minus_one ? 1 : 0;
     q.format.kind = QuantKind::Int4;
@@ -500,7 +506,8 @@ struct Resolver {
     out.per_expert = true;
     out.experts.assign(size_t(E), {});
     bool ok = true;
-    int quantized_pieces = 0;
+    int quantized_pieces = 0, coded_pieces = 0;  // resolved quantized; stored as codes (resolved or not)
+    std::optional<QuantFormat> first_format;
     for (int64_t e = 0; e < E; ++e) {
       for (const char* pattern : rule.per_expert) {
         std::string name = prefix + expand_name(pattern, spec.layer, int(e));
@@ -515,6 +522,7 @@ struct Resolver {
         TensorView v = view(found, *l);
         consumed.insert(found);
         if (is_codes(v.dtype) && spec.reference_dtype == DType::BF16) {
+          ++coded_pieces;
           WeightSpec ps = spec;
           ps.shape = piece_shape;
           ResolvedWeight tmp;
@@ -530,10 +538,11 @@ struct Resolver {
               return true;
             }
             const QuantFormat& f = tmp.quant.format;
-            const QuantFormat& f0 = quantized_pieces ? out.expert_quant[0][0].format : f;
+            if (!first_format) first_format = f;  // the first piece that resolved (expert 0's may have failed)
+            const QuantFormat& f0 = *first_format;
             if (f.kind != f0.kind || f.block_cols != f0.block_cols || f.block_rows != f0.block_rows ||
                 f.zero_offset != f0.zero_offset) {
-              problems.push_back("tensor " + v.name + " in " + v.file + " is quantized differently from expert 0 of " +
+              problems.push_back("tensor " + v.name + " in " + v.file + " is quantized differently from the first piece of " +
                                  slot_text(spec) + " (scale blocks or zero points differ)");
               ok = false;
             }
@@ -552,8 +561,8 @@ struct Resolver {
         out.experts[size_t(e)].push_back(std::move(v));
       }
     }
-    if (quantized_pieces && quantized_pieces != E * pieces) {
-      problems.push_back(slot_text(spec) + ": " + std::to_string(quantized_pieces) + " of " + std::to_string(E * pieces) +
+    if (coded_pieces && coded_pieces != E * pieces) {
+      problems.push_back(slot_text(spec) + ": " + std::to_string(coded_pieces) + " of " + std::to_string(E * pieces) +
                          " per-expert pieces are quantized; all or none must be");
       return true;
     }
@@ -655,7 +664,7 @@ Status decode_quantized(const ResolvedWeight& w, int64_t begin, int64_t end, flo
         const Fp8Scaling sc = f.block_rows == 1 && f.block_cols == K ? Fp8Scaling::PerChannel
                               : f.block_rows == N && f.block_cols == K ? Fp8Scaling::PerTensor
                                                                        : Fp8Scaling::Block;
-        MUSE_RETURN_IF_ERROR(decode_fp8({codes, cb, DType::F8_E4M3}, {scales, sb, DType::F32}, sc, N, K, out,
+        MUSE_RETURN_IF_ERROR(decode_fp8({codes, cb, DType::F8_E4M3}, {scales, sb, q.scales.dtype}, sc, N, K, out,
                                         f.block_rows, f.block_cols));
         break;
       }
@@ -667,7 +676,7 @@ Status decode_quantized(const ResolvedWeight& w, int64_t begin, int64_t end, flo
         GptqArgs a;
         a.qweight = {codes, cb, DType::I32};
         a.qzeros = {q.zeros.data + size_t(e) * (q.zeros.nbytes / size_t(E)), q.zeros.nbytes / size_t(E), DType::I32};
-        a.scales = {scales, sb, DType::F16};
+        a.scales = {scales, sb, q.scales.dtype};
         a.in_features = K, a.out_features = N, a.group_size = f.block_cols, a.zeros_minus_one = f.zero_offset == 1;
         MUSE_RETURN_IF_ERROR(decode_gptq_int4(a, out));
         break;
@@ -830,6 +839,43 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir, const LoadOptions& o
       }
     }
     r.resolve(spec, ck.resolved_[i]);
+  }
+
+  // KV-cache scales: optional F32 scalars per layer, in any of the spellings.
+  ck.kv_scales_.assign(size_t(ck.config_.num_layers), std::array<float, 2>{1.0f, 1.0f});
+  for (int l = 0; l < int(ck.config_.num_layers); ++l) {
+    std::string found[2];  // the tensor that gave K, V
+    for (const KvScaleName& kn : kv_scale_names())
+      for (const char* prefix : kTextPrefixes) {
+        const std::string name = prefix + expand_name(kn.name, l);
+        const Located* loc = r.find(name);
+        if (!loc) continue;
+        r.consumed.insert(name);
+        const TensorView v = r.view(name, *loc);
+        const bool float_dt = v.dtype == DType::F32 || v.dtype == DType::F16 || v.dtype == DType::BF16;
+        float value = 0.0f;
+        if (!float_dt || v.numel() != 1 || !convert_to_f32(v.dtype, v.data, 0, 1, &value).ok()) {
+          r.problems.push_back("tensor " + name + " in " + v.file + " is " + std::string(dtype_name(v.dtype)) + " " +
+                               shape_text(v.shape) + " but a KV-cache scale is one float value (per-head scales " +
+                               "are not supported)");
+          continue;
+        }
+        if (!std::isfinite(value) || value <= 0.0f) {
+          r.problems.push_back("tensor " + name + " in " + v.file + " is a KV-cache scale of " + std::to_string(value) +
+                               "; it must be finite and positive");
+          continue;
+        }
+        for (int kv = 0; kv < 2; ++kv) {
+          if (!(kv == 0 ? kn.k : kn.v)) continue;
+          if (!found[kv].empty()) {
+            r.problems.push_back("ambiguous checkpoint: both " + found[kv] + " and " + name + " give layer " +
+                                 std::to_string(l) + "'s " + (kv == 0 ? "K" : "V") + "-cache scale");
+            continue;
+          }
+          found[kv] = name;
+          ck.kv_scales_[size_t(l)][size_t(kv)] = value;
+        }
+      }
   }
 
   // Strictness: everything in the checkpoint must have been used.

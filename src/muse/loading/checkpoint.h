@@ -5,6 +5,7 @@
 // the memory mappings; views point into them.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -107,6 +108,9 @@ class Checkpoint {
   uint64_t tensor_bytes() const;  // bytes of all consumed tensors
   // Tensors present but skipped (ignore patterns, or multimodal with language_model_only).
   const std::vector<std::string>& skipped() const { return skipped_; }
+  // Per layer {k_scale, v_scale} of an FP8 KV cache as the checkpoint gives
+  // them (kv_scale_names(); 1.0 where absent); one entry per layer.
+  const std::vector<std::array<float, 2>>& kv_scales() const { return kv_scales_; }
 
  private:
   Result<const ResolvedWeight*> lookup(std::string_view slot, int layer) const;
@@ -118,6 +122,7 @@ class Checkpoint {
   std::unordered_map<std::string, size_t> by_key_;  // "slot#layer" -> index
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::vector<std::string> skipped_;
+  std::vector<std::array<float, 2>> kv_scales_;
 };
 
 }  // namespace muse

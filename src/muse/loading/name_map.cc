@@ -134,6 +134,21 @@ std::string expand_name(std::string_view pattern, int layer, int expert) {
   return out;
 }
 
+const std::vector<KvScaleName>& kv_scale_names() {
+  static const std::vector<KvScaleName> names = {
+      {"layers.{L}.self_attn.k_proj.k_scale", true, false},        // ModelOpt
+      {"layers.{L}.self_attn.v_proj.v_scale", false, true},
+      {"layers.{L}.self_attn.k_scale", true, false},               // compressed-tensors (kv_cache_scheme)
+      {"layers.{L}.self_attn.v_scale", false, true},
+      {"layers.{L}.self_attn.attn.k_scale", true, false},          // vLLM's own spelling
+      {"layers.{L}.self_attn.attn.v_scale", false, true},
+      {"layers.{L}.self_attn.k_proj.output_scale", true, false},   // Quark
+      {"layers.{L}.self_attn.v_proj.output_scale", false, true},
+      {"layers.{L}.self_attn.kv_scale", true, true},               // legacy: one scale for both
+  };
+  return names;
+}
+
 std::vector<std::string> candidate_names(const SlotRule& rule, int layer) {
   std::vector<std::string> out;
   for (const char* n : rule.names) {

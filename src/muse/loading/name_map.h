@@ -69,6 +69,15 @@ std::string expand_name(std::string_view pattern, int layer, int expert = -1);
 // each relative name under each prefix, then the absolute names.
 std::vector<std::string> candidate_names(const SlotRule& rule, int layer);
 
+// KV-cache scales (checkpoint-formats.md §6): optional per-layer scalars,
+// relative to a text prefix, with {L}; which of K and V each spelling gives
+// (the legacy kv_scale gives both). Absent: 1.0.
+struct KvScaleName {
+  const char* name;
+  bool k, v;
+};
+const std::vector<KvScaleName>& kv_scale_names();
+
 // Tensors of the vision / audio towers and their projectors (skipped with
 // --language-model-only): any dotted component starting with "vision" or
 // "audio", or named "visual", "multi_modal_projector", "mm_projector".

@@ -27,6 +27,7 @@ class ShardWeightSource final : public WeightSource {
   Status read_f32(const WeightSpec& spec, float* dst) const override;
   Result<Tensor> create_on(Backend& backend, const WeightSpec& spec, DType dtype) const override;
   Result<HostQuantView> quantized(const WeightSpec& spec) const override;
+  std::vector<std::array<float, 2>> kv_scales() const override { return inner_.kv_scales(); }  // per layer, unsharded
 
  private:
   // The logical (unsharded) spec of a local one, and the rank's slice of it.

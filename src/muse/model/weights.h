@@ -10,6 +10,8 @@
 // loading (model/quantize.h); either way the Tensor carries QuantParts.
 #pragma once
 
+#include <array>
+
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -69,6 +71,9 @@ class WeightSource {
   virtual Result<Tensor> create_on(Backend& backend, const WeightSpec& spec, DType dtype) const { return Tensor{}; }
   // The slot as stored quantized, or format.kind None when it is not.
   virtual Result<HostQuantView> quantized(const WeightSpec& spec) const { return HostQuantView{}; }
+  // Per layer {k_scale, v_scale} for an FP8 KV cache, as the source gives
+  // them; empty: 1.0 everywhere.
+  virtual std::vector<std::array<float, 2>> kv_scales() const { return {}; }
   // Bytes a slot the source stores quantized takes resident (codes, scales,
   // zeros, globals), 0 when it is not stored quantized: for refusing a model
   // that cannot fit a device before anything is read. Reads no data.
