@@ -171,26 +171,20 @@ INSTANTIATE_TEST_SUITE_P(Formats, QuantModel,
 namespace muse::testing {
 namespace {
 
-// compressed-tensors pack-quantized INT4 ([N, K/8] words, value + 8, BF16
-// scales [N, K/G]) is transposed at load into the GPTQ layout the kernels
-// read: the product equals the one on the reference decoder's matrix.
-TEST(QuantCompressedTensorsInt4, TransposedAtLoadMatchesReferenceDecoder) {
-  const std::string dir = ::testing::TempDir() + "/muse_ct_int4";
+// A random model written with this quantization_config, layer 0's q_proj
+// replaced by `tensors` (the other tensors as written); then the product on
+// the loaded quantized weight against the one on the reference decoder's
+// matrix (Checkpoint::read_f32), 3 rows of x.
+void expect_q_proj_matches_reference_decoder(const char* quantization_config, std::vector<OwnedTensor> tensors,
+                                             int64_t N, int64_t K, DType want_scale_dtype, uint32_t seed) {
+  const std::string dir = ::testing::TempDir() + "/muse_q_proj_formats";
   fs::remove_all(dir);
   fs::create_directories(dir);
   auto cfg = Json::parse(kConfig);
   ASSERT_TRUE(cfg.ok());
-  cfg->set("quantization_config", *Json::parse(R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
-      "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 32,
-      "symmetric": true}, "targets": ["Linear"]}}, "ignore": ["lm_head"]})"));
+  cfg->set("quantization_config", *Json::parse(quantization_config));
   ASSERT_TRUE(write_random_model(dir, *cfg, {}).ok());
   const std::string q = "model.language_model.layers.0.self_attn.q_proj.";
-  const int64_t N = 128, K = 128, G = 32;
-  std::mt19937 rng(5);
-  std::vector<uint32_t> words(size_t(N * K / 8));
-  for (auto& w : words) w = uint32_t(rng());
-  std::vector<float> sc(size_t(N * K / G));
-  for (auto& v : sc) v = 0.001f * float(1 + rng() % 50);
   {
     auto f = SafetensorsFile::open(dir + "/model.safetensors");
     ASSERT_TRUE(f.ok());
@@ -199,12 +193,7 @@ TEST(QuantCompressedTensorsInt4, TransposedAtLoadMatchesReferenceDecoder) {
       if (t.name == q + "weight") continue;
       ts.push_back({t.name, t.dtype, t.shape, std::string(reinterpret_cast<const char*>(f->data(t)), t.nbytes())});
     }
-    ts.push_back({q + "weight_packed", DType::I32, {N, K / 8}, std::string(reinterpret_cast<const char*>(words.data()), words.size() * 4)});
-    ts.push_back({q + "weight_scale", DType::BF16, {N, K / G}, tensor_bytes_f32(sc, DType::BF16)});
-    std::string shape(16, '\0');
-    const int64_t dims[2] = {N, K};
-    std::memcpy(shape.data(), dims, 16);
-    ts.push_back({q + "weight_shape", DType::I64, {2}, shape});
+    for (OwnedTensor& t : tensors) ts.push_back({q + t.name, t.dtype, t.shape, t.data});
     f = Result<SafetensorsFile>(make_error("closed"));
     write_tensors(dir + "/model.safetensors", ts);
   }
@@ -212,19 +201,21 @@ TEST(QuantCompressedTensorsInt4, TransposedAtLoadMatchesReferenceDecoder) {
   ASSERT_TRUE(ck.ok()) << ck.message();
   ASSERT_TRUE(ck->find("attn.q", 0)->quantized());
   std::vector<float> ref(size_t(N * K));
-  ASSERT_TRUE(ck->read_f32("attn.q", 0, ref.data()).ok());  // decode_ct_int4: (q - 8) · scale
+  ASSERT_TRUE(ck->read_f32("attn.q", 0, ref.data()).ok());  // the reference decoders
   CheckpointWeightSource src(*ck);
   const WeightSpec* spec = nullptr;
   for (const WeightSpec& s : ck->weights())
     if (s.slot == "attn.q" && s.layer == 0) spec = &s;
   auto view = src.quantized(*spec);
-  ASSERT_TRUE(view.ok() && view->format.kind == QuantKind::Int4);
+  ASSERT_TRUE(view.ok()) << view.message();
+  EXPECT_EQ(view->format.scale_dtype, want_scale_dtype);
   CpuBackendOptions bo;
   bo.threads = 2;
   auto b = std::move(create_cpu_backend(bo)).value();
   ModelWeights owner;
   auto tq = import_quantized(*b, {N, K}, *view, true, owner);
   ASSERT_TRUE(tq.ok()) << tq.message();
+  std::mt19937 rng(seed);
   std::vector<float> x(size_t(3 * K));
   for (auto& v : x) v = float(int(rng() % 200) - 100) * 0.01f;
   Tensor tx = *b->import_weight(DType::F32, {3, K}, x.data(), false);
@@ -241,86 +232,55 @@ TEST(QuantCompressedTensorsInt4, TransposedAtLoadMatchesReferenceDecoder) {
   fs::remove_all(dir);
 }
 
+std::string bytes_of(const void* p, size_t n) { return std::string(static_cast<const char*>(p), n); }
+
+// compressed-tensors pack-quantized INT4 ([N, K/8] words, value + 8, BF16
+// scales [N, K/G]) is transposed at load into the GPTQ layout the kernels
+// read: the product equals the one on the reference decoder's matrix.
+TEST(QuantCompressedTensorsInt4, TransposedAtLoadMatchesReferenceDecoder) {
+  const int64_t N = 128, K = 128, G = 32;
+  std::mt19937 rng(5);
+  std::vector<uint32_t> words(size_t(N * K / 8));
+  for (auto& w : words) w = uint32_t(rng());
+  std::vector<float> sc(size_t(N * K / G));
+  for (auto& v : sc) v = 0.001f * float(1 + rng() % 50);
+  const int64_t dims[2] = {N, K};
+  expect_q_proj_matches_reference_decoder(
+      R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
+          "config_groups": {"group_0": {"weights": {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 32,
+          "symmetric": true}, "targets": ["Linear"]}}, "ignore": ["lm_head"]})",
+      {{"weight_packed", DType::I32, {N, K / 8}, bytes_of(words.data(), words.size() * 4)},
+       {"weight_scale", DType::BF16, {N, K / G}, tensor_bytes_f32(sc, DType::BF16)},
+       {"weight_shape", DType::I64, {2}, bytes_of(dims, 16)}},
+      N, K, DType::BF16, 6);
+}
+
 // Scales stored in the model's BF16 where the kernels take another dtype:
 // GPTQ scales in BF16 (the INT4 kernels read them as BF16) and FP8
-// per-channel scales in BF16 (widened to F32 at load). The product on the
-// quantized weight equals the one on the reference decoder's matrix.
+// per-channel scales in BF16 (widened to F32 at load).
 TEST(QuantStoredScales, Bf16ScalesMatchReferenceDecoder) {
-  for (const bool fp8 : {false, true}) {
-    const std::string dir = ::testing::TempDir() + "/muse_bf16_scales";
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-    auto cfg = Json::parse(kConfig);
-    ASSERT_TRUE(cfg.ok());
-    cfg->set("quantization_config", *Json::parse(fp8 ? R"({"quant_method": "compressed-tensors", "format": "float-quantized"})"
-                                                     : R"({"quant_method": "gptq", "bits": 4, "group_size": 32, "desc_act": false})"));
-    ASSERT_TRUE(write_random_model(dir, *cfg, {}).ok());
-    const std::string q = "model.language_model.layers.0.self_attn.q_proj.";
-    const int64_t N = 128, K = 128, G = 32;
-    std::mt19937 rng(fp8 ? 7 : 6);
-    {
-      auto f = SafetensorsFile::open(dir + "/model.safetensors");
-      ASSERT_TRUE(f.ok());
-      std::vector<OwnedTensor> ts;
-      for (const TensorInfo& t : f->tensors()) {
-        if (t.name == q + "weight") continue;
-        ts.push_back({t.name, t.dtype, t.shape, std::string(reinterpret_cast<const char*>(f->data(t)), t.nbytes())});
-      }
-      if (fp8) {
-        std::string codes(size_t(N * K), '\0');
-        for (auto& c : codes) c = char(rng() % 0x7E);  // finite E4M3 codes, both signs below
-        for (size_t i = 0; i < codes.size(); i += 3) codes[i] = char(uint8_t(codes[i]) | 0x80);
-        std::vector<float> sc(static_cast<size_t>(N));
-        for (auto& v : sc) v = 0.01f * float(1 + rng() % 50);
-        ts.push_back({q + "weight", DType::F8_E4M3, {N, K}, codes});
-        ts.push_back({q + "weight_scale", DType::BF16, {N, 1}, tensor_bytes_f32(sc, DType::BF16)});
-      } else {
-        std::vector<uint32_t> words(size_t(K / 8 * N)), zeros(size_t(K / G * N / 8));
-        for (auto& w : words) w = uint32_t(rng());
-        for (auto& z : zeros) z = uint32_t(rng());
-        std::vector<float> sc(size_t(K / G * N));
-        for (auto& v : sc) v = 0.001f * float(1 + rng() % 50);
-        ts.push_back({q + "qweight", DType::I32, {K / 8, N}, std::string(reinterpret_cast<const char*>(words.data()), words.size() * 4)});
-        ts.push_back({q + "qzeros", DType::I32, {K / G, N / 8}, std::string(reinterpret_cast<const char*>(zeros.data()), zeros.size() * 4)});
-        ts.push_back({q + "scales", DType::BF16, {K / G, N}, tensor_bytes_f32(sc, DType::BF16)});
-      }
-      f = Result<SafetensorsFile>(make_error("closed"));
-      write_tensors(dir + "/model.safetensors", ts);
-    }
-    auto ck = Checkpoint::open(dir);
-    ASSERT_TRUE(ck.ok()) << ck.message();
-    ASSERT_TRUE(ck->find("attn.q", 0)->quantized());
-    std::vector<float> ref(size_t(N * K));
-    ASSERT_TRUE(ck->read_f32("attn.q", 0, ref.data()).ok());
-    CheckpointWeightSource src(*ck);
-    const WeightSpec* spec = nullptr;
-    for (const WeightSpec& s : ck->weights())
-      if (s.slot == "attn.q" && s.layer == 0) spec = &s;
-    auto view = src.quantized(*spec);
-    ASSERT_TRUE(view.ok()) << view.message();
-    EXPECT_EQ(view->format.scale_dtype, fp8 ? DType::F32 : DType::BF16);
-    CpuBackendOptions bo;
-    bo.threads = 2;
-    auto b = std::move(create_cpu_backend(bo)).value();
-    ModelWeights owner;
-    auto tq = import_quantized(*b, {N, K}, *view, true, owner);
-    ASSERT_TRUE(tq.ok()) << tq.message();
-    std::vector<float> x(size_t(3 * K));
-    for (auto& v : x) v = float(int(rng() % 200) - 100) * 0.01f;
-    Tensor tx = *b->import_weight(DType::F32, {3, K}, x.data(), false);
-    Tensor tf = *b->import_weight(DType::F32, {N, K}, ref.data(), false);
-    Tensor oq = *b->alloc(DType::F32, {3, N}), of = *b->alloc(DType::F32, {3, N});
-    b->matmul(oq, tx, *tq);
-    b->matmul(of, tx, tf);
-    ASSERT_TRUE(b->execute().ok());
-    std::vector<float> got(size_t(3 * N)), want(size_t(3 * N));
-    ASSERT_TRUE(b->download(oq, got.data()).ok());
-    ASSERT_TRUE(b->download(of, want.data()).ok());
-    for (size_t i = 0; i < got.size(); ++i)
-      ASSERT_NEAR(got[i], want[i], 1e-4 * (1.0 + std::fabs(want[i]))) << (fp8 ? "fp8 " : "gptq ") << i;
-    release_weights(*b, owner);
-    fs::remove_all(dir);
-  }
+  const int64_t N = 128, K = 128, G = 32;
+  std::mt19937 rng(6);
+  std::vector<uint32_t> words(size_t(K / 8 * N)), zeros(size_t(K / G * N / 8));
+  for (auto& w : words) w = uint32_t(rng());
+  for (auto& z : zeros) z = uint32_t(rng());
+  std::vector<float> sc(size_t(K / G * N));
+  for (auto& v : sc) v = 0.001f * float(1 + rng() % 50);
+  expect_q_proj_matches_reference_decoder(
+      R"({"quant_method": "gptq", "bits": 4, "group_size": 32, "desc_act": false})",
+      {{"qweight", DType::I32, {K / 8, N}, bytes_of(words.data(), words.size() * 4)},
+       {"qzeros", DType::I32, {K / G, N / 8}, bytes_of(zeros.data(), zeros.size() * 4)},
+       {"scales", DType::BF16, {K / G, N}, tensor_bytes_f32(sc, DType::BF16)}},
+      N, K, DType::BF16, 7);
+
+  std::string codes(size_t(N * K), '\0');
+  for (size_t i = 0; i < codes.size(); ++i) codes[i] = char((rng() % 0x7E) | (i % 3 ? 0 : 0x80));  // finite E4M3
+  std::vector<float> ch(static_cast<size_t>(N));
+  for (auto& v : ch) v = 0.01f * float(1 + rng() % 50);
+  expect_q_proj_matches_reference_decoder(
+      R"({"quant_method": "compressed-tensors", "format": "float-quantized"})",
+      {{"weight", DType::F8_E4M3, {N, K}, codes}, {"weight_scale", DType::BF16, {N, 1}, tensor_bytes_f32(ch, DType::BF16)}},
+      N, K, DType::F32, 8);
 }
 
 }  // namespace

@@ -99,6 +99,9 @@ class CheckpointTest : public testing::Test {
     return nullptr;
   }
 
+  // A fresh random Spark model whose config.json carries this quantization_config.
+  void write_quantized(const char* quantization_config);
+
   void expect_open_error(std::vector<std::string> fragments, const LoadOptions& options = {}) {
     auto r = Checkpoint::open(dir_, options);
     ASSERT_FALSE(r.ok()) << "expected an error mentioning " << fragments[0];
@@ -526,22 +529,23 @@ TEST_F(CheckpointTest, Nvfp4CompressedTensorsAndMissingScale) {
   expect_open_error({"layers.1.self_attn.o_proj.weight_packed", "is U8 (NVFP4 codes) but", "weight_global_scale is missing"});
 }
 
+void CheckpointTest::write_quantized(const char* quantization_config) {
+  Json cfg = spark_config();
+  cfg.set("quantization_config", *Json::parse(quantization_config));
+  fs::remove_all(dir_);
+  write(cfg);
+}
+
 // ---------------------------------------------------------------------------
 // Strict per-format checks: every failure names the tensor.
 // ---------------------------------------------------------------------------
 TEST_F(CheckpointTest, QuantizedFormatsStrictChecksNameTheTensor) {
   const std::string q = P + "layers.0.self_attn.q_proj.";
-  auto with_config = [&](const char* qc) {
-    Json cfg = spark_config();
-    cfg.set("quantization_config", *Json::parse(qc));
-    fs::remove_all(dir_);
-    write(cfg);
-  };
   auto drop = [](std::vector<Owned>& ts, const std::string& name) {
     ts.erase(std::remove_if(ts.begin(), ts.end(), [&](const Owned& t) { return t.name == name; }), ts.end());
   };
   // FP8 (Quark PTPC) with I32 channel scales: a float is required.
-  with_config(R"({"quant_method": "quark", "global_quant_config": {"weight": {"dtype": "fp8_e4m3", "qscheme": "per_channel"}}})");
+  write_quantized(R"({"quant_method": "quark", "global_quant_config": {"weight": {"dtype": "fp8_e4m3", "qscheme": "per_channel"}}})");
   rewrite("model.safetensors", [&](std::vector<Owned>& ts) {
     *by_name(ts, q + "weight") = {q + "weight", DType::F8_E4M3, {32, 32}, std::string(32 * 32, '\x38')};
     ts.push_back({q + "weight_scale", DType::I32, {32}, std::string(32 * 4, '\0')});
@@ -576,14 +580,14 @@ TEST_F(CheckpointTest, QuantizedFormatsStrictChecksNameTheTensor) {
   }
 
   // MXFP4 (Quark) without its E8M0 scales.
-  with_config(R"({"quant_method": "quark", "global_quant_config": {"weight": {"dtype": "fp4", "group_size": 32}}})");
+  write_quantized(R"({"quant_method": "quark", "global_quant_config": {"weight": {"dtype": "fp4", "group_size": 32}}})");
   rewrite("model.safetensors", [&](std::vector<Owned>& ts) {
     *by_name(ts, q + "weight") = {q + "weight", DType::U8, {32, 16}, std::string(32 * 16, '\x22')};
   });
   expect_open_error({q + "weight", "MXFP4 codes", q + "weight_scale is missing"});
 
   // GPTQ with an act-order g_idx, and with mis-shaped scales.
-  with_config(R"({"quant_method": "gptq", "bits": 4, "group_size": 16, "desc_act": false})");
+  write_quantized(R"({"quant_method": "gptq", "bits": 4, "group_size": 16, "desc_act": false})");
   auto gptq = [&](bool permuted, std::vector<int64_t> scale_shape) {
     rewrite("model.safetensors", [&](std::vector<Owned>& ts) {
       drop(ts, q + "weight");
@@ -601,14 +605,14 @@ TEST_F(CheckpointTest, QuantizedFormatsStrictChecksNameTheTensor) {
   };
   gptq(true, {2, 32});
   expect_open_error({q + "g_idx", "act-order", "desc_act"});
-  with_config(R"({"quant_method": "gptq", "bits": 4, "group_size": 16, "desc_act": false})");
+  write_quantized(R"({"quant_method": "gptq", "bits": 4, "group_size": 16, "desc_act": false})");
   gptq(false, {32, 2});
   expect_open_error({q + "scales", "F16 [2, 32]"});
-  with_config(R"({"quant_method": "gptq", "bits": 4, "group_size": 16, "desc_act": true})");
+  write_quantized(R"({"quant_method": "gptq", "bits": 4, "group_size": 16, "desc_act": true})");
   expect_open_error({"desc_act"});
 
   // A quantized tensor inside a module the config excludes.
-  with_config(R"({"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
+  write_quantized(R"({"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
                   "ignore": ["model.language_model.layers.0.self_attn*"]})");
   rewrite("model.safetensors", [&](std::vector<Owned>& ts) {
     *by_name(ts, q + "weight") = {q + "weight", DType::U8, {32, 16}, std::string(32 * 16, '\x22')};
@@ -618,7 +622,7 @@ TEST_F(CheckpointTest, QuantizedFormatsStrictChecksNameTheTensor) {
   expect_open_error({q + "weight", "excludes", "layers.0.self_attn*"});
 
   // An unknown method is refused by name.
-  with_config(R"({"quant_method": "bitsandbytes"})");
+  write_quantized(R"({"quant_method": "bitsandbytes"})");
   expect_open_error({"bitsandbytes", "not a format muse reads"});
 }
 
@@ -629,12 +633,6 @@ TEST_F(CheckpointTest, QuantizedFormatsStrictChecksNameTheTensor) {
 // hf_quant_config.json.
 TEST_F(CheckpointTest, QuantizedCheckpointAuditCases) {
   const std::string q = P + "layers.0.self_attn.q_proj.";
-  auto with_config = [&](const char* qc) {
-    Json cfg = spark_config();
-    cfg.set("quantization_config", *Json::parse(qc));
-    fs::remove_all(dir_);
-    write(cfg);
-  };
   // Replaces the tensor of that name (the random writer may have made it), or adds it.
   auto put = [](std::vector<Owned>& ts, Owned t) {
     if (Owned* o = by_name(ts, t.name)) *o = std::move(t);
@@ -653,13 +651,13 @@ TEST_F(CheckpointTest, QuantizedCheckpointAuditCases) {
   for (const char* excl : {R"("ignore": ["model.language_model.layers.*.self_attn"])", R"("ignore": ["self_attn"])",
                            R"("ignore": ["re:.*layers\\.0\\.self_attn\\.q_proj$"])",
                            R"("exclude_modules": "model.language_model.layers.0.self_attn.q_proj")"}) {
-    with_config(("{\"quant_method\": \"modelopt\", \"quant_algo\": \"NVFP4\", " + std::string(excl) + "}").c_str());
+    write_quantized(("{\"quant_method\": \"modelopt\", \"quant_algo\": \"NVFP4\", " + std::string(excl) + "}").c_str());
     nvfp4_q(DType::U8, {32, 16});
     expect_open_error({q + "weight", "is stored quantized but quantization_config excludes"});
   }
   // The same exclusion naming another module, and the codes as F4 of the
   // logical shape: loads, the same values as the packed bytes.
-  with_config(R"({"quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": ["self_attn.k_proj", "lm_head"]})");
+  write_quantized(R"({"quant_method": "modelopt", "quant_algo": "NVFP4", "ignore": ["self_attn.k_proj", "lm_head"]})");
   nvfp4_q(DType::F4, {32, 32});
   {
     auto ck = Checkpoint::open(dir_);
@@ -673,14 +671,14 @@ TEST_F(CheckpointTest, QuantizedCheckpointAuditCases) {
   });
   expect_open_error({q + "weight", "F4 [32, 32]"});
   // An activation scale that is not one float value.
-  with_config(R"({"quant_method": "modelopt", "quant_algo": "NVFP4"})");
+  write_quantized(R"({"quant_method": "modelopt", "quant_algo": "NVFP4"})");
   nvfp4_q(DType::U8, {32, 16});
   rewrite("model.safetensors", [&](std::vector<Owned>& ts) {
     put(ts, {q + "input_scale", DType::BF16, {7}, tensor_bytes_f32(std::vector<float>(7, 1.0f), DType::BF16)});
   });
   expect_open_error({q + "input_scale", "BF16 [7]", "activation scale"});
   // FP8 token embeddings are refused at load, not at the first step.
-  with_config(R"({"quant_method": "modelopt", "quant_algo": "FP8"})");
+  write_quantized(R"({"quant_method": "modelopt", "quant_algo": "FP8"})");
   rewrite("model.safetensors", [&](std::vector<Owned>& ts) {
     Owned* e = by_name(ts, P + "embed_tokens.weight");
     const int64_t n = e->shape[0] * e->shape[1];
@@ -689,14 +687,14 @@ TEST_F(CheckpointTest, QuantizedCheckpointAuditCases) {
   });
   expect_open_error({P + "embed_tokens.weight", "quantized token embeddings are not supported"});
   // quant_method fp8 (128 x 128 blocks) with per-channel scales.
-  with_config(R"({"quant_method": "fp8", "weight_block_size": [128, 128]})");
+  write_quantized(R"({"quant_method": "fp8", "weight_block_size": [128, 128]})");
   rewrite("model.safetensors", [&](std::vector<Owned>& ts) {
     put(ts, {q + "weight", DType::F8_E4M3, {32, 32}, std::string(32 * 32, '\x38')});
     put(ts, {q + "weight_scale_inv", DType::F32, {32}, tensor_bytes_f32(std::vector<float>(32, 1.0f), DType::F32)});
   });
   expect_open_error({q + "weight_scale_inv", "per 128x128 block [1, 1]", "weight_block_size"});
   // compressed-tensors INT4 with a weight_shape that is not the slot's.
-  with_config(R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
+  write_quantized(R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
                   "config_groups": {"group_0": {"weights": {"num_bits": 4, "group_size": 16}}}})");
   auto ct_int4 = [&](std::vector<int64_t> logical) {
     rewrite("model.safetensors", [&](std::vector<Owned>& ts) {
@@ -713,7 +711,7 @@ TEST_F(CheckpointTest, QuantizedCheckpointAuditCases) {
   ct_int4({999, 7});
   expect_open_error({q + "weight_shape", "holding [32, 32]"});
   // GPTQ scales in BF16 (a BF16 model's export) load; F32 ones do not.
-  with_config(R"({"quant_method": "gptq", "bits": 4, "group_size": 16, "desc_act": false})");
+  write_quantized(R"({"quant_method": "gptq", "bits": 4, "group_size": 16, "desc_act": false})");
   auto gptq_scales = [&](DType dt) {
     rewrite("model.safetensors", [&](std::vector<Owned>& ts) {
       ts.erase(std::remove_if(ts.begin(), ts.end(), [&](const Owned& t) { return t.name.rfind(q, 0) == 0; }), ts.end());
@@ -733,12 +731,12 @@ TEST_F(CheckpointTest, QuantizedCheckpointAuditCases) {
   gptq_scales(DType::F32);
   expect_open_error({q + "scales", "F16 [2, 32]"});
   // config.json and hf_quant_config.json that disagree.
-  with_config(R"({"quant_method": "modelopt", "quant_algo": "FP8"})");
+  write_quantized(R"({"quant_method": "modelopt", "quant_algo": "FP8"})");
   ASSERT_TRUE(write_file(dir_ + "/hf_quant_config.json",
                          R"({"producer": {"name": "modelopt"}, "quantization": {"quant_algo": "NVFP4"}})").ok());
   expect_open_error({"hf_quant_config.json (modelopt NVFP4) disagree"});
   // KV-cache scales in each spelling; absent ones are 1.0.
-  with_config(R"({"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "FP8"})");
+  write_quantized(R"({"quant_method": "modelopt", "quant_algo": "FP8", "kv_cache_quant_algo": "FP8"})");
   auto kv_scale = [&](const std::string& name, DType dt, std::vector<int64_t> shape, float value) {
     rewrite("model.safetensors", [&](std::vector<Owned>& ts) {
       int64_t n = 1;
@@ -758,7 +756,7 @@ TEST_F(CheckpointTest, QuantizedCheckpointAuditCases) {
   }
   kv_scale(P + "layers.1.self_attn.kv_scale", DType::F32, {}, 0.5f);  // legacy: both, so V twice
   expect_open_error({"ambiguous checkpoint", "layer 1's V-cache scale"});
-  with_config(R"({"quant_method": "modelopt", "quant_algo": "FP8"})");
+  write_quantized(R"({"quant_method": "modelopt", "quant_algo": "FP8"})");
   kv_scale(P + "layers.0.self_attn.k_scale", DType::F32, {4}, 2.0f);
   expect_open_error({P + "layers.0.self_attn.k_scale", "per-head scales"});
   kv_scale(P + "layers.0.self_attn.k_scale", DType::F32, {}, 0.0f);
