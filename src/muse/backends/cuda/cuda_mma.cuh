@@ -341,6 +341,10 @@ __device__ __forceinline__ int group_product(const ClusterGroup& grp, int64_t nt
   return j;
 }
 
+// The block-shared-x decode product (cuda_wide_gemv.cu, variant 5), T <= 64.
+cudaError_t launch_wide_gemv(cudaStream_t s, const __nv_bfloat16* x, int64_t T, const __nv_bfloat16* w, int64_t N,
+                             int64_t K, void* out, int odt, int64_t ldo, int chain);
+
 // The prefill product for T > 64 rows (cuda_mma_gemm.cu, variant 7): the
 // decode kernels' bits, from 128 × 128 tiles staged in shared memory.
 cudaError_t launch_mma_gemm(cudaStream_t s, const Tensor& x, const Tensor& w, const Tensor& out);
