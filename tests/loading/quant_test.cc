@@ -495,6 +495,10 @@ TEST(QuantConfig, RefusesUnsupportedVariantsByName) {
   EXPECT_EQ(ar.excluded, std::vector<std::string>{"model.layers.0.self_attn.q_proj"});
   auto dyn = ok(R"({"quant_method": "gptq", "bits": 4, "dynamic": {"-:.*mlp\\.gate$": {}}})");
   EXPECT_EQ(dyn.excluded, std::vector<std::string>{"re:.*mlp\\.gate$"});
+  EXPECT_EQ(ok(R"({"quant_method": "compressed-tensors", "format": "pack-quantized",
+                   "config_groups": {"g": {"weights": {"num_bits": 4, "group_size": 128, "actorder": "weight"}}}})")
+                .scheme,
+            QuantScheme::CompressedTensorsInt4);
   auto ptpc = ok(R"({"quant_method": "ptpc_fp8"})");
   EXPECT_EQ(ptpc.scheme, QuantScheme::None);
   EXPECT_EQ(ptpc.online, QuantKind::Fp8);

@@ -365,9 +365,15 @@ Result<QuantInfo> describe_quantization(const Json& qc) {
         if (!sym)
           return make_error("compressed-tensors pack-quantized with symmetric = false (asymmetric zero points) is not "
                             "supported");
-        if (const Json* ao = w->find("actorder"); ao && !ao->is_null() && !(ao->is_bool() && !ao->as_bool()))
-          return make_error("compressed-tensors pack-quantized with actorder " + ao->dump() +
-                            " (g_idx permutes the input channels) is not supported");
+        // actorder "weight" (alias "static") orders the calibration only: the
+        // stored format is the plain one. "group" ("dynamic") maps columns to
+        // groups through g_idx at run time.
+        if (const Json* ao = w->find("actorder"); ao && !ao->is_null() && !(ao->is_bool() && !ao->as_bool())) {
+          const std::string a = ao->is_string() ? ao->as_string() : ao->dump();
+          if (a != "weight" && a != "static")
+            return make_error("compressed-tensors pack-quantized with actorder " + ao->dump() +
+                              " (g_idx permutes the input channels) is not supported (actorder \"weight\" is)");
+        }
       }
     }
   } else if (m == "mxfp4") {
