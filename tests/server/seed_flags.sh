@@ -15,13 +15,15 @@ accepted=(
   "--gpu-memory-utilization 0.95" "--enable-chunked-prefill" "--reasoning-parser muse" "--tool-call-parser muse"
   "--enable-auto-tool-choice" "--max-num-seqs 32" "--reasoning-parser muse_glimmer"
   "--tensor-parallel-size 8" "--enable-expert-parallel" "--enforce-eager"
+  "--distributed-executor-backend mp" "--pipeline-parallel-size 1" "--cpu-offload-gb 0" "--trust-remote-code"
 )
-# Refused with a message naming the flag. `--speculative-config` itself is
+# Refused with a message naming the flag (values that ask for what muse does
+# anyway, above, are accepted). `--speculative-config` itself is
 # supported; this one is refused because it names no drafter (`model`), which
 # the embedded model has none of under that name.
 refused=(
   "--attention-backend ROCM_AITER_FA" "--compilation-config {\"cudagraph_mode\":\"FULL_AND_PIECEWISE\"}"
-  "--distributed-executor-backend mp" "--moe-backend triton"
+  "--distributed-executor-backend ray" "--moe-backend triton" "--pipeline-parallel-size 2"
   "--speculative-config {\"method\":\"dspark\"}" "--kernel-config {\"enable_flashinfer_autotune\":false}"
   "--offload-backend uva" "--cpu-offload-gb 310" "--cpu-offload-params experts" "--quantization gptq"
   "--model-path x" "--tp-size 2" "--tensor-parallel-size 0"

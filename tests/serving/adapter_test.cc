@@ -171,8 +171,10 @@ TEST(MuseAdapter, KvPagesFollowTheFlags) {
   EXPECT_EQ(g.pages_for(4096), 64 + 3 * 3);
   EXPECT_EQ(*kv_cache_pages(*config, o, 4096, 64, DType::F32), 4 * (64 + 9 + 3) + g.step_transient_pages(256))
       << "all sequences at full length fit the default budget";
-  o.num_gpu_blocks_override = 10;
-  EXPECT_EQ(*kv_cache_pages(*config, o, 4096, 64, DType::F32), 10);
+  o.num_gpu_blocks_override = 200;
+  EXPECT_EQ(*kv_cache_pages(*config, o, 4096, 64, DType::F32), 200);
+  o.num_gpu_blocks_override = 10;  // fewer than one full-length sequence: refused at start
+  EXPECT_FALSE(kv_cache_pages(*config, o, 4096, 64, DType::F32).ok());
   o.num_gpu_blocks_override = 0;
   o.kv_cache_memory_bytes = 1 << 20;  // 10 pages
   EXPECT_FALSE(kv_cache_pages(*config, o, 4096, 64, DType::F32).ok()) << "less than one sequence";

@@ -6,7 +6,9 @@
 #include <sys/resource.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <thread>
 
@@ -45,17 +47,21 @@ Result<int64_t> parse_length(const std::string& flag, const std::string& v) {
   }
   if (mult != 1) digits.pop_back();
   char* end = nullptr;
-  double x = std::strtod(digits.c_str(), &end);
-  if (digits.empty() || *end || !(x > 0) || x * double(mult) > 1e9)
-    return make_error(flag + " expects a positive length like 32768, 128k or 1M, got '" + v + "'");
-  return int64_t(x * double(mult));
+  const bool plain = !digits.empty() && digits.find_first_not_of("0123456789.") == std::string::npos;
+  double x = plain ? std::strtod(digits.c_str(), &end) : 0.0;
+  const double n = x * double(mult);
+  if (!plain || *end || !(n >= 1) || n > 1e9 || n != std::floor(n))
+    return make_error(flag + " expects a positive whole length like 32768, 128k, 1.5k or 1M, got '" + v + "'");
+  return int64_t(n);
 }
 
 // Byte sizes: 4G / 4GiB = 4 * 2^30, 4GB = 4 * 10^9, or plain bytes.
 Result<int64_t> parse_bytes(const std::string& flag, const std::string& v) {
   char* end = nullptr;
-  double x = std::strtod(v.c_str(), &end);
-  std::string unit = end ? std::string(end) : "";
+  const size_t number_end = v.find_first_not_of("0123456789.");
+  const bool plain = !v.empty() && number_end != 0;
+  double x = plain ? std::strtod(v.substr(0, number_end).c_str(), &end) : 0.0;
+  std::string unit = number_end == std::string::npos ? "" : v.substr(number_end);
   double mult = 1;
   if (unit == "" || unit == "B") mult = 1;
   else if (unit == "K" || unit == "KiB" || unit == "k") mult = 1024.0;
@@ -65,7 +71,7 @@ Result<int64_t> parse_bytes(const std::string& flag, const std::string& v) {
   else if (unit == "MB") mult = 1e6;
   else if (unit == "GB") mult = 1e9;
   else mult = -1;
-  if (v.empty() || end == v.c_str() || mult < 0 || !(x > 0) || x * mult > 1e15)
+  if (!plain || (end && *end) || mult < 0 || !(x * mult >= 1) || x * mult > 1e15)
     return make_error(flag + " expects a size like 4G, 512M or 1073741824, got '" + v + "'");
   return int64_t(x * mult);
 }
@@ -103,27 +109,38 @@ void raise_fd_limit() {
 }
 
 void declare_refused(ArgParser& args) {
-  struct Refused { const char* name; bool value; const char* why; };
+  // `accepted`: values that ask for what muse does anyway, so a recipe that
+  // spells out a default still runs.
+  struct Refused { const char* name; bool value; const char* why; std::vector<std::string> accepted; };
   static const Refused kRefused[] = {
-      {"--attention-backend", true, "muse has one attention implementation per backend"},
-      {"--compilation-config", true, "there is no torch.compile in muse; CUDA graphs are on by default and --enforce-eager turns them off"},
-      {"--kernel-config", true, "kernel autotuning options do not apply to muse's kernels"},
-      {"--cpu-offload-gb", true, "expert offload is not implemented yet"},
-      {"--cpu-offload-params", true, "expert offload is not implemented yet"},
-      {"--offload-backend", true, "expert offload is not implemented yet"},
-      {"--distributed-executor-backend", true, "muse runs in one process on one GPU"},
-      {"--pipeline-parallel-size", true, "muse runs on one GPU"},
-      {"--moe-backend", true, "muse has one MoE implementation per backend"},
-      {"--lora-modules", true, "LoRA adapters are not implemented yet"},
-      {"--enable-lora", false, "LoRA adapters are not implemented yet"},
-      {"--ssl-keyfile", true, "TLS is not implemented; put a reverse proxy in front"},
-      {"--ssl-certfile", true, "TLS is not implemented; put a reverse proxy in front"},
-      {"--trust-request-chat-template", false, "per-request chat templates are not accepted"},
-      {"--scheduling-policy", true, "only first-come-first-served scheduling is implemented"},
-      {"--model-path", true, "that is SGLang's spelling; give the model as the first argument (or --model)"},
-      {"--tp-size", true, "that is SGLang's spelling; use --tensor-parallel-size"},
+      {"--attention-backend", true, "muse has one attention implementation per backend", {}},
+      {"--compilation-config", true, "there is no torch.compile in muse; CUDA graphs are on by default and --enforce-eager turns them off", {}},
+      {"--kernel-config", true, "kernel autotuning options do not apply to muse's kernels", {}},
+      {"--cpu-offload-gb", true, "expert offload is not implemented yet", {"0"}},
+      {"--cpu-offload-params", true, "expert offload is not implemented yet", {}},
+      {"--offload-backend", true, "expert offload is not implemented yet", {}},
+      {"--distributed-executor-backend", true,
+       "muse runs its tensor-parallel ranks as threads of one process (one per GPU), not as Ray or torch "
+       "multiprocessing workers", {"mp"}},
+      {"--pipeline-parallel-size", true, "pipeline parallelism is not implemented; muse splits a model by tensor "
+       "parallelism (--tensor-parallel-size)", {"1"}},
+      {"--data-parallel-size", true, "data parallelism is not implemented: run one muse serve per replica", {"1"}},
+      // Accepted in every form: muse runs its own implementation of the Muse
+      // models, so there is no remote code either way.
+      {"--trust-remote-code", false, "", {"", "true", "false", "1", "0"}},
+      {"--moe-backend", true, "muse has one MoE implementation per backend", {}},
+      {"--lora-modules", true, "LoRA adapters are not implemented yet", {}},
+      {"--enable-lora", false, "LoRA adapters are not implemented yet", {}},
+      {"--ssl-keyfile", true, "TLS is not implemented; put a reverse proxy in front", {}},
+      {"--ssl-certfile", true, "TLS is not implemented; put a reverse proxy in front", {}},
+      {"--trust-request-chat-template", false, "per-request chat templates are not accepted", {}},
+      {"--scheduling-policy", true, "only first-come-first-served scheduling is implemented", {"fcfs"}},
+      {"--model-path", true, "that is SGLang's spelling; give the model as the first argument (or --model)", {}},
+      {"--tp-size", true, "that is SGLang's spelling; use --tensor-parallel-size", {}},
   };
-  for (const auto& r : kRefused) args.unsupported(r.name, r.value, r.why);
+  for (const auto& r : kRefused) args.unsupported(r.name, r.value, r.why, r.accepted);
+  args.alias("-pp", "--pipeline-parallel-size");
+  args.alias("-dp", "--data-parallel-size");
 }
 
 }  // namespace
@@ -148,8 +165,8 @@ int serve_main(int argc, char** argv, const ServeBackendOverride* override) {
   args.option("--host", &o.api.http.host, "ADDR", "address to listen on (default 0.0.0.0)");
   args.option("--port", &o.api.http.port, "N", "port (default 8000; 0 picks a free one and logs it)");
   args.option("--api-key", &o.api.api_key, "KEY", "require this key (Authorization: Bearer KEY, or x-api-key) on every route but /health");
-  args.option("--served-model-name", &served_names, "NAMES",
-              "model name(s) clients use, comma-separated; the first is reported (default: the model path)");
+  args.multi("--served-model-name", &served_names, "NAME...",
+             "model name(s) clients use, space- or comma-separated; the first is reported (default: the model path)");
   args.option("--max-model-len", &max_model_len, "N", "context length served (e.g. 32768, 128k; default: the model's)");
   args.option("--max-num-seqs", &o.engine.max_num_seqs, "N", "sequences decoded together (default 256)");
   args.option("--max-num-batched-tokens", &o.engine.max_num_batched_tokens, "N", "tokens per engine step, prefill chunks included (default 8192)");
@@ -218,6 +235,9 @@ int serve_main(int argc, char** argv, const ServeBackendOverride* override) {
   if (override && override->add_flags) override->add_flags(args);
 
   if (int rc = parse_flags(args, argc, argv, "serve"); rc >= 0) return rc;
+  if (!positional_model.empty() && !o.engine.model.empty() && positional_model != o.engine.model)
+    return fail("the model is given twice: '" + positional_model + "' (the first argument) and --model '" +
+                o.engine.model + "'; give one");
   if (o.engine.model.empty()) o.engine.model = positional_model;
   bool default_model = false;
   if (o.engine.model.empty() && !override) {
@@ -258,12 +278,20 @@ int serve_main(int argc, char** argv, const ServeBackendOverride* override) {
     return fail("--tensor-parallel-size " + std::to_string(o.engine.tensor_parallel_size) + ": expected 1 to 64");
   if (!(o.engine.gpu_memory_utilization > 0 && o.engine.gpu_memory_utilization <= 1)) return fail("--gpu-memory-utilization must be in (0, 1]");
   if (o.engine.max_num_seqs < 1) return fail("--max-num-seqs must be >= 1");
-  if (!speculative_json.empty()) {
+  if (args.given("--speculative-config")) {
+    if (speculative_json.empty()) return fail("--speculative-config needs a JSON object (it was empty)");
     auto sc = parse_speculative_config(speculative_json);
     if (!sc.ok()) return fail(sc.message());
     o.engine.speculative = *sc;
   }
-  if (o.engine.max_num_batched_tokens < 1) return fail("--max-num-batched-tokens must be >= 1");
+  // Every row of a step has activation buffers (allocated once, for the
+  // most rows a step may hold): beyond 2^20 rows that is tens of GB on any model.
+  if (o.engine.max_num_batched_tokens < 1 || o.engine.max_num_batched_tokens > (int64_t(1) << 20))
+    return fail("--max-num-batched-tokens must be in [1, 1048576], got " + std::to_string(o.engine.max_num_batched_tokens));
+  // vLLM's -1: no cap (a request gets at most the vocabulary).
+  if (o.api.max_logprobs == -1) o.api.max_logprobs = std::numeric_limits<int>::max();
+  if (o.api.max_logprobs < 0)
+    return fail("--max-logprobs must be >= 0, or -1 for no cap; got " + std::to_string(o.api.max_logprobs));
   if (o.api.http.port < 0 || o.api.http.port > 65535) return fail("--port must be in [0, 65535]");
   if (max_body_mb < 1 || max_body_mb > 4096) return fail("--max-request-body-mb must be in [1, 4096]");
   o.api.http.max_body_bytes = size_t(max_body_mb) << 20;
@@ -271,17 +299,22 @@ int serve_main(int argc, char** argv, const ServeBackendOverride* override) {
   if (max_buffered_mb < max_body_mb || max_buffered_mb > 65536)
     return fail("--max-buffered-request-mb must be in [--max-request-body-mb, 65536]");
   o.api.http.max_buffered_bytes = size_t(max_buffered_mb) << 20;
-  if (enable_prefix_caching && no_prefix_caching)
+  // --enable-prefix-caching[=true|false] and --no-enable-prefix-caching; on by default.
+  if (args.given("--enable-prefix-caching") && args.given("--no-enable-prefix-caching") && enable_prefix_caching)
     return fail("--enable-prefix-caching and --no-enable-prefix-caching contradict each other");
-  o.engine.enable_prefix_caching = !no_prefix_caching;
-  if (!kv_cache_memory.empty()) {
+  o.engine.enable_prefix_caching =
+      args.given("--enable-prefix-caching") ? enable_prefix_caching : !no_prefix_caching;
+  if (args.given("--enable-chunked-prefill") && !o.engine.enable_chunked_prefill)
+    return fail("--enable-chunked-prefill=false: muse always splits long prompts over steps (chunked prefill "
+                "cannot be turned off)");
+  if (args.given("--kv-cache-memory-bytes")) {
     auto n = parse_bytes("--kv-cache-memory-bytes", kv_cache_memory);
     if (!n.ok()) return fail(n.message());
     o.engine.kv_cache_memory_bytes = *n;
   }
   if (o.engine.num_gpu_blocks_override < 0) return fail("--num-gpu-blocks-override must be >= 1");
   if (o.engine.block_size < 0 || o.engine.block_size > 4096) return fail("--block-size must be in [1, 4096]");
-  if (!max_model_len.empty()) {
+  if (args.given("--max-model-len")) {
     auto n = parse_length("--max-model-len", max_model_len);
     if (!n.ok()) return fail(n.message());
     o.engine.max_model_len = int(*n);
@@ -294,7 +327,7 @@ int serve_main(int argc, char** argv, const ServeBackendOverride* override) {
     if (!list.ok()) return fail(list.message());
     *out = *list;
   }
-  if (!served_names.empty()) {
+  if (args.given("--served-model-name")) {
     auto list = parse_list("--served-model-name", served_names);
     if (!list.ok() || list->empty()) return fail("--served-model-name: expected one or more names");
     o.api.served_model_names = *list;

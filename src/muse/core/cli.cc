@@ -83,13 +83,20 @@ void ArgParser::positional(const std::string& name, std::string* out, bool requi
   positionals_.push_back({name, out, required, help});
 }
 
-void ArgParser::unsupported(const std::string& name, bool takes_value, const std::string& why) {
+void ArgParser::unsupported(const std::string& name, bool takes_value, const std::string& why,
+                            std::vector<std::string> accepted_values) {
   Spec s;
   s.name = name;
   s.takes_value = takes_value;
   s.hidden = true;
   s.unsupported_why = why.empty() ? "not supported yet" : why;
+  s.accepted_values = std::move(accepted_values);
   specs_.push_back(std::move(s));
+}
+
+void ArgParser::multi(const std::string& name, std::string* out, const std::string& metavar, const std::string& help) {
+  option(name, out, metavar, help);
+  specs_.back().multi = true;
 }
 
 ArgParser::Spec* ArgParser::find(const std::string& name) {
@@ -116,6 +123,7 @@ Status ArgParser::parse(int argc, char** argv, int first) {
 Status ArgParser::parse(const std::vector<std::string>& args) {
   size_t next_positional = 0;
   bool only_positional = false;
+  std::vector<std::string> refused;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (!only_positional && (a == "--help" || a == "-h")) {
@@ -137,11 +145,26 @@ Status ArgParser::parse(const std::vector<std::string>& args) {
       }
       Spec* s = find(name);
       if (!s) return make_error("unknown option " + name + " for 'muse " + command_ + "' (see muse " + command_ + " --help)");
-      if (!s->unsupported_why.empty())
-        return make_error("option " + name + " is not supported by muse " + command_ + ": " + s->unsupported_why);
       if (s->takes_value && !has_value) {
         if (i + 1 >= args.size()) return make_error("option " + name + " needs a value");
+        // A value that is itself an option ("--model --port 8001") is a
+        // missing value, as argparse says, not a model called "--port".
+        const std::string& next = args[i + 1];
+        if (next.size() > 2 && next[0] == '-' && next[1] == '-')
+          return make_error("option " + name + " needs a value (got the option " + next + ")");
         value = args[++i];
+      }
+      if (!s->unsupported_why.empty()) {
+        // Refused, unless its value is the one muse behaves as anyway
+        // (--pipeline-parallel-size 1); all refusals are reported together.
+        if (s->accepted_values.empty() || std::find(s->accepted_values.begin(), s->accepted_values.end(),
+                                                    has_value || s->takes_value ? value : "") == s->accepted_values.end())
+          refused.push_back("option " + name + (s->takes_value ? " " + value : "") + ": " + s->unsupported_why);
+        continue;
+      }
+      if (s->multi) {  // nargs='+': this value and every following one that is not an option
+        while (i + 1 < args.size() && !(args[i + 1].size() > 1 && args[i + 1][0] == '-' && !(args[i + 1][1] >= '0' && args[i + 1][1] <= '9')))
+          value += "," + args[++i];
       }
       MUSE_RETURN_IF_ERROR(s->set(value));
       given_.push_back(s->name);
@@ -150,6 +173,12 @@ Status ArgParser::parse(const std::vector<std::string>& args) {
     if (next_positional >= positionals_.size())
       return make_error("unexpected argument '" + a + "' for 'muse " + command_ + "'");
     *positionals_[next_positional++].out = a;
+  }
+  if (refused.size() == 1) return make_error(refused[0]);
+  if (!refused.empty()) {
+    std::string msg = std::to_string(refused.size()) + " options are not supported by muse " + command_ + ":";
+    for (const auto& r : refused) msg += "\n  " + r;
+    return make_error(msg);
   }
   for (size_t k = next_positional; k < positionals_.size(); ++k)
     if (positionals_[k].required) return make_error("missing argument " + positionals_[k].name);

@@ -29,8 +29,14 @@ class ArgParser {
   void alias(const std::string& alias, const std::string& name);
   void positional(const std::string& name, std::string* out, bool required, const std::string& help);
   // A flag that exists elsewhere (vllm serve) but is not implemented here yet:
-  // using it is an error that names it and says why.
-  void unsupported(const std::string& name, bool takes_value, const std::string& why);
+  // using it is an error that names it and says why, unless its value is one
+  // of `accepted_values` (what muse does anyway, e.g. a pipeline size of 1).
+  // Every refused flag of a command line is reported, in one error.
+  void unsupported(const std::string& name, bool takes_value, const std::string& why,
+                   std::vector<std::string> accepted_values = {});
+  // An option taking one or more values (argparse nargs='+'): the values
+  // after it up to the next option, joined with commas into *out.
+  void multi(const std::string& name, std::string* out, const std::string& metavar, const std::string& help);
 
   // Parses argv[first..argc). `--help`/`-h` sets help_requested() and succeeds.
   Status parse(int argc, char** argv, int first = 1);
@@ -49,6 +55,8 @@ class ArgParser {
     bool hidden = false;
     std::string unsupported_why;  // non-empty: refuse
     std::function<Status(const std::string&)> set;
+    std::vector<std::string> accepted_values;  // refused flags: values accepted (and ignored)
+    bool multi = false;                        // nargs='+'
   };
   Spec* find(const std::string& name);
 

@@ -6,7 +6,6 @@
 #include <cstring>
 
 #include <algorithm>
-#include <regex>
 
 #include "muse/loading/checkpoint_resolver.h"
 #include "muse/loading/convert.h"
@@ -154,21 +153,15 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir, const LoadOptions& o
   }
   auto quant = describe_quantization(ck.config_.quantization_config);
   if (!quant.ok()) return make_error(quant_source + ": " + quant.message());
-  for (const std::string& p : quant->excluded)
-    if (p.rfind("re:", 0) == 0) {
-      try {
-        std::regex check(p.substr(3));
-      } catch (const std::regex_error& e) {
-        return make_error(quant_source + ": exclusion \"" + p + "\" is not a valid regular expression (" + e.what() + ")");
-      }
-    }
+  auto exclusions = compile_exclusions(quant->excluded);
+  if (!exclusions.ok()) return make_error(quant_source + ": exclusion list: " + exclusions.message());
   if (quant->scheme == QuantScheme::Unknown)
     return make_error(quant_source + ": quant_method \"" + quant->method +
                       "\" is not a format muse reads (NVFP4: modelopt, compressed-tensors nvfp4-pack-quantized; MXFP4: "
                       "quark fp4, mxfp4, compressed-tensors mxfp4-pack-quantized; FP8: modelopt, compressed-tensors "
                       "float-quantized, quark fp8_e4m3, fp8, ptpc_fp8 (quantized at load); INT4: gptq, auto-round, "
                       "compressed-tensors pack-quantized)");
-  Resolver r{ck.config_, ck.files_, *quant, {}, {}, {}};
+  Resolver r{ck.config_, ck.files_, *quant, std::move(*exclusions), {}, {}, {}};
   auto add_file = [&](const std::string& path) -> Result<size_t> {
     MUSE_ASSIGN_OR_RETURN(SafetensorsFile f, SafetensorsFile::open(path));
     ck.files_.push_back(std::make_unique<SafetensorsFile>(std::move(f)));

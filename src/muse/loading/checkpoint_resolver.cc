@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <optional>
-#include <regex>
 
 #include "muse/loading/convert.h"
 
@@ -24,14 +23,22 @@ std::string slot_text(const WeightSpec& spec) {
   return "slot " + spec.slot + (spec.layer >= 0 ? " of layer " + std::to_string(spec.layer) : std::string());
 }
 
-bool module_excluded(const std::string& p, const std::string& base) {
-  if (p.rfind("re:", 0) == 0) {
-    try {
-      return std::regex_search(base, std::regex(p.substr(3)), std::regex_constants::match_continuous);
-    } catch (const std::regex_error&) {
-      return false;  // reported once by Checkpoint::open
+Result<std::vector<Exclusion>> compile_exclusions(const std::vector<std::string>& patterns) {
+  std::vector<Exclusion> out;
+  for (const std::string& p : patterns) {
+    Exclusion e{p, std::nullopt};
+    if (p.rfind("re:", 0) == 0) {
+      MUSE_ASSIGN_OR_RETURN(ModuleRegex re, ModuleRegex::compile(std::string_view(p).substr(3)));
+      e.re = std::move(re);
     }
+    out.push_back(std::move(e));
   }
+  return out;
+}
+
+bool module_excluded(const Exclusion& e, const std::string& base) {
+  if (e.re) return e.re->matches(base);
+  const std::string& p = e.pattern;
   if (fnmatch(p.c_str(), base.c_str(), 0) == 0 || fnmatch((p + ".*").c_str(), base.c_str(), 0) == 0) return true;
   if (p.empty() || p.find_first_of("*?[") != std::string::npos) return false;
   const std::string d = "." + base + ".";
@@ -114,8 +121,9 @@ Resolver::Naming Resolver::naming_of(const std::string& name) {
 }
 
 void Resolver::check_not_excluded(const WeightSpec& spec, const Naming& nm, const ResolvedWeight& out) {
-  for (const std::string& p : info.excluded) {
-    if (module_excluded(p, nm.base)) {
+  for (const Exclusion& e : exclusions) {
+    const std::string& p = e.pattern;
+    if (module_excluded(e, nm.base)) {
       problems.push_back("tensor " + out.tensor.name + " in " + out.tensor.file + " is stored quantized but "
                          "quantization_config excludes " + nm.base + " (pattern \"" + p + "\"); the checkpoint "
                          "and its config disagree");

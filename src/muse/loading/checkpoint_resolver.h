@@ -9,12 +9,14 @@
 #include <cctype>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
 #include "muse/loading/checkpoint.h"
+#include "muse/loading/module_regex.h"
 
 namespace muse::checkpoint_detail {
 
@@ -32,13 +34,21 @@ struct Located {
 // covers its q_proj), or a name matched on whole dot-separated components
 // ("lm_head", "self_attn", "model.layers.0.mlp"), as transformers'
 // modules_to_not_convert reads it.
-bool module_excluded(const std::string& p, const std::string& base);
+struct Exclusion {
+  std::string pattern;             // as written in the config
+  std::optional<ModuleRegex> re;   // "re:" patterns, compiled once
+};
+// The config's exclusion list, compiled; an invalid regular expression is
+// an error naming it.
+Result<std::vector<Exclusion>> compile_exclusions(const std::vector<std::string>& patterns);
+bool module_excluded(const Exclusion& e, const std::string& base);
 
 // Everything the resolver needs while it runs.
 struct Resolver {
   const ModelConfig& config;
   const std::vector<std::unique_ptr<SafetensorsFile>>& files;
   QuantInfo info;  // from quantization_config (or hf_quant_config.json)
+  std::vector<Exclusion> exclusions;  // info.excluded, compiled
   std::unordered_map<std::string, Located> tensors;
   std::unordered_set<std::string> consumed;
   std::vector<std::string> problems;

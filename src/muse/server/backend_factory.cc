@@ -39,7 +39,13 @@ Result<int64_t> kv_cache_pages(const ModelConfig& config, const EngineServeOptio
   // One sequence feeds at most min(batched tokens, context) rows per step.
   const int64_t transient = g.step_transient_pages(std::min<int64_t>(o.max_num_batched_tokens, max_model_len));
   const int64_t one = g.pages_for(max_model_len) + transient;  // one full-length sequence
-  if (o.num_gpu_blocks_override > 0) return o.num_gpu_blocks_override;
+  if (o.num_gpu_blocks_override > 0) {
+    if (o.num_gpu_blocks_override < one)
+      return make_error("--num-gpu-blocks-override " + std::to_string(o.num_gpu_blocks_override) +
+                        " pages are fewer than one sequence of --max-model-len " + std::to_string(max_model_len) +
+                        " needs (" + std::to_string(one) + " pages)");
+    return o.num_gpu_blocks_override;
+  }
   const int64_t budget = o.kv_cache_memory_bytes > 0 ? o.kv_cache_memory_bytes : kDefaultKvBytes;
   const int64_t fit = budget / g.page_bytes();
   const int64_t pages = g.pool_pages(o.max_num_seqs, max_model_len, o.max_num_batched_tokens, budget);
@@ -63,6 +69,16 @@ Result<ServeBackend> make_engine_backend(const EngineServeOptions& options) {
   if (o.logprobs_mode != "processed_logprobs" && o.logprobs_mode != "raw_logprobs")
     return make_error("muse serve: --logprobs-mode '" + o.logprobs_mode + "' is not supported (processed_logprobs, raw_logprobs)");
   if (o.block_size < 0 || o.block_size > 4096) return make_error("muse serve: --block-size must be in [1, 4096]");
+  // The drafter is loaded after the server listens: check its directory now.
+  if (o.speculative.enabled) {
+    const std::string& d = o.speculative.model;
+    if (d.empty() || !is_directory(d) || !file_exists(d + "/config.json"))
+      return make_error("muse serve: --speculative-config: the drafter model '" + d +
+                        "' is not a directory with a config.json");
+  }
+  if (o.num_gpu_blocks_override > (int64_t(1) << 30))
+    return make_error("muse serve: --num-gpu-blocks-override " + std::to_string(o.num_gpu_blocks_override) +
+                      " is more than 2^30 pages");
 
   auto device = parse_device(o.device);
   if (!device.ok()) return make_error("muse serve: " + device.message());
