@@ -11,30 +11,9 @@
 namespace muse::tool {
 namespace {
 
-// vLLM's human-readable lengths: 131072, 128K (x1024), 128k (x1000), 1M, 1m, 25.6k.
-Result<int64_t> parse_length(const std::string& flag, const std::string& text) {
-  if (text.empty()) return make_error(flag + " needs a value");
-  double mult = 1;
-  std::string num = text;
-  const char last = text.back();
-  if (last == 'k') mult = 1e3;
-  if (last == 'K') mult = 1024;
-  if (last == 'm') mult = 1e6;
-  if (last == 'M') mult = 1024.0 * 1024.0;
-  if (last == 'g') mult = 1e9;
-  if (last == 'G') mult = 1024.0 * 1024.0 * 1024.0;
-  if (mult != 1) num.pop_back();
-  char* end = nullptr;
-  const double v = std::strtod(num.c_str(), &end);
-  if (num.empty() || end != num.c_str() + num.size() || !std::isfinite(v) || v < 1 || v * mult > 9e15 ||
-      std::floor(v * mult) != v * mult)
-    return make_error(flag + " expects a positive whole number of tokens such as 131072, 128K or 1M, got '" + text + "'");
-  return int64_t(v * mult);
-}
-
 int plan_command(int argc, char** argv) {
   plan::PlanOptions o;
-  std::string max_model_len, decode_context;
+  std::string max_model_len, decode_context, kv_cache_memory;
   std::vector<std::string> offload_params;
   int gpus = 0;
   double gpu_mem = -1, gpu_bw = -1, host_mem = -1, host_bw = -1, link_bw = -1, offload = -1, overhead = -1;
@@ -70,8 +49,8 @@ int plan_command(int argc, char** argv) {
   args.option("--gpu-memory-utilization", &o.gpu_memory_utilization, "F", "fraction of GPU memory to use (default 0.9)");
   args.option("--kv-cache-dtype", &o.kv_cache_dtype, "DTYPE", "auto|bf16|fp8|fp8_e4m3|fp8_e5m2|f32 (default auto = bf16; f32 is the CPU server's auto)");
   args.option("--block-size", &o.block_size, "N", "positions per KV block of the paged pool (default 64)");
-  args.option("--kv-cache-memory-bytes", &o.kv_cache_memory_bytes, "BYTES",
-              "the pool's budget, as muse serve (default: the machine's KV budget)");
+  args.option("--kv-cache-memory-bytes", &kv_cache_memory, "SIZE",
+              "the pool's budget, as muse serve (4G, 512M or bytes; default: the machine's KV budget)");
   args.option("--cpu-offload-gb", &offload, "GIB",
               "weights to offload per GPU, GiB, as vLLM (default: the minimum that fits)");
   args.repeated("--cpu-offload-params", &offload_params, "NAMES",
@@ -96,12 +75,17 @@ int plan_command(int argc, char** argv) {
   if (args.given("--cpu-offload-gb")) o.cpu_offload_gib = offload;
   if (args.given("--runtime-overhead-gb")) o.runtime_overhead_gib = overhead;
   if (args.given("--max-model-len")) {
-    auto v = parse_length("--max-model-len", max_model_len);
+    auto v = parse_token_count("--max-model-len", max_model_len);
     if (!v.ok()) return fail(v.message());
     o.max_model_len = *v;
   }
+  if (args.given("--kv-cache-memory-bytes")) {
+    auto v = parse_byte_size("--kv-cache-memory-bytes", kv_cache_memory);
+    if (!v.ok()) return fail(v.message());
+    o.kv_cache_memory_bytes = *v;
+  }
   if (args.given("--decode-context")) {
-    auto v = parse_length("--decode-context", decode_context);
+    auto v = parse_token_count("--decode-context", decode_context);
     if (!v.ok()) return fail(v.message());
     o.decode_context = *v;
   }

@@ -33,49 +33,6 @@ int fail(const std::string& message) {
   return 2;
 }
 
-// vLLM's human-friendly lengths: 1k = 1000, 1K = 1024, 1m = 10^6, 1M = 2^20.
-Result<int64_t> parse_length(const std::string& flag, const std::string& v) {
-  if (v.empty()) return make_error(flag + " needs a value");
-  int64_t mult = 1;
-  std::string digits = v;
-  switch (v.back()) {
-    case 'k': mult = 1000; break;
-    case 'K': mult = 1024; break;
-    case 'm': mult = 1000000; break;
-    case 'M': mult = 1 << 20; break;
-    default: break;
-  }
-  if (mult != 1) digits.pop_back();
-  char* end = nullptr;
-  const bool plain = !digits.empty() && digits.find_first_not_of("0123456789.") == std::string::npos;
-  double x = plain ? std::strtod(digits.c_str(), &end) : 0.0;
-  const double n = x * double(mult);
-  if (!plain || *end || !(n >= 1) || n > 1e9 || n != std::floor(n))
-    return make_error(flag + " expects a positive whole length like 32768, 128k, 1.5k or 1M, got '" + v + "'");
-  return int64_t(n);
-}
-
-// Byte sizes: 4G / 4GiB = 4 * 2^30, 4GB = 4 * 10^9, or plain bytes.
-Result<int64_t> parse_bytes(const std::string& flag, const std::string& v) {
-  char* end = nullptr;
-  const size_t number_end = v.find_first_not_of("0123456789.");
-  const bool plain = !v.empty() && number_end != 0;
-  double x = plain ? std::strtod(v.substr(0, number_end).c_str(), &end) : 0.0;
-  std::string unit = number_end == std::string::npos ? "" : v.substr(number_end);
-  double mult = 1;
-  if (unit == "" || unit == "B") mult = 1;
-  else if (unit == "K" || unit == "KiB" || unit == "k") mult = 1024.0;
-  else if (unit == "M" || unit == "MiB" || unit == "m") mult = 1024.0 * 1024;
-  else if (unit == "G" || unit == "GiB" || unit == "g") mult = 1024.0 * 1024 * 1024;
-  else if (unit == "KB") mult = 1e3;
-  else if (unit == "MB") mult = 1e6;
-  else if (unit == "GB") mult = 1e9;
-  else mult = -1;
-  if (!plain || (end && *end) || mult < 0 || !(x * mult >= 1) || x * mult > 1e15)
-    return make_error(flag + " expects a size like 4G, 512M or 1073741824, got '" + v + "'");
-  return int64_t(x * mult);
-}
-
 // --allowed-origins etc. take a JSON list (vLLM) or a comma-separated list.
 Result<std::vector<std::string>> parse_list(const std::string& flag, const std::string& v) {
   std::vector<std::string> out;
@@ -308,15 +265,16 @@ int serve_main(int argc, char** argv, const ServeBackendOverride* override) {
     return fail("--enable-chunked-prefill=false: muse always splits long prompts over steps (chunked prefill "
                 "cannot be turned off)");
   if (args.given("--kv-cache-memory-bytes")) {
-    auto n = parse_bytes("--kv-cache-memory-bytes", kv_cache_memory);
+    auto n = parse_byte_size("--kv-cache-memory-bytes", kv_cache_memory);
     if (!n.ok()) return fail(n.message());
     o.engine.kv_cache_memory_bytes = *n;
   }
   if (o.engine.num_gpu_blocks_override < 0) return fail("--num-gpu-blocks-override must be >= 1");
   if (o.engine.block_size < 0 || o.engine.block_size > 4096) return fail("--block-size must be in [1, 4096]");
   if (args.given("--max-model-len")) {
-    auto n = parse_length("--max-model-len", max_model_len);
+    auto n = parse_token_count("--max-model-len", max_model_len);
     if (!n.ok()) return fail(n.message());
+    if (*n > 1000000000) return fail("--max-model-len " + max_model_len + " is more than 10^9 tokens");
     o.engine.max_model_len = int(*n);
   }
   for (auto [flag, text, out] : {std::tuple{"--allowed-origins", &origins, &o.api.allowed_origins},

@@ -222,4 +222,49 @@ Result<std::vector<int64_t>> parse_int_list(const std::string& text) {
   return out;
 }
 
+Result<int64_t> parse_token_count(const std::string& flag, const std::string& text) {
+  if (text.empty()) return make_error(flag + " needs a value");
+  double mult = 1;
+  std::string num = text;
+  switch (text.back()) {
+    case 'k': mult = 1e3; break;
+    case 'K': mult = 1024; break;
+    case 'm': mult = 1e6; break;
+    case 'M': mult = 1024.0 * 1024.0; break;
+    case 'g': mult = 1e9; break;
+    case 'G': mult = 1024.0 * 1024.0 * 1024.0; break;
+    default: break;
+  }
+  if (mult != 1) num.pop_back();
+  const bool plain = !num.empty() && num.find_first_not_of("0123456789.") == std::string::npos;
+  char* end = nullptr;
+  const double v = plain ? std::strtod(num.c_str(), &end) : 0.0;
+  if (!plain || end != num.c_str() + num.size() || !std::isfinite(v) || v * mult < 1 || v * mult > 9e15 ||
+      std::floor(v * mult) != v * mult)
+    return make_error(flag + " expects a positive whole number of tokens such as 131072, 128K, 1.5k or 1M, got '" +
+                      text + "'");
+  return int64_t(v * mult);
+}
+
+Result<int64_t> parse_byte_size(const std::string& flag, const std::string& text) {
+  const size_t number_end = text.find_first_not_of("0123456789.");
+  const bool plain = !text.empty() && number_end != 0;
+  const std::string num = text.substr(0, number_end), unit = number_end == std::string::npos ? "" : text.substr(number_end);
+  char* end = nullptr;
+  const double x = plain ? std::strtod(num.c_str(), &end) : 0.0;
+  double mult = -1;
+  if (unit == "" || unit == "B") mult = 1;
+  else if (unit == "K" || unit == "KiB" || unit == "k") mult = 1024.0;
+  else if (unit == "M" || unit == "MiB" || unit == "m") mult = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GiB" || unit == "g") mult = 1024.0 * 1024 * 1024;
+  else if (unit == "T" || unit == "TiB" || unit == "t") mult = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "KB") mult = 1e3;
+  else if (unit == "MB") mult = 1e6;
+  else if (unit == "GB") mult = 1e9;
+  else if (unit == "TB") mult = 1e12;
+  if (!plain || (end && *end) || mult < 0 || !(x * mult >= 1) || x * mult > 1e15)
+    return make_error(flag + " expects a size like 4G, 512M or 1073741824, got '" + text + "'");
+  return int64_t(x * mult);
+}
+
 }  // namespace muse

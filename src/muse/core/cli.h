@@ -77,4 +77,11 @@ class ArgParser {
 // Parses "1,2,3" into integers; error names the bad element.
 Result<std::vector<int64_t>> parse_int_list(const std::string& text);
 
+// vLLM's human-readable token counts (--max-model-len): 131072, 128k (x1000),
+// 128K (x1024), 1m, 1M, 25.6k; a whole positive number, no hex or exponent.
+Result<int64_t> parse_token_count(const std::string& flag, const std::string& text);
+// Byte sizes (--kv-cache-memory-bytes): 4G / 4GiB = 4 * 2^30, 4GB = 4 * 10^9,
+// 512M, or plain bytes; at least one byte.
+Result<int64_t> parse_byte_size(const std::string& flag, const std::string& text);
+
 }  // namespace muse
