@@ -92,12 +92,26 @@ void declare_refused(ArgParser& args) {
       {"--ssl-certfile", true, "TLS is not implemented; put a reverse proxy in front", {}},
       {"--trust-request-chat-template", false, "per-request chat templates are not accepted", {}},
       {"--scheduling-policy", true, "only first-come-first-served scheduling is implemented", {"fcfs"}},
+      {"--swap-space", true, "muse has no CPU swap space for preempted sequences: it recomputes them", {"0"}},
+      {"--download-dir", true, "muse does not download models: give a local model directory", {}},
+      {"--revision", true, "muse does not download models: give a local model directory", {}},
+      {"--hf-overrides", true, "config overrides are not supported; edit the model's config.json", {}},
+      {"--override-generation-config", true,
+       "not supported; use --generation-config DIR with the sampling defaults you want", {}},
+      {"--kv-transfer-config", true, "disaggregated prefill (KV transfer between instances) is not implemented", {}},
+      {"--limit-mm-per-prompt", true, "muse serves text only today (images, video and audio are not implemented)", {}},
+      {"--structured-outputs-config", true,
+       "muse's structured output (response_format, forced tool calls) has one built-in backend", {}},
+      {"--config", true, "YAML config files are not read; pass the flags themselves", {}},
+      {"--async-scheduling", false, "", {"", "true", "false", "1", "0"}},  // muse's engine loop is what it is
+      {"--uvicorn-log-level", true, "there is no uvicorn in muse; use --log-level", {}},
       {"--model-path", true, "that is SGLang's spelling; give the model as the first argument (or --model)", {}},
       {"--tp-size", true, "that is SGLang's spelling; use --tensor-parallel-size", {}},
   };
   for (const auto& r : kRefused) args.unsupported(r.name, r.value, r.why, r.accepted);
   args.alias("-pp", "--pipeline-parallel-size");
   args.alias("-dp", "--data-parallel-size");
+  args.alias("-O", "--compilation-config");
 }
 
 }  // namespace
