@@ -88,6 +88,15 @@ Result<ServeBackend> make_engine_backend(const EngineServeOptions& options) {
 
   auto adapter = MuseModelAdapter::create(o, *config, int(max_model_len));
   if (!adapter.ok()) return make_error("muse serve: " + adapter.message());
+  // The output parser follows the model's chat template; a parser named for
+  // the other family would be ignored, so it is an error.
+  for (const auto& [flag, parser] : {std::pair<const char*, const std::string&>{"--reasoning-parser", o.reasoning_parser},
+                                     std::pair<const char*, const std::string&>{"--tool-call-parser", o.tool_call_parser}}) {
+    const std::string profile = (*adapter)->profile_name();
+    if ((parser == "muse_glimmer" || parser == "muse_spark") && parser != profile)
+      return make_error("muse serve: " + std::string(flag) + " " + parser + ": the model's chat template is the " +
+                        profile + " format, whose parser muse uses (give muse or " + profile + ")");
+  }
 
   EngineServiceOptions so;
   so.model_dir = o.model;
