@@ -6,7 +6,6 @@
 #include <sys/resource.h>
 
 #include <atomic>
-#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <string>
@@ -122,7 +121,6 @@ int serve_main(int argc, char** argv, const ServeBackendOverride* override) {
   o.api.http.max_body_bytes = 64u << 20;
   std::string positional_model, max_model_len, served_names, origins, methods, headers, reasoning_field = "both";
   std::string tokenizer_mode = "auto", config_format = "auto", load_format = "auto";
-  std::vector<std::string> served_repeated;
   bool disable_log_requests = false, enable_auto_tool_choice = false;
   int64_t max_body_mb = 64;
   int64_t max_buffered_mb = 0;  // 0: 4 x max_body_mb

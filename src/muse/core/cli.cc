@@ -9,6 +9,11 @@ namespace muse {
 ArgParser::ArgParser(std::string command, std::string summary)
     : command_(std::move(command)), summary_(std::move(summary)) {}
 
+// An argument that names an option: "-x" or "--name", not a negative number.
+static bool looks_like_option(const std::string& a) {
+  return a.size() > 1 && a[0] == '-' && !(a[1] >= '0' && a[1] <= '9');
+}
+
 static Result<int64_t> to_int(const std::string& name, const std::string& v) {
   int64_t x = 0;
   auto r = std::from_chars(v.data(), v.data() + v.size(), x);
@@ -134,7 +139,7 @@ Status ArgParser::parse(const std::vector<std::string>& args) {
       only_positional = true;
       continue;
     }
-    if (!only_positional && a.size() > 1 && a[0] == '-' && !(a[1] >= '0' && a[1] <= '9')) {
+    if (!only_positional && looks_like_option(a)) {
       std::string name = a, value;
       bool has_value = false;
       size_t eq = a.find('=');
@@ -163,8 +168,7 @@ Status ArgParser::parse(const std::vector<std::string>& args) {
         continue;
       }
       if (s->multi) {  // nargs='+': this value and every following one that is not an option
-        while (i + 1 < args.size() && !(args[i + 1].size() > 1 && args[i + 1][0] == '-' && !(args[i + 1][1] >= '0' && args[i + 1][1] <= '9')))
-          value += "," + args[++i];
+        while (i + 1 < args.size() && !looks_like_option(args[i + 1])) value += "," + args[++i];
       }
       MUSE_RETURN_IF_ERROR(s->set(value));
       given_.push_back(s->name);

@@ -25,7 +25,7 @@ void append(std::vector<uint8_t>& v, const uint8_t* p, size_t n) { v.insert(v.en
 
 // FP8 scales as the kernels take them (F32), from F32, F16 or BF16.
 Result<std::vector<float>> f32_scales(const TensorView& t) {
-  std::vector<float> v(size_t(t.numel() > 0 ? t.numel() : 1));
+  std::vector<float> v(size_t(t.numel()));
   MUSE_RETURN_IF_ERROR(convert_to_f32(t.dtype, t.data, 0, int64_t(v.size()), v.data()));
   return v;
 }
@@ -130,12 +130,12 @@ Result<HostQuantView> CheckpointWeightSource::quantized(const WeightSpec& spec) 
   if (!w || !w->quantized()) return HostQuantView{};
   if (w->quant.n_major) {
     stacked_.push_back(std::make_unique<HostQuantWeight>(transpose_ct_int4(*w)));
-    return checked(quant_view(*stacked_.back()), *w);
+    return check_once(quant_view(*stacked_.back()), *w);
   }
   if (w->per_expert) {
     MUSE_ASSIGN_OR_RETURN(HostQuantWeight h, stack_pieces(*w));
     stacked_.push_back(std::make_unique<HostQuantWeight>(std::move(h)));
-    return checked(quant_view(*stacked_.back()), *w);
+    return check_once(quant_view(*stacked_.back()), *w);
   }
   const ResolvedWeight::Quantized& q = w->quant;
   HostQuantView v;
@@ -151,7 +151,14 @@ Result<HostQuantView> CheckpointWeightSource::quantized(const WeightSpec& spec) 
   v.scale_shape = q.scales.shape.empty() ? std::vector<int64_t>{1} : q.scales.shape;
   if (q.zeros.data) v.zeros = q.zeros.data, v.zeros_bytes = q.zeros.nbytes, v.zero_shape = q.zeros.shape;
   v.global = q.global;
-  return checked(v, *w);
+  return check_once(v, *w);
+}
+
+// Tensor-parallel ranks each fetch the same weight: its scales are scanned
+// for the first only.
+Result<HostQuantView> CheckpointWeightSource::check_once(const HostQuantView& v, const ResolvedWeight& w) const {
+  if (!scales_checked_.insert(&w).second) return v;
+  return checked(v, w);
 }
 
 uint64_t CheckpointWeightSource::stored_quantized_bytes(const WeightSpec& spec) const {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <unordered_set>
 #include <vector>
 
 #include "muse/loading/checkpoint.h"
@@ -27,6 +28,8 @@ class CheckpointWeightSource final : public WeightSource {
   // pieces are separate tensors in the file); kept as long as the source.
   mutable std::vector<std::unique_ptr<HostQuantWeight>> stacked_;
   mutable std::vector<std::unique_ptr<std::vector<float>>> widened_;  // FP8 scales stored F16 / BF16, as F32
+  mutable std::unordered_set<const ResolvedWeight*> scales_checked_;  // scale values scanned already
+  Result<HostQuantView> check_once(const HostQuantView& v, const ResolvedWeight& w) const;
 };
 
 }  // namespace muse

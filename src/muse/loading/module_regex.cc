@@ -70,9 +70,8 @@ class Compiler {
       else patch(seq, f.start), seq.outs = std::move(f.outs);
     }
     if (seq.start < 0) {
-      const int s = add(State::Split);
+      const int s = add(State::Split);  // one exit; out2 stays -1, no edge
       seq = {s, {{s, 0}}};
-      states_[size_t(s)].out2 = -2;  // one exit only (see simulate: -2 is no edge)
     }
     return seq;
   }
@@ -160,8 +159,7 @@ class Compiler {
       parts.push_back(std::move(c));
     }
     if (parts.empty()) {  // {0} or {0,0}: matches the empty string
-      const int s = add(State::Split);
-      states_[size_t(s)].out2 = -2;
+      const int s = add(State::Split);  // one exit; out2 stays -1, no edge
       return Frag{s, {{s, 0}}};
     }
     Frag seq = std::move(parts[0]);
@@ -335,7 +333,7 @@ bool ModuleRegex::matches(std::string_view name) const {
         case State::Char: set.push_back(s); break;
         case State::Split:
           stack.push_back(st.out);
-          if (st.out2 != -2) stack.push_back(st.out2);
+          stack.push_back(st.out2);  // -1 (no edge) is skipped when popped
           break;
         case State::End:
           if (at_end) stack.push_back(st.out);

@@ -445,14 +445,15 @@ Result<QuantInfo> describe_quantization(const Json& qc) {
       // unquantized (an exclusion); other bits or groups are refused.
       if (const Json* ec = qc.find("extra_config"); ec && ec->size() > 0) {
         if (!ec->is_object()) return make_error(m + " extra_config must be an object");
+        const int64_t group = info.group_size ? info.group_size : 128;
         for (const auto& [module, v] : ec->as_object()) {
           if (!v.is_object()) return make_error(m + " extra_config." + module + " must be an object");
           MUSE_ASSIGN_OR_RETURN(int64_t b, v.int_member("bits", bits));
           MUSE_ASSIGN_OR_RETURN(std::string dt, v.string_member("data_type", "int"));
-          MUSE_ASSIGN_OR_RETURN(int64_t g, v.int_member("group_size", info.group_size ? info.group_size : 128));
+          MUSE_ASSIGN_OR_RETURN(int64_t g, v.int_member("group_size", group));
           if (b >= 16 || dt == "float" || dt == "fp" || dt == "bf16" || dt == "fp16") {
             info.excluded.push_back(module);
-          } else if (b != bits || dt != "int" || g != (info.group_size ? info.group_size : 128)) {
+          } else if (b != bits || dt != "int" || g != group) {
             return make_error(m + " extra_config." + module + " (bits " + std::to_string(b) + ", group_size " +
                               std::to_string(g) + ", data_type " + dt + ") differs from the checkpoint's scheme: " +
                               "per-layer schemes are not supported");
