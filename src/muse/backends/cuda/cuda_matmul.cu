@@ -466,11 +466,6 @@ cudaError_t launch_mma_nt(cudaStream_t s, const __nv_bfloat16* x, int64_t T, con
 
 // The wgmma kernels (cuda_wgmma_gemm.cu): the prefill GEMM and the decode forms.
 constexpr bool is_wgmma_variant(int variant) { return variant >= 11 && variant <= 14; }
-// Variants 15 and 16: the rule, except that the products of one project()
-// call at 1..8 rows run as one ring launch (ring_group_kernel).
-constexpr bool is_ring_group_variant(int variant) { return variant == 15 || variant == 16; }
-// The variant that decides everything else: the rule for 15 and 16.
-constexpr int single_product_variant(int variant) { return is_ring_group_variant(variant) ? 0 : variant; }
 
 // The default rule's choice (see below).
 int gemv_rule(int64_t T, int64_t K) {
@@ -532,7 +527,6 @@ cudaError_t launch_mma_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, co
   auto* wp = static_cast<const __nv_bfloat16*>(w.data);
   const int odt = dt_code(out.dtype);
   const int64_t ldo = out.cols();
-  variant = single_product_variant(variant);
   if (variant == 0) variant = gemv_rule(T, K);
   if (is_wgmma_variant(variant) && !wgmma_gemm_usable()) variant = 7;  // the same bits, without wgmma
   if (is_wgmma_variant(variant)) return launch_wgmma_gemm(s, x, {&w, 1}, {&out, 1}, variant, nullptr, 0);
@@ -565,7 +559,6 @@ cudaError_t launch_mma_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, co
 // grouped against 43 / 47 chained; gate and up (19,968 rows each) stay
 // chained on the ring (131 against 143 µs at 1 row; bench/NOTES.md).
 int grouped_rule(int variant, int64_t T, int64_t K, size_t count, int64_t min_n) {
-  variant = single_product_variant(variant);
   if (count < 2 || count > 4 || !mma_cluster_built()) return 0;
   if (variant == 10) return 3;
   if (variant != 0 || T > 64 || (T <= 8 && min_n >= 2048)) return 0;
@@ -660,10 +653,7 @@ constexpr int64_t kCublasLtAboveRows = 0;  // 0: never
 
 namespace {
 // The product kernel for T rows of K: the forced one, else the rule's.
-int product_variant(int forced, int64_t T, int64_t K) {
-  forced = single_product_variant(forced);
-  return forced ? forced : gemv_rule(T, K);
-}
+int product_variant(int forced, int64_t T, int64_t K) { return forced ? forced : gemv_rule(T, K); }
 // Whether that kernel reads x permuted into scratch: the prefill GEMM, the
 // wgmma decode kernel's TMA tiles (variant 14 at every row count, 13 above
 // 16 rows).
@@ -774,9 +764,9 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
   // All of them in one cluster launch where the rule says so (each row's
   // bits are still its own product's).
   // Variants 15 / 16: at 1..8 rows, all of them in one ring launch instead.
-  const int ring_group = all && !wg_all && is_ring_group_variant(gemv_variant_) && x.rows() <= 8 &&
-                                 outs.size() >= 2 && outs.size() <= size_t(kClusterGroupMax)
-                             ? (gemv_variant_ == 15 ? 3 : 2)
+  const int ring_group = all && !wg_all && ring_group_stages_ && x.rows() <= 8 && outs.size() >= 2 &&
+                                 outs.size() <= size_t(kClusterGroupMax)
+                             ? ring_group_stages_
                              : 0;
   const int grouped =
       all && !ring_group ? grouped_rule(gemv_variant_, x.rows(), x.cols(), outs.size(), min_n) : 0;
