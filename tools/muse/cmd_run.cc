@@ -39,6 +39,9 @@ namespace {
 
 static_assert(std::endian::native == std::endian::little, "--dump-logits writes the host's float32 layout");
 
+// --max-tokens not given (every value a user can type, -1 included, is checked).
+constexpr int64_t kUnset = std::numeric_limits<int64_t>::min();
+
 struct RunOptions {
   std::string model;
   std::string prompt_ids;
@@ -49,7 +52,7 @@ struct RunOptions {
   int64_t top_k = 0;
   double top_p = 1.0;
   int64_t seed = 0;
-  int64_t max_tokens = -1;  // -1: 16 with --prompt-ids, 512 with --prompt
+  int64_t max_tokens = kUnset;  // kUnset: 16 with --prompt-ids, 512 with --prompt
   bool json = false;
   std::string dump_logits;
   int threads = 0;
@@ -158,7 +161,7 @@ int run_command(int argc, char** argv) {
     return fail(text_mode ? "give --prompt or --prompt-ids, not both"
                           : "--prompt TEXT or --prompt-ids is required (e.g. --prompt-ids 1,2,3)");
   if (o.raw && !text_mode) return fail("--raw applies to --prompt");
-  if (o.max_tokens == -1) o.max_tokens = text_mode ? 512 : 16;
+  if (o.max_tokens == kUnset) o.max_tokens = text_mode ? 512 : 16;
   if (o.max_tokens < 1) return fail("--max-tokens must be at least 1");
 
   // Text prompts: the tokenizer (and chat template) of the model directory.
