@@ -160,9 +160,10 @@ TEST_F(Timing, DISABLED_DecodeProducts) {
 // The multi-output products of a Glimmer layer as the model calls them (one
 // project() with Q, K, V and the gate; one with gate and up), and the Spark
 // slice's Q, K, V and gate: chained launches (ring3, clus3) against one
-// grouped cluster launch (variant 10), one grouped ring launch (15, 16: at
-// 1..8 rows) and the rule, T = 1, 4, 16, 64, as a share of the HBM read of
-// the same run.
+// grouped cluster launch (variant 10) and the rule, T = 1, 4, 16, 64, as a
+// share of the HBM read of the same run. (A grouped ring launch, variants 15
+// and 16 of 2026-12-04, lost to the rule here and in the whole model:
+// bench/NOTES.md 2026-12-05.)
 TEST_F(Timing, DISABLED_GroupedProducts) {
   auto ceil = measure_gpu_ceilings(uint64_t(4) << 30, 2048, 5);
   ASSERT_TRUE(ceil.ok()) << ceil.message();
@@ -176,8 +177,7 @@ TEST_F(Timing, DISABLED_GroupedProducts) {
   const Group groups[] = {{"q,k,v,gate", {4096, 256, 256, 4096}, 6656},
                           {"gate,up", {19968, 19968}, 6656},
                           {"sp.q,k,v,gate", {8192, 1024, 1024, 8192}, 8192}};
-  const std::pair<int, const char*> variants[] = {{3, "ring3"}, {8, "clus3"}, {10, "group"}, {15, "rgrp3"},
-                                                  {16, "rgrp2"}, {0, "rule"}};
+  const std::pair<int, const char*> variants[] = {{3, "ring3"}, {8, "clus3"}, {10, "group"}, {0, "rule"}};
   uint64_t seed = 500;
   for (const auto& [v, vname] : variants) {
     auto bp = backend_with_product_kernel(v);

@@ -105,8 +105,7 @@ int bench_command(int argc, char** argv) {
               "1 registers, 2/3/4/6 the ring with that many stages, 5 wide, 7 the prefill GEMM, 8/9 the cluster "
               "kernel with 3/4 stages, 10 the cluster kernel with a call's products in one launch, 11 / 12 the wgmma "
               "kernels with 256 / 8..64 activation rows a tile (sm_90a), 13 the 8..64-row wgmma kernel reading x "
-              "permuted into scratch first, 14 the same with 32-row tiles read by TMA from one row on; 15 / 16 the shape rule with a call's "
-              "products at 1..8 rows in one ring launch of 3 / 2 stages; 0 (default) the shape rule");
+              "permuted into scratch first, 14 the same with 32-row tiles read by TMA from one row on; 0 (default) the shape rule");
   std::string skip_ops;
   args.option("--skip-ops", &skip_ops, "LIST",
               "--device cuda: do not launch these ops (names as --profile prints them, e.g. residual_norm,swiglu): "
@@ -136,8 +135,8 @@ int bench_command(int argc, char** argv) {
     if (v->empty()) return fail("bench", std::string(flag) + " is empty");
     *list = *v;
   }
-  if (o.product_kernel < 0 || o.product_kernel > 16)
-    return fail("bench", "--product-kernel is 0 (the shape rule) or a kernel 1..16, not " + std::to_string(o.product_kernel));
+  if (o.product_kernel < 0 || o.product_kernel > 14)
+    return fail("bench", "--product-kernel is 0 (the shape rule) or a kernel 1..14, not " + std::to_string(o.product_kernel));
   if (o.product_kernel != 0 && o.device != "cuda") return fail("bench", "--product-kernel needs --device cuda");
   for (size_t at = 0; !skip_ops.empty() && at <= skip_ops.size();) {
     const size_t end = std::min(skip_ops.find(',', at), skip_ops.size());

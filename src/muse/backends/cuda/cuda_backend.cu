@@ -49,10 +49,7 @@ namespace cuda {
 CudaBackend::CudaBackend(const CudaBackendOptions& o)
     : device_(o.device),
       profile_(o.profile),
-      // Variants 15 and 16 are the rule (0) for every product, with a
-      // call's products at 1..8 rows in one ring launch of 3 or 2 stages.
-      gemv_variant_(o.gemv_variant == 15 || o.gemv_variant == 16 ? 0 : o.gemv_variant),
-      ring_group_stages_(o.gemv_variant == 15 ? 3 : o.gemv_variant == 16 ? 2 : 0),
+      gemv_variant_(o.gemv_variant),
       skip_ops_(o.skip_ops),
       graphs_on_(o.graphs),
       max_graphs_(size_t(std::max(1, o.max_graphs))) {}

@@ -26,10 +26,7 @@ struct CudaBackendOptions {
   // kernels with 256 or 8..64 activation rows a tile (sm_90a; 7 elsewhere),
   // 13 the form of 12 that reads x permuted into scratch first (above 16
   // rows), 14 the same with its 32-row TMA tiles from one row on;
-  // each forced for every row count; 15 and 16 the rule, except that the
-  // products of one project() call at 1..8 rows run as one ring launch
-  // (three or two stages). All
-  // give the same bits; the timing tests and `muse bench --product-kernel`
+  // each forced for every row count. All give the same bits; the timing tests and `muse bench --product-kernel`
   // compare their speed.
   int gemv_variant = 0;
   // Ops (by the names --profile prints) whose kernels are not launched: a

@@ -319,23 +319,6 @@ __global__ void __launch_bounds__(32 * kSplit)
   ring_tile<NT, STAGES>(x, T, w, N, int64_t(blockIdx.x) * 16, K, out, odt, ldo, chain);
 }
 
-// The products of one project() call (Q/K/V/gate) in one ring launch
-// (variants 15 and 16): block tile i belongs to the product whose 16-row
-// tiles hold it (ClusterGroup in tiles of 16), and runs ring_tile on it, so
-// each row's bits are its own product's. Why: at 1..8 rows the rule's
-// grouped cluster launch reads Glimmer's Q/K/V/gate at ~75% of HBM and
-// Spark's at 71% (ncu, bench/NOTES.md), where the ring streams the long
-// products at ~88%; the ring chained per product leaves K and V (16 blocks
-// each) alone on the GPU. Not the rule: to be timed against it.
-template <int NT, int STAGES>
-__global__ void __launch_bounds__(32 * kSplit)
-    ring_group_kernel(const __nv_bfloat16* __restrict__ x, int64_t T, int64_t K, const ClusterGroup grp) {
-  const int64_t tile = blockIdx.x;
-  const int j = group_product(grp, tile);
-  const int64_t n0 = (tile - (j ? grp.tile_end[j - 1] : 0)) * 16;
-  ring_tile<NT, STAGES>(x, T, grp.w[j], grp.n[j], n0, K, grp.out[j], grp.odt[j], grp.ldo[j], 0);
-}
-
 template <int NT, int STAGES>
 cudaError_t launch_ring(cudaStream_t s, const __nv_bfloat16* x, int64_t T, const __nv_bfloat16* w, int64_t N,
                         int64_t K, void* out, int odt, int64_t ldo, int chain) {
@@ -412,30 +395,6 @@ cudaError_t launch_ring_nt(cudaStream_t s, int stages, const __nv_bfloat16* x, i
   }
 }
 
-// Variants 15 and 16: the products of one project() call in one ring launch
-// (ring_group_kernel) with three or two stages (48 KB: four blocks an SM;
-// 32 KB: seven).
-template <int NT>
-cudaError_t launch_ring_group_nt(cudaStream_t s, int stages, const __nv_bfloat16* x, int64_t T, int64_t K,
-                                 const ClusterGroup& grp) {
-  const dim3 grid(unsigned(grp.tiles_n), unsigned((T + 63) / 64));
-  if (stages == 2)
-    return launch_pdl<ring_group_kernel<NT, 2>>(s, grid, dim3(32 * kSplit), ring_bytes<1, NT, 2>(), x, T, K, grp);
-  return launch_pdl<ring_group_kernel<NT, 3>>(s, grid, dim3(32 * kSplit), ring_bytes<1, NT, 3>(), x, T, K, grp);
-}
-
-cudaError_t launch_ring_group(cudaStream_t s, const Tensor& x, std::span<const Tensor> ws,
-                              std::span<const Tensor> outs, int stages) {
-  const ClusterGroup grp = make_cluster_group(ws, outs, 16);
-  const int64_t T = x.rows(), K = x.cols();
-  if (grp.count == 0 || grp.tiles_n >= (int64_t(1) << 31)) return cudaErrorInvalidValue;
-  auto* xp = static_cast<const __nv_bfloat16*>(x.data);
-  if (T <= 8) return launch_ring_group_nt<1>(s, stages, xp, T, K, grp);
-  if (T <= 16) return launch_ring_group_nt<2>(s, stages, xp, T, K, grp);
-  if (T <= 32) return launch_ring_group_nt<4>(s, stages, xp, T, K, grp);
-  return launch_ring_group_nt<8>(s, stages, xp, T, K, grp);
-}
-
 // Tile shapes: RW 16-row tiles per warp and RWARPS row groups per block,
 // chosen by the fixed rule of launch_mma_nt (no autotuning, no switches);
 // results are the same bits whatever the tile.
@@ -485,10 +444,7 @@ int gemv_rule(int64_t T, int64_t K) {
 // rows a tile; the products of one project() call in one launch; variant 7
 // or the cluster rule where the device cannot run them; 13 is 12 reading x
 // permuted into scratch first above 16 rows, as 11 does; 14 is 13 with
-// its 32-row TMA tiles from one row on); 15 and 16 the rule, with the
-// products of one project() call at 1..8 rows in one ring launch of three or
-// two stages (ring_group_kernel; untimed yet, to be compared with the rule's
-// grouped cluster launch). Every
+// its 32-row TMA tiles from one row on). Every
 // variant gives the same bits, so the rule may pick by shape freely. The
 // rule, from the H200 timings of every variant on Glimmer's shapes
 // (tests/backend_cuda Timing.DISABLED_DecodeProducts and whole-model `muse
@@ -763,14 +719,8 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
   const size_t xoff = permuted ? xperm_copy_.offset : 0;
   // All of them in one cluster launch where the rule says so (each row's
   // bits are still its own product's).
-  // Variants 15 / 16: at 1..8 rows, all of them in one ring launch instead.
-  const int ring_group = all && !wg_all && ring_group_stages_ && x.rows() <= 8 && outs.size() >= 2 &&
-                                 outs.size() <= size_t(kClusterGroupMax)
-                             ? ring_group_stages_
-                             : 0;
-  const int grouped =
-      all && !ring_group ? grouped_rule(gemv_variant_, x.rows(), x.cols(), outs.size(), min_n) : 0;
-  enqueue("project", [this, x, outs, lt, chainable, grouped, ring_group, wg_all, variant, xperm, permuted,
+  const int grouped = all ? grouped_rule(gemv_variant_, x.rows(), x.cols(), outs.size(), min_n) : 0;
+  enqueue("project", [this, x, outs, lt, chainable, grouped, wg_all, variant, xperm, permuted,
                        xoff](cudaStream_t s) {
     if (wg_all) {
       const bool ready = permuted && xperm_valid();
@@ -787,10 +737,9 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
       }
       return cudaSuccess;
     }
-    if (grouped || ring_group) {
+    if (grouped) {
       Tensor ws[kClusterGroupMax], os[kClusterGroupMax];
       for (size_t i = 0; i < outs.size(); ++i) ws[i] = outs[i].weight, os[i] = outs[i].out;
-      if (ring_group) return launch_ring_group(s, x, {ws, outs.size()}, {os, outs.size()}, ring_group);
       return launch_mma_cluster(s, x, {ws, outs.size()}, {os, outs.size()}, grouped, 0);
     }
     for (size_t i = 0; i < outs.size(); ++i) {
