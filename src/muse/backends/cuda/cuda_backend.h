@@ -26,8 +26,8 @@ struct CudaBackendOptions {
   // kernels with 256 or 8..64 activation rows a tile (sm_90a; 7 elsewhere),
   // 13 the form of 12 that reads x permuted into scratch first (above 16
   // rows), 14 the same with its 32-row TMA tiles from one row on;
-  // each forced for every row count. All give the same bits; the timing tests and `muse bench --product-kernel`
-  // compare their speed.
+  // each forced for every row count. All give the same bits; the timing
+  // tests and `muse bench --product-kernel` compare their speed.
   int gemv_variant = 0;
   // Ops (by the names --profile prints) whose kernels are not launched: a
   // timing probe of what each costs a step once PDL overlaps the launches
