@@ -61,13 +61,43 @@ constexpr float kFp4Unbias = 18446744073709551616.0f;  // 2^64
 
 // Two E2M1 codes, nibbles I and I + 4 of q, as bf16x2 (low half: nibble I)
 // scaled by 2^-126: the nibble's magnitude bits land on the bf16 exponent's
-// two low bits and the mantissa's top bit, its sign on the sign (code 1,
-// 0.5, becomes the subnormal 2^-127). Exact; the scale factor restores the
-// magnitude.
+// two low bits and the mantissa's top bit (6..8), its sign on the sign (15);
+// code 1, 0.5, becomes the subnormal 2^-127. Exact; the scale factor
+// restores the magnitude. Four operations a pair (ptxas: a shift, a shift
+// or IMAD.SHL, two LOP3); e2m1_pairs below gives the same four pairs in ten.
 template <int I>
 __device__ __forceinline__ uint32_t e2m1_pair(uint32_t q) {
   const uint32_t t = q << (12 - 4 * I);  // nibble I at bits 12..15, nibble I + 4 at 28..31
   return (t & 0x80008000u) | ((t >> 6) & 0x01C001C0u);
+}
+
+// (M & a) | (~M & b) in one LOP3 (written in C, ptxas masks b with ~M
+// first and merges after: two).
+template <uint32_t M>
+__device__ __forceinline__ uint32_t bit_select(uint32_t a, uint32_t b) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0xE2;" : "=r"(d) : "r"(a), "n"(M), "r"(b));  // (b-slot & a) | (~b-slot & c)
+  return d;
+}
+
+// The four e2m1_pair<I> of q (I = 0..3) in ten integer operations instead
+// of fifteen: the magnitudes are rotated 6 bits down once and merged with
+// the signs in place into one word per nibble group, {0, 1, 4, 5} and
+// {2, 3, 6, 7}. Within a group no two nibbles are 2 apart, so each nibble's
+// sign (bit 4J + 3) and its moved magnitude (4J − 6 .. 4J − 4, mod 32) own
+// their bits, and one rotate and one mask per pair place them. Equal to
+// e2m1_pair for every 32-bit word (checked exhaustively; bench/NOTES.md,
+// 2026-12-05 evening). ncu on the NVFP4 gate/up kernel at batch 1: 30.2 M
+// instructions → 24.9 M.
+__device__ __forceinline__ void e2m1_pairs(uint32_t q, uint32_t (&p)[4]) {
+  constexpr uint32_t kPair = 0x81C081C0u;            // sign and magnitude bits of both halves
+  const uint32_t r = __funnelshift_r(q, q, 6);       // every magnitude 6 bits down
+  const uint32_t a = bit_select<0x00880088u>(q, r);  // nibbles 0, 1, 4, 5
+  const uint32_t b = bit_select<0x88008800u>(q, r);  // nibbles 2, 3, 6, 7
+  p[0] = __funnelshift_l(a, a, 12) & kPair;
+  p[1] = __funnelshift_l(a, a, 8) & kPair;
+  p[2] = __funnelshift_l(b, b, 4) & kPair;
+  p[3] = b & kPair;
 }
 
 // Two E4M3 codes, bytes B and B + 2 of q, as bf16x2 (low half: byte B)
@@ -107,7 +137,7 @@ __device__ __forceinline__ float e4m3_to_float(uint32_t b) {
   return (b & 0x80u) ? -f : f;
 }
 
-// The bf16x2 factor (both halves equal) that turns an e2m1_pair into
+// The bf16x2 factor (both halves equal) that turns a decoded E2M1 pair into
 // e2m1 · block scale · 2^-64:
 //   NVFP4 (E4M3 scale s): bf16(s · 2^62), exact (s has 4 significant bits);
 //   MXFP4 (E8M0 scale 2^(e − 127)): 2^(e − 65), exact for e <= 192 (scales up
@@ -399,10 +429,19 @@ __device__ __forceinline__ void fp4_accumulate(uint4* ring, const uint32_t* lut,
           for (int h = 0; h < 2; ++h) {
             const uint32_t word = w == 0 ? cv[r][h].x : w == 1 ? cv[r][h].y : w == 2 ? cv[r][h].z : cv[r][h].w;
             const uint32_t fs = f[r][h][w >> 1];
-            p[h][0] = bf16x2_mul(e2m1_pair<0>(word), fs);
-            p[h][1] = bf16x2_mul(e2m1_pair<1>(word), fs);
-            p[h][2] = bf16x2_mul(e2m1_pair<2>(word), fs);
-            p[h][3] = bf16x2_mul(e2m1_pair<3>(word), fs);
+            // NVFP4 decodes in ten operations; MXFP4 keeps the shift form,
+            // with which it measured faster (H100, four calls: the short form
+            // cost MXFP4 1-2% at batch 16 and 64 and gave NVFP4 1-2%; why is
+            // not known, it is not the fifth block an SM its fewer registers
+            // allow: capped at four it lost more; bench/NOTES.md).
+            if (MX) {
+              p[h][0] = e2m1_pair<0>(word), p[h][1] = e2m1_pair<1>(word);
+              p[h][2] = e2m1_pair<2>(word), p[h][3] = e2m1_pair<3>(word);
+            } else {
+              e2m1_pairs(word, p[h]);
+            }
+#pragma unroll
+            for (int i = 0; i < 4; ++i) p[h][i] = bf16x2_mul(p[h][i], fs);
           }
 #pragma unroll
           for (int c = 0; c < NT; ++c) {
