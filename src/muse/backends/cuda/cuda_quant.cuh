@@ -86,8 +86,8 @@ __device__ __forceinline__ uint32_t bit_select(uint32_t a, uint32_t b) {
 // {2, 3, 6, 7}. Within a group no two nibbles are 2 apart, so each nibble's
 // sign (bit 4J + 3) and its moved magnitude (4J − 6 .. 4J − 4, mod 32) own
 // their bits, and one rotate and one mask per pair place them. Equal to
-// e2m1_pair for every 32-bit word (checked exhaustively; bench/NOTES.md,
-// 2026-12-05 evening). ncu on the NVFP4 gate/up kernel at batch 1: 30.2 M
+// e2m1_pair for every 32-bit word (checked exhaustively: bench/NOTES.md,
+// "2026-12-05 (16:46– UTC)"). ncu on the NVFP4 gate/up kernel at batch 1: 30.2 M
 // instructions → 24.9 M.
 __device__ __forceinline__ void e2m1_pairs(uint32_t q, uint32_t (&p)[4]) {
   constexpr uint32_t kPair = 0x81C081C0u;            // sign and magnitude bits of both halves
