@@ -434,7 +434,7 @@ __device__ __forceinline__ void fp4_accumulate(uint4* ring, const uint32_t* lut,
             // cost MXFP4 1-2% at batch 16 and 64 and gave NVFP4 1-2%; why is
             // not known, it is not the fifth block an SM its fewer registers
             // allow: capped at four it lost more; bench/NOTES.md).
-            if (MX) {
+            if constexpr (MX) {
               p[h][0] = e2m1_pair<0>(word), p[h][1] = e2m1_pair<1>(word);
               p[h][2] = e2m1_pair<2>(word), p[h][3] = e2m1_pair<3>(word);
             } else {
