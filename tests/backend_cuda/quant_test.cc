@@ -424,6 +424,64 @@ TEST_F(QuantTest, ExpertsMatchReferenceAndCpuBackendAndAreBatchInvariant) {
   }
 }
 
+// The streaming FP4 down product (CudaBackendOptions::expert_kernel 2:
+// wherever K % 512 == 0) and the per-tile one (1) give the same bits: one
+// granule (warps 1..3 with nothing to stream), slices of unequal length (9
+// granules), more items than the GPU holds blocks (each block streaming
+// several, across grouping tiles).
+TEST_F(QuantTest, StreamingDownProductGivesThePerTileBits) {
+  const QExpertCase cases[] = {
+      {1, 8, 4, 512, 512}, {3, 4, 2, 1536, 2048}, {17, 16, 4, 512, 4608}, {64, 8, 8, 1024, 1024}, {40, 32, 8, 2048, 512},
+  };
+  CudaBackendOptions o;
+  o.expert_kernel = 1;
+  auto r = create_cuda_backend(o);
+  ASSERT_TRUE(r.ok()) << r.message();
+  Backend& per_tile = **r;
+  o.expert_kernel = 2;
+  auto rs = create_cuda_backend(o);
+  ASSERT_TRUE(rs.ok()) << rs.message();
+  Backend& streaming = **rs;
+  ModelWeights owner, owner_s;
+  uint32_t seed = 4100;
+  for (const QSpec& q : {kSpecs[1], kSpecs[2]}) {  // NVFP4 with two globals, MXFP4
+    if (!runs(q)) continue;
+    for (const auto& c : cases) {
+      const HostQuantWeight hg = random_quant(q, c.E, 2 * c.I, c.Hm, ++seed), hd = random_quant(q, c.E, c.Hm, c.I, ++seed);
+      auto u = random_floats(size_t(c.T * c.Hm), ++seed);
+      auto gain = random_floats(size_t(c.Hm), ++seed, 0.3f, 1.0f);
+      const auto ids = random_ids(c.T, c.E, c.K, ++seed);
+      auto wts = random_floats(size_t(c.T * c.K), ++seed, 0.2f, 0.5f);
+      std::vector<uint8_t> got[2];
+      for (int k = 0; k < 2; ++k) {
+        Backend& be = k == 0 ? streaming : per_tile;
+        ModelWeights& own = k == 0 ? owner_s : owner;
+        auto gg = import_quantized(be, {c.E, 2 * c.I, c.Hm}, quant_view(hg), false, own);
+        auto gd = import_quantized(be, {c.E, c.Hm, c.I}, quant_view(hd), false, own);
+        ASSERT_TRUE(gg.ok() && gd.ok()) << q.name;
+        std::vector<uint16_t> ub(u.size());
+        for (size_t i = 0; i < u.size(); ++i) ub[i] = f32_to_bf16(u[i]);
+        auto tu = be.import_weight(DType::BF16, {c.T, c.Hm}, ub.data(), false);
+        auto tg = be.import_weight(DType::F32, {c.Hm}, gain.data(), false);
+        auto tw = be.import_weight(DType::F32, {c.T, c.K}, wts.data(), false);
+        auto ti = be.import_weight(DType::I32, {c.T, c.K}, ids.data(), false);
+        auto out = be.alloc(DType::F32, {c.T, c.Hm});
+        ASSERT_TRUE(tu.ok() && tg.ok() && tw.ok() && ti.ok() && out.ok());
+        for (const Tensor& t : {*tu, *tg, *tw, *ti, *out}) own.owned.push_back(t);
+        be.moe_experts(*out, *tu, *gg, *gd, *tg, *ti, *tw, 1e-6f);
+        ASSERT_TRUE(be.execute().ok());
+        got[k].resize(out->bytes());
+        ASSERT_TRUE(be.download(*out, got[k].data()).ok());
+      }
+      EXPECT_EQ(0, std::memcmp(got[0].data(), got[1].data(), got[0].size()))
+          << q.name << " T " << c.T << " E " << c.E << " top " << c.K << " Hm " << c.Hm << " I " << c.I
+          << ": the streaming down product differs from the per-tile one";
+    }
+  }
+  release_weights(per_tile, owner);
+  release_weights(streaming, owner_s);
+}
+
 // Layouts the kernels do not take are refused at enqueue, by name.
 TEST_F(QuantTest, UnsupportedInputsAreRefusedByName) {
   const QSpec q = kSpecs[0];

@@ -256,8 +256,11 @@ int bench_cuda(const BenchOptions& o) {
     std::fprintf(stderr, "muse bench: %s; HBM read %.0f GB/s, bf16 GEMM %.0f TFLOP/s; %.2fB parameters (%s, %s)%s\n",
                  ceil0->device.c_str(), ceil0->hbm_read_gbps, ceil0->bf16_tflops, double(params) / 1e9,
                  o.model.c_str(), quant == QuantKind::None ? "bf16" : quant_kind_name(quant),
-                 o.product_kernel ? ("; every bf16 product through kernel " + std::to_string(o.product_kernel)).c_str()
-                                  : "");
+                 (std::string(o.product_kernel ? "; every bf16 product through kernel " + std::to_string(o.product_kernel) : "") +
+                  (o.expert_kernel == 1 ? "; FP4 expert down product in per-tile blocks"
+                   : o.expert_kernel == 2 ? "; FP4 expert down product streamed"
+                                          : ""))
+                     .c_str());
   std::string skipped;
   for (const auto& n : o.skip_ops) {
     if (!skipped.empty()) skipped += ",";
@@ -275,6 +278,7 @@ int bench_cuda(const BenchOptions& o) {
   EngineOptions eo;
   eo.backend.device = Device::Cuda;
   eo.backend.gpu_product_kernel = o.product_kernel;
+  eo.backend.gpu_expert_kernel = o.expert_kernel;
   eo.backend.gpu_skip_ops = o.skip_ops;
   eo.backend.gpu_graphs = !o.enforce_eager;
   eo.max_sequences = max_batch;
@@ -299,6 +303,7 @@ int bench_cuda(const BenchOptions& o) {
   out.set("layers", config->num_layers);
   out.set("quantization", quant == QuantKind::None ? "none" : quant_kind_name(quant));
   out.set("product_kernel", o.product_kernel);
+  out.set("expert_kernel", o.expert_kernel);
   out.set("skipped_ops", skipped);
   out.set("parameters", params);
   out.set("weight_bytes", int64_t(traffic.dense_bytes + traffic.head_bytes) +

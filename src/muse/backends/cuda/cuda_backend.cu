@@ -50,6 +50,7 @@ CudaBackend::CudaBackend(const CudaBackendOptions& o)
     : device_(o.device),
       profile_(o.profile),
       gemv_variant_(o.gemv_variant),
+      expert_kernel_(o.expert_kernel),
       skip_ops_(o.skip_ops),
       graphs_on_(o.graphs),
       max_graphs_(size_t(std::max(1, o.max_graphs))) {}

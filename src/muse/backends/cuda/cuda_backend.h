@@ -29,6 +29,13 @@ struct CudaBackendOptions {
   // each forced for every row count. All give the same bits; the timing
   // tests and `muse bench --product-kernel` compare their speed.
   int gemv_variant = 0;
+  // The latent experts' FP4 down product (NVFP4, MXFP4): 0 the rule (the
+  // streaming kernel where the layout is aligned, K % 512 == 0, and the
+  // launch is a few waves: cuda_quant_moe.cu); 1 a block per grouping tile
+  // and 16 rows, as unaligned layouts and large batches run; 2 streaming
+  // wherever aligned. The same bits; `muse bench --expert-kernel` compares
+  // their speed.
+  int expert_kernel = 0;
   // Ops (by the names --profile prints) whose kernels are not launched: a
   // timing probe of what each costs a step once PDL overlaps the launches
   // (`muse bench --skip-ops`). The outputs are then not valid.

@@ -296,6 +296,7 @@ class CudaBackend final : public Backend {
   int device_ = 0;
   bool profile_ = false;
   int gemv_variant_ = 0;  // CudaBackendOptions::gemv_variant
+  int expert_kernel_ = 0;  // CudaBackendOptions::expert_kernel
   std::vector<std::string> skip_ops_;  // not launched (CudaBackendOptions::skip_ops)
   std::string name_;
   cudaStream_t stream_ = nullptr;

@@ -559,7 +559,7 @@ void CudaBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& 
     const bool xb = u.dtype == DType::BF16, wb = gate_up.dtype == DType::BF16;
     if (quant) {
       cudaError_t e = launch_quant_experts(s, u, gate_up, down, int(K), order, tiles, ntiles, max_tiles,
-                                           reinterpret_cast<__nv_bfloat16*>(A), Y);
+                                           reinterpret_cast<__nv_bfloat16*>(A), Y, expert_kernel_);
       if (e != cudaSuccess) return e;
     } else if (mma) {
       cudaError_t e = launch_experts_mma(s, u, gate_up, down, int(K), order, tiles, ntiles, max_tiles,

@@ -288,11 +288,160 @@ __device__ __forceinline__ void ring_turn(int i, int mine, Issue&& issue) {
   __syncwarp();
 }
 
-// acc[r][c] += W rows (tile r) · x rows (tile c) over K-slice s.
-// tile[r]: weight tile r for the copies; srow[r][h]: scale row of weight
-// row g + 8h of tile r (not offset; the unaligned path reads its scales
-// there); xr[c]: activation row 8c + g, offset by 128·tq; !wok / !xok rows
-// read as zeros (their pointers stay valid). bc: the scale block (k).
+// The lane's copy source in tile t: chunk lane % 16 of row lane / 16 (the
+// copies take rows 2m + lane / 16); fp4_copy_granule's cbase.
+__device__ __forceinline__ const uint8_t* fp4_copy_base(const QTile& t, int64_t K, int lane) {
+  return t.codes + (lane >> 4) * int(K / 2) + 16 * (lane & 15);
+}
+
+// The copies of granule k0 (its first k) of RW tiles into a ring slot (see
+// the layout above; k0 in 32 bits, as the copies' offsets). K: the row length in codes; cbase[r]: fp4_copy_base of
+// tile r (kept by the caller across granules).
+template <bool MX, bool ALIGNED, int RW>
+__device__ __forceinline__ void fp4_copy_granule(uint4* slot, const QTile (&tile)[RW], const uint8_t* const (&cbase)[RW],
+                                                 int64_t K, int k0, int lane) {
+  // The copies: chunk cc of rows 2m + cr; its place in the slot's tile.
+  const int cr = lane >> 4, cc = lane & 15;
+  const int cdst = 16 * cr + (cc ^ ((cc >> 3) | (cr << 1)));
+  // Offsets within a tile in 32 bits (16 rows of K / 2 bytes), so that the
+  // per-copy parts are uniform across the warp.
+  const int code_ld = int(K / 2), scale_ld = int(K / (MX ? 32 : 16));  // scale_ld: the aligned path's canonical blocks
+#pragma unroll
+  for (int r = 0; r < RW; ++r) {
+#pragma unroll
+    for (int m = 0; m < 8; ++m) {
+      const int row = 2 * m + cr;
+      const uint8_t* src = cbase[r] + (2 * m * code_ld + k0 / 2);
+      uint4* dst = slot + r * 256 + 32 * m + cdst;
+      if (ALIGNED) {  // K % 512 == 0: every chunk of a granule is whole and inside K
+        const bool ok = row < tile[r].rows;
+        cp_async16(dst, ok ? src : tile[r].codes, ok ? 16 : 0);
+      } else {  // K % 16 == 0: each 8-byte half is whole or past the end
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          const bool ok = row < tile[r].rows && k0 + 32 * cc + 16 * q < K;
+          cp_async8(reinterpret_cast<uint2*>(dst) + q, ok ? src + 8 * q : tile[r].codes, ok ? 8 : 0);
+        }
+      }
+    }
+    if (ALIGNED) {
+      // The tile's scales of this granule in 16-byte L2-only copies (no L1
+      // lines, which the activations need): NVFP4 32 bytes per row, lane l
+      // half l % 2 of row l / 2; MXFP4 16 per row, lane l < 16 row l.
+      uint4* sdst = slot + RW * 256 + r * 32 + lane;
+      const int row = MX ? lane : lane >> 1;
+      const bool ok = row < tile[r].rows;
+      const uint8_t* src = tile[r].scales + row * scale_ld + k0 / (MX ? 32 : 16) + (MX ? 0 : 16 * (lane & 1));
+      if (!MX || lane < 16) cp_async16(sdst, ok ? src : tile[r].scales, ok ? 16 : 0);
+    }
+  }
+}
+
+// acc[r][c] += the products of granule k0, landed in `slot`: W rows (tile
+// r) · x rows (tile c). srow[r][h]: scale row of weight row g + 8h of tile
+// r (not offset; the unaligned path reads its scales there); xr[c]:
+// activation row 8c + g, offset by 128·tq; !wok / !xok rows read as zeros
+// (their pointers stay valid). bc: the scale block (k).
+template <bool MX, bool ALIGNED, int RW, int NT>
+__device__ __forceinline__ void fp4_granule_mma(const uint4* slot, const uint32_t* lut,
+                                                const uint8_t* const (&srow)[RW][2], const bool (&wok)[RW][2],
+                                                const __nv_bfloat16* const (&xr)[NT], const bool (&xok)[NT],
+                                                int64_t K, int bc, int64_t k0, int lane, float (&acc)[RW][NT][4]) {
+  const int g = lane >> 2, tq = lane & 3;
+  const int64_t kl = 128 * tq;
+  // The fragment reads: chunk 4·tq + j of row g (+ 8h) at rbase + (j ^ rs).
+  const int rbase = 16 * g + 4 * tq, rs = (tq >> 1) | ((g & 1) << 1);
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  uint2 sc[RW][2];
+  if (ALIGNED) {
+    // NVFP4: this lane's 8 bytes of its row's 32; MXFP4: its 4 bytes of
+    // the row's 16.
+#pragma unroll
+    for (int r = 0; r < RW; ++r)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint8_t* row = reinterpret_cast<const uint8_t*>(slot + RW * 256 + r * 32) + (g + 8 * h) * (MX ? 16 : 32);
+        if (MX) sc[r][h] = make_uint2(reinterpret_cast<const uint32_t*>(row)[tq], 0u);
+        else sc[r][h] = reinterpret_cast<const uint2*>(row)[tq];
+      }
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int64_t kj = k0 + 32 * j;  // + kl: this lane's piece
+    uint4 cv[RW][2];
+    uint32_t f[RW][2][2];  // scale factor per row and 16-k half of the piece
+#pragma unroll
+    for (int r = 0; r < RW; ++r)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        cv[r][h] = slot[r * 256 + 128 * h + rbase + (j ^ rs)];
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+          uint32_t b;
+          if (ALIGNED) {
+            const int byte = MX ? j : 2 * j + q;
+            b = ((byte < 4 ? sc[r][h].x : sc[r][h].y) >> (8 * (byte & 3))) & 0xFFu;
+          } else {
+            const int64_t k = kj + kl + 16 * q;
+            b = wok[r][h] && k < K ? uint32_t(__ldg(srow[r][h] + k / bc)) : 0u;
+          }
+          f[r][h][q] = lut[b];
+        }
+      }
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      uint32_t xp[NT][4];
+#pragma unroll
+      for (int c = 0; c < NT; ++c) {
+        if (ALIGNED) {
+          // The granule is whole and a missing row's pointer is clamped to
+          // row nt − 1, so the load is always inside x and needs no guard:
+          // a guarded load compiled to a branch, issued only right before
+          // its own mma step; unguarded, a granule's loads are all in
+          // flight at once. A missing row's mma column holds the
+          // duplicate's sums, which no store reads (mma columns are
+          // independent sums).
+          x_pairs_4apart(ldg_x(xr[c] + kj + 8 * w), xp[c]);
+        } else {
+          const bool ok = xok[c] && kj + kl + 8 * w < K;
+          x_pairs_4apart(ok ? ldg_x(xr[c] + kj + 8 * w) : zero, xp[c]);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < RW; ++r) {
+        uint32_t p[2][4];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint32_t word = w == 0 ? cv[r][h].x : w == 1 ? cv[r][h].y : w == 2 ? cv[r][h].z : cv[r][h].w;
+          const uint32_t fs = f[r][h][w >> 1];
+          // NVFP4 decodes in ten operations; MXFP4 keeps the shift form,
+          // with which it measured faster (H100, four calls: the short form
+          // cost MXFP4 1-2% at batch 16 and 64 and gave NVFP4 1-2%; why is
+          // not known, it is not the fifth block an SM its fewer registers
+          // allow: capped at four it lost more; bench/NOTES.md).
+          if constexpr (MX) {
+            p[h][0] = e2m1_pair<0>(word), p[h][1] = e2m1_pair<1>(word);
+            p[h][2] = e2m1_pair<2>(word), p[h][3] = e2m1_pair<3>(word);
+          } else {
+            e2m1_pairs(word, p[h]);
+          }
+#pragma unroll
+          for (int i = 0; i < 4; ++i) p[h][i] = bf16x2_mul(p[h][i], fs);
+        }
+#pragma unroll
+        for (int c = 0; c < NT; ++c) {
+          mma16816(acc[r][c], p[0][0], p[1][0], p[0][1], p[1][1], xp[c][0], xp[c][1]);
+          mma16816(acc[r][c], p[0][2], p[1][2], p[0][3], p[1][3], xp[c][2], xp[c][3]);
+        }
+      }
+    }
+  }
+}
+
+// acc[r][c] = W rows (tile r) · x rows (tile c) over K-slice s: the slice's
+// granules (s, s + kSplit, ...) in ascending order through the warp's ring
+// of STAGES slots (arguments as for fp4_granule_mma; tile[r]: weight tile r
+// for the copies).
 template <bool MX, bool ALIGNED, int RW, int NT, int STAGES>
 __device__ __forceinline__ void fp4_accumulate(uint4* ring, const uint32_t* lut, const QTile (&tile)[RW],
                                                const uint8_t* const (&srow)[RW][2], const bool (&wok)[RW][2],
@@ -305,54 +454,14 @@ __device__ __forceinline__ void fp4_accumulate(uint4* ring, const uint32_t* lut,
     for (int c = 0; c < NT; ++c)
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[r][c][i] = 0.0f;
-  const int g = lane >> 2, tq = lane & 3;
   const int64_t ngran = (K + kFp4Granule - 1) / kFp4Granule;
   const int mine = s < ngran ? int((ngran - s + kSplit - 1) / kSplit) : 0;
   uint4* my = ring + size_t(s) * STAGES * SLOT;
-  // The copies: chunk cc of rows 2m + cr; its place in the slot's tile.
-  const int cr = lane >> 4, cc = lane & 15;
-  const int cdst = 16 * cr + (cc ^ ((cc >> 3) | (cr << 1)));
-  // Offsets within a tile in 32 bits (16 rows of K / 2 bytes), so that the
-  // per-copy parts are uniform across the warp and the lane keeps one
-  // pointer per tile, not one per row.
-  const int code_ld = int(K / 2), scale_ld = int(K / (MX ? 32 : 16));  // scale_ld: the aligned path's canonical blocks
-  const uint8_t* cbase[RW];  // chunk cc of row cr of each tile
+  const uint8_t* cbase[RW];
 #pragma unroll
-  for (int r = 0; r < RW; ++r) cbase[r] = tile[r].codes + cr * code_ld + 16 * cc;
-  // The fragment reads: chunk 4·tq + j of row g (+ 8h) at rbase + (j ^ rs).
-  const int rbase = 16 * g + 4 * tq, rs = (tq >> 1) | ((g & 1) << 1);
+  for (int r = 0; r < RW; ++r) cbase[r] = fp4_copy_base(tile[r], K, lane);
   auto issue = [&](int i) {
-    const int k0 = (s + i * kSplit) * kFp4Granule;  // granule start
-    uint4* slot = my + (i % STAGES) * SLOT;
-#pragma unroll
-    for (int r = 0; r < RW; ++r) {
-#pragma unroll
-      for (int m = 0; m < 8; ++m) {
-        const int row = 2 * m + cr;
-        const uint8_t* src = cbase[r] + (2 * m * code_ld + k0 / 2);
-        uint4* dst = slot + r * 256 + 32 * m + cdst;
-        if (ALIGNED) {  // K % 512 == 0: every chunk of a granule i < mine is whole and inside K
-          const bool ok = row < tile[r].rows;
-          cp_async16(dst, ok ? src : tile[r].codes, ok ? 16 : 0);
-        } else {  // K % 16 == 0: each 8-byte half is whole or past the end
-#pragma unroll
-          for (int q = 0; q < 2; ++q) {
-            const bool ok = row < tile[r].rows && k0 + 32 * cc + 16 * q < K;
-            cp_async8(reinterpret_cast<uint2*>(dst) + q, ok ? src + 8 * q : tile[r].codes, ok ? 8 : 0);
-          }
-        }
-      }
-      if (ALIGNED) {
-        // The tile's scales of this granule in 16-byte L2-only copies (no L1
-        // lines, which the activations need): NVFP4 32 bytes per row, lane l
-        // half l % 2 of row l / 2; MXFP4 16 per row, lane l < 16 row l.
-        uint4* sdst = slot + RW * 256 + r * 32 + lane;
-        const int row = MX ? lane : lane >> 1;
-        const bool ok = row < tile[r].rows;
-        const uint8_t* src = tile[r].scales + row * scale_ld + k0 / (MX ? 32 : 16) + (MX ? 0 : 16 * (lane & 1));
-        if (!MX || lane < 16) cp_async16(sdst, ok ? src : tile[r].scales, ok ? 16 : 0);
-      }
-    }
+    fp4_copy_granule<MX, ALIGNED, RW>(my + (i % STAGES) * SLOT, tile, cbase, K, (s + i * kSplit) * kFp4Granule, lane);
   };
 #pragma unroll
   for (int i = 0; i < STAGES - 1; ++i) {
@@ -360,100 +469,86 @@ __device__ __forceinline__ void fp4_accumulate(uint4* ring, const uint32_t* lut,
     cp_async_commit();
   }
   pdl_wait();  // x may come from the kernel before (the weights do not)
-  const uint4 zero = make_uint4(0, 0, 0, 0);
   for (int i = 0; i < mine; ++i) {
-    const int64_t k0 = (int64_t(s) + int64_t(i) * kSplit) * kFp4Granule;  // granule start (x pointers hold 128·tq)
-    const int64_t kl = 128 * tq;
     ring_turn<STAGES>(i, mine, issue);  // the lanes' fragments are other lanes' copies
-    const uint4* slot = my + (i % STAGES) * SLOT;
-    uint2 sc[RW][2];
-    if (ALIGNED) {
-      // NVFP4: this lane's 8 bytes of its row's 32; MXFP4: its 4 bytes of
-      // the row's 16.
-#pragma unroll
-      for (int r = 0; r < RW; ++r)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const uint8_t* row =
-              reinterpret_cast<const uint8_t*>(slot + RW * 256 + r * 32) + (g + 8 * h) * (MX ? 16 : 32);
-          if (MX) sc[r][h] = make_uint2(reinterpret_cast<const uint32_t*>(row)[tq], 0u);
-          else sc[r][h] = reinterpret_cast<const uint2*>(row)[tq];
-        }
-    }
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int64_t kj = k0 + 32 * j;  // + kl: this lane's piece
-      uint4 cv[RW][2];
-      uint32_t f[RW][2][2];  // scale factor per row and 16-k half of the piece
-#pragma unroll
-      for (int r = 0; r < RW; ++r)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          cv[r][h] = slot[r * 256 + 128 * h + rbase + (j ^ rs)];
-#pragma unroll
-          for (int q = 0; q < 2; ++q) {
-            uint32_t b;
-            if (ALIGNED) {
-              const int byte = MX ? j : 2 * j + q;
-              b = ((byte < 4 ? sc[r][h].x : sc[r][h].y) >> (8 * (byte & 3))) & 0xFFu;
-            } else {
-              const int64_t k = kj + kl + 16 * q;
-              b = wok[r][h] && k < K ? uint32_t(__ldg(srow[r][h] + k / bc)) : 0u;
-            }
-            f[r][h][q] = lut[b];
-          }
-        }
-#pragma unroll
-      for (int w = 0; w < 4; ++w) {
-        uint32_t xp[NT][4];
-#pragma unroll
-        for (int c = 0; c < NT; ++c) {
-          if (ALIGNED) {
-            // The granule is whole and a missing row's pointer is clamped to
-            // row nt − 1, so the load is always inside x and needs no guard:
-            // a guarded load compiled to a branch, issued only right before
-            // its own mma step; unguarded, a granule's loads are all in
-            // flight at once. A missing row's mma column holds the
-            // duplicate's sums, which no store reads (mma columns are
-            // independent sums).
-            x_pairs_4apart(ldg_x(xr[c] + kj + 8 * w), xp[c]);
-          } else {
-            const bool ok = xok[c] && kj + kl + 8 * w < K;
-            x_pairs_4apart(ok ? ldg_x(xr[c] + kj + 8 * w) : zero, xp[c]);
-          }
-        }
-#pragma unroll
-        for (int r = 0; r < RW; ++r) {
-          uint32_t p[2][4];
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const uint32_t word = w == 0 ? cv[r][h].x : w == 1 ? cv[r][h].y : w == 2 ? cv[r][h].z : cv[r][h].w;
-            const uint32_t fs = f[r][h][w >> 1];
-            // NVFP4 decodes in ten operations; MXFP4 keeps the shift form,
-            // with which it measured faster (H100, four calls: the short form
-            // cost MXFP4 1-2% at batch 16 and 64 and gave NVFP4 1-2%; why is
-            // not known, it is not the fifth block an SM its fewer registers
-            // allow: capped at four it lost more; bench/NOTES.md).
-            if constexpr (MX) {
-              p[h][0] = e2m1_pair<0>(word), p[h][1] = e2m1_pair<1>(word);
-              p[h][2] = e2m1_pair<2>(word), p[h][3] = e2m1_pair<3>(word);
-            } else {
-              e2m1_pairs(word, p[h]);
-            }
-#pragma unroll
-            for (int i = 0; i < 4; ++i) p[h][i] = bf16x2_mul(p[h][i], fs);
-          }
-#pragma unroll
-          for (int c = 0; c < NT; ++c) {
-            mma16816(acc[r][c], p[0][0], p[1][0], p[0][1], p[1][1], xp[c][0], xp[c][1]);
-            mma16816(acc[r][c], p[0][2], p[1][2], p[0][3], p[1][3], xp[c][2], xp[c][3]);
-          }
-        }
-      }
-    }
+    fp4_granule_mma<MX, ALIGNED, RW, NT>(my + (i % STAGES) * SLOT, lut, srow, wok, xr, xok, K, bc,
+                                         (int64_t(s) + int64_t(i) * kSplit) * kFp4Granule, lane, acc);
   }
   pdl_streaming_done();
   cp_async_wait<0>();
+}
+
+// One warp's part of a streaming FP4 kernel (aligned: K % 512 == 0; the
+// experts' down product, cuda_quant_moe.cu): the block's items first ..
+// last − 1, each RW weight tiles times one activation tile over K-slice s,
+// through one ring that runs across the items. The next item's granules
+// are copied while this one's mma steps run, so HBM does not wait while a
+// block reduces, ends and the next one starts, as it does between the
+// per-tile kernels' short blocks. Each item's sums are fp4_accumulate's:
+// the same granules in the same order, the same bits.
+//   item.weights(it, tile): item it's weight tiles (the copies, at its
+//     first granule);
+//   item.x(it): its activation row, offset by 128·tq (at its first mma);
+//   item.finish(it, acc, mine_of): after its last granule, every warp, in
+//     item order; mine_of(w) gives warp w's granules an item, from which
+//     the finish finds the ring slot each warp has just read: no copy
+//     writes that slot before the warp's next granule, so the finish may
+//     pass the slice sums through it.
+template <bool MX, int RW, int STAGES, class Item>
+__device__ __forceinline__ void fp4_stream(uint4* ring, const uint32_t* lut, int64_t K, int s, int lane, int first,
+                                           int last, Item& item) {
+  constexpr int SLOT = fp4_slot_uint4<RW>();
+  const int64_t ngran = K / kFp4Granule;
+  auto mine_of = [ngran](int w) { return w < ngran ? int((ngran - w + kSplit - 1) / kSplit) : 0; };
+  const int mine = mine_of(s), total = (last - first) * mine;
+  uint4* my = ring + size_t(s) * STAGES * SLOT;
+  QTile tile[RW];
+  const uint8_t* cbase[RW];
+  int iit = first, ig = 0;  // the copies' item and granule
+  auto issue = [&](int q) {
+    if (ig == 0) {
+      item.weights(iit, tile);
+#pragma unroll
+      for (int r = 0; r < RW; ++r) cbase[r] = fp4_copy_base(tile[r], K, lane);
+    }
+    fp4_copy_granule<MX, true, RW>(my + (q % STAGES) * SLOT, tile, cbase, K, (s + ig * kSplit) * kFp4Granule, lane);
+    if (++ig == mine) ig = 0, ++iit;
+  };
+#pragma unroll
+  for (int q = 0; q < STAGES - 1; ++q) {
+    if (q < total) issue(q);
+    cp_async_commit();
+  }
+  pdl_wait();  // x may come from the kernel before (the weights do not)
+  const uint8_t* const srow[RW][2] = {};  // the aligned path reads its scales from the ring
+  const bool wok[RW][2] = {};
+  const bool xok[1] = {true};
+  int q = 0;
+  for (int it = first; it < last; ++it) {
+    const __nv_bfloat16* const xr[1] = {item.x(it)};
+    float acc[RW][1][4];
+#pragma unroll
+    for (int r = 0; r < RW; ++r)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[r][0][i] = 0.0f;
+    for (int i = 0; i < mine; ++i, ++q) {
+      ring_turn<STAGES>(q, total, issue);  // the lanes' fragments are other lanes' copies
+      fp4_granule_mma<MX, true, RW, 1>(my + (q % STAGES) * SLOT, lut, srow, wok, xr, xok, K, 0,
+                                       (int64_t(s) + int64_t(i) * kSplit) * kFp4Granule, lane, acc);
+    }
+    __syncwarp();  // every lane has read the slot the finish may write
+    item.finish(it, acc, mine_of);
+  }
+  pdl_streaming_done();
+  cp_async_wait<0>();
+}
+
+// The slot warp w read last in item ordinal n (from 0) of its block's
+// stream (slot 0 when the warp has no granules: never copied into).
+template <int RW, int STAGES>
+__device__ __forceinline__ uint4* fp4_stream_done_slot(uint4* ring, int w, int n, int mine) {
+  const int q = mine > 0 ? (n + 1) * mine - 1 : 0;
+  return ring + size_t(w) * STAGES * fp4_slot_uint4<RW>() + (q % STAGES) * fp4_slot_uint4<RW>();
 }
 
 }  // namespace muse::cuda
@@ -475,9 +570,11 @@ QuantDev quant_dev(const Tensor& w);
 cudaError_t launch_quant_project(cudaStream_t s, const Tensor& x, const Tensor& w, const Tensor& out);
 // The latent experts' two products with quantized gate_up [E, 2I, Hm] and
 // down [E, Hm, I] (cuda_quant_moe.cu), over moe_experts' grouping tiles:
-// A[g, i] = bf16(silu(γ) · υ), Y[g, n] = A_g · down[e, n] (fp32).
+// A[g, i] = bf16(silu(γ) · υ), Y[g, n] = A_g · down[e, n] (fp32). mode:
+// CudaBackendOptions::expert_kernel (0 the rule, 1 per-tile blocks only, 2
+// the FP4 down product streamed wherever aligned; the same bits).
 cudaError_t launch_quant_experts(cudaStream_t s, const Tensor& u, const Tensor& gate_up, const Tensor& down, int K,
                                  const int32_t* order, const int32_t* tiles, const int32_t* ntiles, int max_tiles,
-                                 __nv_bfloat16* A, float* Y);
+                                 __nv_bfloat16* A, float* Y, int mode);
 
 }  // namespace muse::cuda

@@ -172,6 +172,171 @@ __global__ void __launch_bounds__(32 * kSplit)
   });
 }
 
+// ---------------------------------------------------------------------------
+// The streaming FP4 down product (aligned layouts: K % 512 == 0). A launch
+// has as many blocks as the GPU holds at once; block b takes the items
+// b·n/B .. (b + 1)·n/B − 1 of the step's n = tiles × row blocks (row block
+// fastest, so a block's items mostly share a grouping tile: its expert's
+// codes run on and its activation rows stay in L1) and streams them through
+// fp4_stream. The sums, the row factors and the stores are the per-tile
+// kernel's (the same bits).
+//
+// Where it wins (H100, ncu, NVFP4 Spark slice): at batch 1 the per-tile
+// down product spends its blocks' short lives starting, waiting for their
+// first granules and reducing (52 µs a layer for 75.6 MB, 44% of DRAM);
+// streamed, 46-47 µs. At batch 16 the two are equal and at batch 64 the
+// per-tile kernel is 5% faster (its ~70 waves of independent blocks overlap
+// their reductions; the streaming block's four warps meet at every item),
+// so the rule streams only launches of a few waves (kStreamMaxWaves).
+// Streaming gate/up (two stages, three blocks an SM) lost at every batch
+// (batch 1 70-72 µs against 67-69; bench/NOTES.md, 2026-12-05 evening).
+// ---------------------------------------------------------------------------
+
+// The cross-warp sum of a streaming item (ordinal n of the block): warps
+// 1..3 leave their slice sums in the ring slot each has just read, warp 0
+// adds them to its own in slice order, 0 + 1 + 2 + 3 as ring_reduce does,
+// and stores them once the slots are the ring's again.
+template <int RW, int STAGES, class MineOf, class Store>
+__device__ __forceinline__ void stream_reduce(uint4* ring, int warp, int lane, int n, MineOf&& mine_of,
+                                              const float (&acc)[RW][1][4], Store&& store) {
+  if (warp) {
+    float* part = reinterpret_cast<float*>(fp4_stream_done_slot<RW, STAGES>(ring, warp, n, mine_of(warp)));
+#pragma unroll
+    for (int r = 0; r < RW; ++r)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) part[(r * 4 + i) * 32 + lane] = acc[r][0][i];
+  }
+  __syncthreads();
+  float sums[RW][4];
+  if (warp == 0) {
+#pragma unroll
+    for (int r = 0; r < RW; ++r)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) sums[r][i] = acc[r][0][i];
+#pragma unroll
+    for (int w = 1; w < kSplit; ++w) {
+      const float* part = reinterpret_cast<const float*>(fp4_stream_done_slot<RW, STAGES>(ring, w, n, mine_of(w)));
+#pragma unroll
+      for (int r = 0; r < RW; ++r)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) sums[r][i] += part[(r * 4 + i) * 32 + lane];
+    }
+  }
+  __syncthreads();  // the slots are the ring's again
+  if (warp == 0) store(sums);
+}
+
+// A grouping tile as a streaming block's items see it: its expert, its
+// first pair and its pair count; y caches which tile it is.
+struct StreamTile {
+  int y = -1, e = 0, g0 = 0, nr = 1;
+  __device__ __forceinline__ void load(const int32_t* tiles, int ty) {
+    if (ty == y) return;
+    y = ty, e = tiles[3 * ty], g0 = tiles[3 * ty + 1], nr = tiles[3 * ty + 2];
+  }
+};
+
+// down: item it is rows 16·(it % nbx).. of tile it / nbx's expert.
+template <QFmt F, int STAGES>
+struct Fp4DownItems {
+  static constexpr int RW = 1;
+  const __nv_bfloat16* A;
+  QuantDev w;
+  int nbx, first, warp, lane;
+  const int32_t* tiles;
+  float* Y;
+  uint4* ring;
+  StreamTile wt, xt;  // the copies' tile, the mma side's
+  float f[2];         // warp 0: the row factors of its rows g, g + 8, loaded at the item's start
+
+  __device__ __forceinline__ void weights(int it, QTile (&tile)[RW]) {
+    const int ty = it / nbx;
+    wt.load(tiles, ty);
+    tile[0] = quant_tile(w.codes + wt.e * w.codes_stride, w.scales + wt.e * w.scales_stride,
+                         16 * int64_t(it - ty * nbx), w.N, w.K / 2, w.scale_ld);
+  }
+  __device__ __forceinline__ const __nv_bfloat16* x(int it) {
+    const int ty = it / nbx;
+    xt.load(tiles, ty);
+    if (warp == 0) {  // for the finish: loaded now, their latency hidden behind the item's granules
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        f[h] = quant_row_factor<F>(w, xt.e, min(16 * int64_t(it - ty * nbx) + (lane >> 2) + 8 * h, w.N - 1));
+    }
+    return A + int64_t(xt.g0 + min(lane >> 2, xt.nr - 1)) * w.K + 128 * (lane & 3);
+  }
+  template <class MineOf>
+  __device__ __forceinline__ void finish(int it, const float (&acc)[RW][1][4], MineOf&& mine_of) {
+    const int g = lane >> 2, tq = lane & 3;
+    const int64_t n0 = 16 * int64_t(it - xt.y * nbx);
+    stream_reduce<RW, STAGES>(ring, warp, lane, it - first, mine_of, acc, [&](const float (&sums)[RW][4]) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t n = n0 + g + 8 * (i >> 1);
+        const int t = 2 * tq + (i & 1);
+        if (n < w.N && t < xt.nr) Y[int64_t(xt.g0 + t) * w.N + n] = sums[0][i] * f[i >> 1];
+      }
+    });
+  }
+};
+
+template <QFmt F, int STAGES>
+__global__ void __launch_bounds__(32 * kSplit, 4)  // four blocks an SM by their 55 KB of ring: 128 registers allowed
+    fp4_down_stream_kernel(const __nv_bfloat16* __restrict__ A, QuantDev w, const int32_t* tiles,
+                           const int32_t* ntiles, float* Y) {
+  extern __shared__ uint4 ring[];
+  __shared__ uint32_t lut[256];
+  const int nbx = int((w.N + 15) / 16), n = *ntiles * nbx;
+  Fp4DownItems<F, STAGES> items{A, w, nbx, 0, int(threadIdx.x >> 5), int(threadIdx.x & 31), tiles, Y, ring};
+  // This block's items (balanced: counts differ by one at most).
+  items.first = int(int64_t(blockIdx.x) * n / gridDim.x);
+  const int last = int(int64_t(blockIdx.x + 1) * n / gridDim.x);
+  fp4_fill_lut<F == QFmt::Mxfp4>(lut);
+  // Every block waits for gate/up in fp4_stream, items or not, so that our
+  // completion implies gate/up's (the combine waits on us).
+  fp4_stream<F == QFmt::Mxfp4, 1, STAGES>(ring, lut, w.K, items.warp, items.lane, items.first, last, items);
+}
+
+// Blocks of `Kernel` the GPU holds at once (threads 32·kSplit, `smem` bytes
+// of dynamic shared memory), per device, computed once.
+template <auto Kernel>
+int resident_blocks(size_t smem) {
+  static std::atomic<int> held[64] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
+  int n = held[dev].load(std::memory_order_acquire);
+  if (n > 0) return n;
+  int per_sm = 0, sms = 0;
+  if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel, 32 * kSplit, smem) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    return 0;
+  n = per_sm * sms;
+  held[dev].store(n, std::memory_order_release);
+  return n;
+}
+
+// Ring stages of the streaming down product (55 KB a block, four blocks an
+// SM), and the most items, in waves of its resident blocks, the rule
+// streams (batch 1 on the Spark slice: 10 tiles × 256 row blocks, 4.8
+// waves of an H100's 528 blocks; batch 16: 70).
+constexpr int kStreamDownStages = 3, kStreamMaxWaves = 12;
+
+// Launches the streaming down product and returns true, or returns false
+// (nothing launched) where the rule keeps the per-tile kernel: more than
+// kStreamMaxWaves waves of items, unless `force`.
+template <QFmt F>
+bool launch_down_stream(cudaStream_t s, const QuantDev& dn, const int32_t* tiles, const int32_t* ntiles,
+                        int max_tiles, const __nv_bfloat16* A, float* Y, bool force, cudaError_t* err) {
+  constexpr size_t smem = fp4_ring_bytes<1, 1, kStreamDownStages>();
+  constexpr auto kernel = fp4_down_stream_kernel<F, kStreamDownStages>;
+  const int64_t items = int64_t(max_tiles) * ((dn.N + 15) / 16);
+  const int held = resident_blocks<kernel>(smem);
+  if (held <= 0 || items >= (int64_t(1) << 31) || (!force && items > int64_t(kStreamMaxWaves) * held)) return false;
+  *err = launch_pdl<kernel>(s, dim3(unsigned(std::min<int64_t>(items, held))), dim3(32 * kSplit), smem, A, dn, tiles,
+                            ntiles, Y);
+  return true;
+}
+
 template <QFmt F, bool ALIGNED, bool BLOCK>
 cudaError_t launch_gate_up(cudaStream_t s, const __nv_bfloat16* u, int64_t I, const QuantDev& gu, int K,
                            const int32_t* order, const int32_t* tiles, const int32_t* ntiles, int max_tiles,
@@ -205,7 +370,7 @@ cudaError_t launch_down(cudaStream_t s, const QuantDev& dn, const int32_t* tiles
 template <QFmt F>
 cudaError_t launch_experts_fmt(cudaStream_t s, const __nv_bfloat16* u, int64_t I, const QuantDev& gu,
                                const QuantDev& dn, int K, const int32_t* order, const int32_t* tiles,
-                               const int32_t* ntiles, int max_tiles, __nv_bfloat16* A, float* Y) {
+                               const int32_t* ntiles, int max_tiles, __nv_bfloat16* A, float* Y, int mode) {
   cudaError_t e;
   if constexpr (F == QFmt::Int4) {  // aligned: K % 128 == 0
     e = gu.aligned ? launch_gate_up<F, true, false>(s, u, I, gu, K, order, tiles, ntiles, max_tiles, A)
@@ -224,10 +389,11 @@ cudaError_t launch_experts_fmt(cudaStream_t s, const __nv_bfloat16* u, int64_t I
                            : launch_down<F, true, false>(s, dn, tiles, ntiles, max_tiles, A, Y))
                      : (db ? launch_down<F, false, true>(s, dn, tiles, ntiles, max_tiles, A, Y)
                            : launch_down<F, false, false>(s, dn, tiles, ntiles, max_tiles, A, Y));
-  } else {
+  } else {  // FP4: down streams where the layout is aligned and the rule (or expert_kernel 2) says so
     e = gu.aligned ? launch_gate_up<F, true, false>(s, u, I, gu, K, order, tiles, ntiles, max_tiles, A)
                    : launch_gate_up<F, false, false>(s, u, I, gu, K, order, tiles, ntiles, max_tiles, A);
-    if (e == cudaSuccess)
+    if (e == cudaSuccess &&
+        !(dn.aligned && mode != 1 && launch_down_stream<F>(s, dn, tiles, ntiles, max_tiles, A, Y, mode == 2, &e)))
       e = dn.aligned ? launch_down<F, true, false>(s, dn, tiles, ntiles, max_tiles, A, Y)
                      : launch_down<F, false, false>(s, dn, tiles, ntiles, max_tiles, A, Y);
   }
@@ -238,19 +404,19 @@ cudaError_t launch_experts_fmt(cudaStream_t s, const __nv_bfloat16* u, int64_t I
 
 cudaError_t launch_quant_experts(cudaStream_t s, const Tensor& u, const Tensor& gate_up, const Tensor& down, int K,
                                  const int32_t* order, const int32_t* tiles, const int32_t* ntiles, int max_tiles,
-                                 __nv_bfloat16* A, float* Y) {
+                                 __nv_bfloat16* A, float* Y, int mode) {
   const QuantDev gu = quant_dev(gate_up), dn = quant_dev(down);
   auto* up = static_cast<const __nv_bfloat16*>(u.data);
   const int64_t I = down.dim(2);
   switch (gate_up.quant->format.kind) {
     case QuantKind::Nvfp4:
-      return launch_experts_fmt<QFmt::Nvfp4>(s, up, I, gu, dn, K, order, tiles, ntiles, max_tiles, A, Y);
+      return launch_experts_fmt<QFmt::Nvfp4>(s, up, I, gu, dn, K, order, tiles, ntiles, max_tiles, A, Y, mode);
     case QuantKind::Mxfp4:
-      return launch_experts_fmt<QFmt::Mxfp4>(s, up, I, gu, dn, K, order, tiles, ntiles, max_tiles, A, Y);
+      return launch_experts_fmt<QFmt::Mxfp4>(s, up, I, gu, dn, K, order, tiles, ntiles, max_tiles, A, Y, mode);
     case QuantKind::Fp8:
-      return launch_experts_fmt<QFmt::Fp8>(s, up, I, gu, dn, K, order, tiles, ntiles, max_tiles, A, Y);
+      return launch_experts_fmt<QFmt::Fp8>(s, up, I, gu, dn, K, order, tiles, ntiles, max_tiles, A, Y, mode);
     case QuantKind::Int4:
-      return launch_experts_fmt<QFmt::Int4>(s, up, I, gu, dn, K, order, tiles, ntiles, max_tiles, A, Y);
+      return launch_experts_fmt<QFmt::Int4>(s, up, I, gu, dn, K, order, tiles, ntiles, max_tiles, A, Y, mode);
     default: return cudaErrorNotSupported;
   }
 }
