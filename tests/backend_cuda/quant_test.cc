@@ -425,7 +425,8 @@ TEST_F(QuantTest, ExpertsMatchReferenceAndCpuBackendAndAreBatchInvariant) {
 }
 
 // The streaming FP4 down product (CudaBackendOptions::expert_kernel 2:
-// wherever K % 512 == 0) and the per-tile one (1) give the same bits: one
+// wherever K % 512 == 0; a launch it cannot make is an error there, not
+// the per-tile kernel) and the per-tile one (1) give the same bits: one
 // granule (warps 1..3 with nothing to stream), slices of unequal length (9
 // granules), more items than the GPU holds blocks (each block streaming
 // several, across grouping tiles).
@@ -443,6 +444,11 @@ TEST_F(QuantTest, StreamingDownProductGivesThePerTileBits) {
   ASSERT_TRUE(rs.ok()) << rs.message();
   Backend& streaming = **rs;
   ModelWeights owner, owner_s;
+  struct Release {  // on every exit, before the backends go
+    Backend& be;
+    ModelWeights& w;
+    ~Release() { release_weights(be, w); }
+  } release_tiles{per_tile, owner}, release_stream{streaming, owner_s};
   uint32_t seed = 4100;
   for (const QSpec& q : {kSpecs[1], kSpecs[2]}) {  // NVFP4 with two globals, MXFP4
     if (!runs(q)) continue;
@@ -478,8 +484,6 @@ TEST_F(QuantTest, StreamingDownProductGivesThePerTileBits) {
           << ": the streaming down product differs from the per-tile one";
     }
   }
-  release_weights(per_tile, owner);
-  release_weights(streaming, owner_s);
 }
 
 // Layouts the kernels do not take are refused at enqueue, by name.

@@ -298,7 +298,9 @@ __global__ void __launch_bounds__(32 * kSplit, 4)  // four blocks an SM by their
 }
 
 // Blocks of `Kernel` the GPU holds at once (threads 32·kSplit, `smem` bytes
-// of dynamic shared memory), per device, computed once.
+// of dynamic shared memory), per device, computed once; 0 if unknown. The
+// kernel is allowed its shared memory first: above the 48 KB default the
+// occupancy query counts 0 blocks until it is.
 template <auto Kernel>
 int resident_blocks(size_t smem) {
   static std::atomic<int> held[64] = {};
@@ -306,6 +308,7 @@ int resident_blocks(size_t smem) {
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
   int n = held[dev].load(std::memory_order_acquire);
   if (n > 0) return n;
+  if (allow_dynamic_smem<Kernel>(int(smem)) != cudaSuccess) return 0;
   int per_sm = 0, sms = 0;
   if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel, 32 * kSplit, smem) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
@@ -321,9 +324,12 @@ int resident_blocks(size_t smem) {
 // waves of an H100's 528 blocks; batch 16: 70).
 constexpr int kStreamDownStages = 3, kStreamMaxWaves = 12;
 
-// Launches the streaming down product and returns true, or returns false
-// (nothing launched) where the rule keeps the per-tile kernel: more than
-// kStreamMaxWaves waves of items, unless `force`.
+// Launches the streaming down product and returns true (*err: the launch's
+// result), or returns false (nothing launched) where the rule keeps the
+// per-tile kernel: more than kStreamMaxWaves waves of items, or the kernel
+// cannot run. With `force` (expert_kernel 2) it never falls back: a launch
+// it cannot make is an error, so a test of its bits cannot pass on the
+// per-tile kernel's.
 template <QFmt F>
 bool launch_down_stream(cudaStream_t s, const QuantDev& dn, const int32_t* tiles, const int32_t* ntiles,
                         int max_tiles, const __nv_bfloat16* A, float* Y, bool force, cudaError_t* err) {
@@ -331,7 +337,11 @@ bool launch_down_stream(cudaStream_t s, const QuantDev& dn, const int32_t* tiles
   constexpr auto kernel = fp4_down_stream_kernel<F, kStreamDownStages>;
   const int64_t items = int64_t(max_tiles) * ((dn.N + 15) / 16);
   const int held = resident_blocks<kernel>(smem);
-  if (held <= 0 || items >= (int64_t(1) << 31) || (!force && items > int64_t(kStreamMaxWaves) * held)) return false;
+  if (held <= 0 || items >= (int64_t(1) << 31)) {
+    if (force) *err = cudaErrorInvalidConfiguration;
+    return force;
+  }
+  if (!force && items > int64_t(kStreamMaxWaves) * held) return false;
   *err = launch_pdl<kernel>(s, dim3(unsigned(std::min<int64_t>(items, held))), dim3(32 * kSplit), smem, A, dn, tiles,
                             ntiles, Y);
   return true;
