@@ -103,6 +103,17 @@ cudaError_t allow_dynamic_smem(int bytes) {
   return e;
 }
 
+// Multiprocessors of the current device (0 if unknown), per device, asked once.
+inline int sm_count() {
+  static std::atomic<int> counts[64] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
+  int n = counts[dev].load(std::memory_order_acquire);
+  if (n == 0 && cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess)
+    counts[dev].store(n, std::memory_order_release);
+  return n;
+}
+
 // Launches `Kernel` with programmatic dependent launch (sm_90): its blocks
 // may start while the kernel before it finishes, stream what no kernel
 // writes (weights, codes, scales) and wait (pdl_wait, griddepcontrol.wait)

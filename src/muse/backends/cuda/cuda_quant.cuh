@@ -294,9 +294,10 @@ __device__ __forceinline__ const uint8_t* fp4_copy_base(const QTile& t, int64_t 
   return t.codes + (lane >> 4) * int(K / 2) + 16 * (lane & 15);
 }
 
-// The copies of granule k0 (its first k) of RW tiles into a ring slot (see
-// the layout above; k0 in 32 bits, as the copies' offsets). K: the row length in codes; cbase[r]: fp4_copy_base of
-// tile r (kept by the caller across granules).
+// The copies of granule k0 (its first k, in 32 bits like the copies'
+// offsets) of RW tiles into a ring slot (see the layout above). K: the row
+// length in codes; cbase[r]: fp4_copy_base of tile r (kept by the caller
+// across granules).
 template <bool MX, bool ALIGNED, int RW>
 __device__ __forceinline__ void fp4_copy_granule(uint4* slot, const QTile (&tile)[RW], const uint8_t* const (&cbase)[RW],
                                                  int64_t K, int k0, int lane) {

@@ -308,14 +308,13 @@ int resident_blocks(size_t smem) {
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
   int n = held[dev].load(std::memory_order_acquire);
   if (n > 0) return n;
-  int per_sm = 0, sms = 0;
+  int per_sm = 0;
   if (allow_dynamic_smem<Kernel>(int(smem)) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel, 32 * kSplit, smem) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel, 32 * kSplit, smem) != cudaSuccess) {
     cudaGetLastError();  // not sticky: a later launch's cudaGetLastError must not report it
     return 0;
   }
-  n = per_sm * sms;
+  n = per_sm * sm_count();
   held[dev].store(n, std::memory_order_release);
   return n;
 }

@@ -557,17 +557,6 @@ bool launch_tma_tiles(cudaStream_t s, const __nv_bfloat16* xp, int64_t ldp, int6
   return true;
 }
 
-// Multiprocessors of the current device (0 if unknown).
-int sm_count() {
-  static std::atomic<int> counts[64] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
-  int n = counts[dev].load(std::memory_order_acquire);
-  if (n == 0 && cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess)
-    counts[dev].store(n, std::memory_order_release);
-  return n;
-}
-
 // Decode at 17..32 rows (one activation tile): the TMA kernel with five
 // stages and two blocks an SM, or three and three, whichever leaves less of
 // its last wave empty (the stream is bandwidth-bound, so a launch costs
