@@ -109,7 +109,7 @@ int bench_command(int argc, char** argv) {
   args.option("--expert-kernel", &o.expert_kernel, "N",
               "--device cuda: the FP4 expert down product's kernel, for A/B timing (the same bits): 1 a block per "
               "grouping tile and 16 rows, 2 streaming wherever the layout is aligned; 0 (default) the rule: "
-              "streaming for launches of a few waves");
+              "streaming for launches of up to 96 waves (batch 16 on the Spark slice)");
   std::string skip_ops;
   args.option("--skip-ops", &skip_ops, "LIST",
               "--device cuda: do not launch these ops (names as --profile prints them, e.g. residual_norm,swiglu): "

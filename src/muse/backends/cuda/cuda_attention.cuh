@@ -173,6 +173,13 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], uint32_t a0, uint3
   __trap();
 #endif
 }
+// Two 8 x 8 b16 matrices: lane L < 16 addresses row L % 8 of matrix L / 8;
+// lane l gets row l / 4, elements 2·(l % 4) and + 1 of each: an m16n8k16 B
+// fragment, the words two 32-bit loads would give.
+__device__ __forceinline__ void ldmatrix_x2(uint32_t& r0, uint32_t& r1, const void* smem_row) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem_row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(s));
+}
 __device__ __forceinline__ void ldmatrix_x2_trans(uint32_t& r0, uint32_t& r1, const void* smem_row) {
   const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem_row));
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];" : "=r"(r0), "=r"(r1) : "r"(s));
@@ -236,8 +243,11 @@ __device__ __forceinline__ void load_q_frags(uint32_t (&qa)[D / 16][4], const __
 }
 
 // S = Q·Kᵀ of a tile, scaled, keys without okmask's bit -INFINITY. krow[n]:
-// the K row of key n·8 + gr (4 n-tiles of 8 keys). s[n][2h + c]: head row
-// gr + 8h, key n·8 + 2·tq + c.
+// the K row of key n·8 + (lane % 8), 16 bytes on for lanes 8..15 (the
+// rows this lane addresses for ldmatrix; tile_rows): one ldmatrix.x2 a k16
+// step fetches key n·8 + gr's B fragment, half the instructions of two
+// 32-bit loads (an x4 for two steps made the 255-register prefill kernel
+// spill). s[n][2h + c]: head row gr + 8h, key n·8 + 2·tq + c.
 template <int D>
 __device__ __forceinline__ void mma_tile_scores(float (&s)[4][4], const uint32_t (&qa)[D / 16][4],
                                                 const unsigned char* const (&krow)[4], unsigned okmask, float scale,
@@ -249,8 +259,8 @@ __device__ __forceinline__ void mma_tile_scores(float (&s)[4][4], const uint32_t
     for (int i = 0; i < 4; ++i) s[n][i] = 0.0f;
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
-      const uint32_t b0 = *reinterpret_cast<const uint32_t*>(krow[n] + (ks * 16 + 2 * tq) * 2);
-      const uint32_t b1 = *reinterpret_cast<const uint32_t*>(krow[n] + (ks * 16 + 2 * tq + 8) * 2);
+      uint32_t b0, b1;
+      ldmatrix_x2(b0, b1, krow[n] + ks * 32);
       mma_bf16_16816(s[n], qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3], b0, b1);
     }
   }
@@ -280,7 +290,11 @@ __device__ __forceinline__ void mma_tile_max(const float (&s)[4][4], float (&mx)
 // The online softmax over the tile's scores, then O += P·V (P rounded to
 // bf16 for its product, as flash-attention does; the sums stay in fp32).
 // vrow[kk]: the V row of key kk·16 + (lane % 16), for ldmatrix.trans.
-template <int D>
+// FRESH: st is mma_state_init's (m = -inf, l = 0, o = +0), so the
+// correction is 0 and the rescale would give o = +0 · 0 = +0 and
+// l = fma(0, 0, sum) = sum exactly: skipped, the same bits, 64 fewer
+// multiplies a tile (every tile of a chunk of at most 4 starts a state).
+template <int D, bool FRESH = false>
 __device__ __forceinline__ void mma_tile_accumulate(MmaState<D>& st, float (&s)[4][4],
                                                     const unsigned char* const (&vrow)[2]) {
   float pr[4][4];
@@ -294,7 +308,6 @@ __device__ __forceinline__ void mma_tile_accumulate(MmaState<D>& st, float (&s)[
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float m_new = fmaxf(st.m[h], mx);
-    const float corr = m_new == -INFINITY ? 0.0f : expf(__fsub_rn(st.m[h], m_new));
     float sum = 0.0f;
 #pragma unroll
     for (int n = 0; n < 4; ++n)
@@ -307,11 +320,16 @@ __device__ __forceinline__ void mma_tile_accumulate(MmaState<D>& st, float (&s)[
       }
     sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 1));
     sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, 2));
-    st.l[h] = __fmaf_rn(st.l[h], corr, sum);
-    st.m[h] = m_new;
+    if constexpr (FRESH) {
+      st.l[h] = sum;
+    } else {
+      const float corr = m_new == -INFINITY ? 0.0f : expf(__fsub_rn(st.m[h], m_new));
+      st.l[h] = __fmaf_rn(st.l[h], corr, sum);
 #pragma unroll
-    for (int n = 0; n < D / 8; ++n) st.o[n][2 * h] = __fmul_rn(st.o[n][2 * h], corr),
-                                    st.o[n][2 * h + 1] = __fmul_rn(st.o[n][2 * h + 1], corr);
+      for (int n = 0; n < D / 8; ++n) st.o[n][2 * h] = __fmul_rn(st.o[n][2 * h], corr),
+                                      st.o[n][2 * h + 1] = __fmul_rn(st.o[n][2 * h + 1], corr);
+    }
+    st.m[h] = m_new;
   }
   // O += P·V: two k-steps of 16 keys; P's C fragments are its A fragments.
 #pragma unroll
@@ -418,7 +436,7 @@ __device__ __forceinline__ void tile_rows(const unsigned char* ks, const unsigne
                                           const unsigned char* (&krow)[4], const unsigned char* (&vrow)[2]) {
   constexpr int RB = mma_row_bytes<D>();
 #pragma unroll
-  for (int n = 0; n < 4; ++n) krow[n] = ks + (n * 8 + (lane >> 2)) * RB;
+  for (int n = 0; n < 4; ++n) krow[n] = ks + (n * 8 + (lane & 7)) * RB + (lane >> 3) * 16;  // mma_tile_scores' ldmatrix rows
 #pragma unroll
   for (int kk = 0; kk < 2; ++kk) vrow[kk] = vs + (kk * 16 + (lane & 15)) * RB;
 }

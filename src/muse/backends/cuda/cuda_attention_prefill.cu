@@ -181,8 +181,8 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32, 1)
           const unsigned char* vrow[2];
 #pragma unroll
           for (int n = 0; n < 4; ++n) {
-            const int key = n * 8 + gr;
-            krow[n] = key < nv ? kbase + key * RB : zero;
+            const int key = n * 8 + (lane & 7);  // the row this lane addresses for ldmatrix
+            krow[n] = (key < nv ? kbase + key * RB : zero) + (lane >> 3) * 16;
           }
 #pragma unroll
           for (int kk = 0; kk < 2; ++kk) {
@@ -202,11 +202,11 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32, 1)
           const int64_t z = k / tpc, i = k - z * tpc;
           if (i == 0) {
             mma_state_init(acc);
-            mma_tile_accumulate<D>(acc, s, vrow);
+            mma_tile_accumulate<D, true>(acc, s, vrow);
           } else {
             MmaState<D> ro;
             mma_state_init(ro);
-            mma_tile_accumulate<D>(ro, s, vrow);
+            mma_tile_accumulate<D, true>(ro, s, vrow);
             mma_state_merge(acc, ro);
           }
           if (i == tpc - 1 || k == ntiles - 1) {
@@ -247,7 +247,7 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32, 1)
       for (int64_t k = k0; k < k1; k += kMmaAttnWarps) {
         float s[4][4];
         scores(k, true, s);
-        mma_tile_accumulate<D>(acc, s, vrow);
+        mma_tile_accumulate<D>(acc, s, vrow);  // (FRESH on the first tile: ptxas spills at 255 registers)
       }
       for (int r = 1; r < kMmaAttnWarps; ++r) {
         MmaState<D> ro;

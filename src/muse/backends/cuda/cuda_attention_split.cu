@@ -553,7 +553,8 @@ __global__ void __launch_bounds__(kMmaAttnWarps * 32)
     copy_tile_wait();
     float s[4][4];
     mma_tile_scores<D>(s, qa, krow, okmask, scale, lane);
-    mma_tile_accumulate<D>(st, s, vrow);
+    if (tile == warp) mma_tile_accumulate<D, true>(st, s, vrow);  // st is still mma_state_init's
+    else mma_tile_accumulate<D>(st, s, vrow);
   }
   // Merge the warps in warp order (acc = warp 0's state, then absorb warps
   // 1, 2, 3 as mma_state_merge does), all at once: every warp leaves its

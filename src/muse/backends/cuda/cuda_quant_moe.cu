@@ -184,10 +184,12 @@ __global__ void __launch_bounds__(32 * kSplit)
 // Where it wins (H100, ncu, NVFP4 Spark slice): at batch 1 the per-tile
 // down product spends its blocks' short lives starting, waiting for their
 // first granules and reducing (52 µs a layer for 75.6 MB, 44% of DRAM);
-// streamed, 46-47 µs. At batch 16 the two are equal and at batch 64 the
-// per-tile kernel is 5% faster (its ~70 waves of independent blocks overlap
+// streamed, 43-44 µs. Whole 7-layer slice (H100, 2026-12-05, be4fead):
+// streaming is 1.7% faster a step at batch 2, 4 and 16 for NVFP4 and 0.2-1%
+// for MXFP4; at batch 64 it is 1.3% faster for NVFP4 and 1.1% slower for
+// MXFP4 (the per-tile kernel's ~250 waves of independent blocks overlap
 // their reductions; the streaming block's four warps meet at every item),
-// so the rule streams only launches of a few waves (kStreamMaxWaves).
+// so the rule streams launches of up to kStreamMaxWaves waves.
 // Streaming gate/up (two stages, three blocks an SM) lost at every batch
 // (batch 1 70-72 µs against 67-69; bench/NOTES.md, 2026-12-05 evening).
 // ---------------------------------------------------------------------------
@@ -322,8 +324,8 @@ int resident_blocks(size_t smem) {
 // Ring stages of the streaming down product (55 KB a block, four blocks an
 // SM), and the most items, in waves of its resident blocks, the rule
 // streams (batch 1 on the Spark slice: 10 tiles × 256 row blocks, 4.8
-// waves of an H100's 528 blocks; batch 16: 70).
-constexpr int kStreamDownStages = 3, kStreamMaxWaves = 12;
+// waves of an H100's 528 blocks; batch 16: 70, streamed; batch 64: not).
+constexpr int kStreamDownStages = 3, kStreamMaxWaves = 96;
 
 // Launches the streaming down product and returns true (*err: the launch's
 // result), or returns false (nothing launched) where the rule keeps the
