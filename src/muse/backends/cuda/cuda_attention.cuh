@@ -247,7 +247,8 @@ __device__ __forceinline__ void load_q_frags(uint32_t (&qa)[D / 16][4], const __
 // rows this lane addresses for ldmatrix; tile_rows): one ldmatrix.x2 a k16
 // step fetches key n·8 + gr's B fragment, half the instructions of two
 // 32-bit loads (an x4 for two steps made the 255-register prefill kernel
-// spill). s[n][2h + c]: head row gr + 8h, key n·8 + 2·tq + c.
+// spill, and so does adding the lanes' 16 bytes here instead of in krow:
+// 72 bytes). s[n][2h + c]: head row gr + 8h, key n·8 + 2·tq + c.
 template <int D>
 __device__ __forceinline__ void mma_tile_scores(float (&s)[4][4], const uint32_t (&qa)[D / 16][4],
                                                 const unsigned char* const (&krow)[4], unsigned okmask, float scale,
