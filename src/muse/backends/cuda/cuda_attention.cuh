@@ -125,25 +125,31 @@ __device__ __forceinline__ int64_t window_lo(int64_t p, int64_t window) {
   return window > 0 && p - window + 1 > 0 ? p - window + 1 : 0;
 }
 
-// The two-state merge (warps of a chunk, the split kernels' warp merge):
-// state (M0, L0, acc) absorbs (m, l, o) with these weights, then
-// acc' = merge_value(acc, o), L' = merge_value(L0, l), M' = M.
+// e^x for the softmax and its merges: ex2.approx of x·log2(e), three
+// instructions where expf is about eight (its range reduction); relative
+// error about 2^-21 plus x·2^-24 from the product's rounding, far inside
+// the bf16 rounding of P. Every kernel whose bits must agree (the chunk
+// kernel, its merge, the prefill kernel) calls this one.
+__device__ __forceinline__ float attn_exp(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(__fmul_rn(x, 1.4426950408889634f)));
+  return y;
+}
+
+// The two-state merge: state (M0, L0, acc) absorbs (m, l, o) with these
+// weights, then acc' = merge_value(acc, o), L' = merge_value(L0, l),
+// M' = M. It merges the warps of a chunk (in warp order) and then a row's
+// chunks (in chunk order, from the empty state: attention_merge_kernel, and
+// the prefill kernel as each chunk is done, so neither needs the row's max
+// before it weighs a chunk).
 __device__ __forceinline__ void merge_weights(float M0, float m, float& M, float& c0, float& c1) {
   M = fmaxf(M0, m);
-  c0 = M0 == -INFINITY ? 0.0f : expf(__fsub_rn(M0, M));
-  c1 = m == -INFINITY ? 0.0f : expf(__fsub_rn(m, M));
+  c0 = M0 == -INFINITY ? 0.0f : attn_exp(__fsub_rn(M0, M));
+  c1 = m == -INFINITY ? 0.0f : attn_exp(__fsub_rn(m, M));
 }
 __device__ __forceinline__ float merge_value(float acc, float o, float c0, float c1) {
   return __fmaf_rn(o, c1, __fmul_rn(acc, c0));
 }
-// The chunk merge (attention_merge_kernel): chunk z's weight e^(m_z - M)
-// given the row's max M over all chunks; out = Σ_z acc_z · w_z (in chunk
-// order, from 0) / L, L the warp sum of the lanes' Σ l_z · w_z over chunks
-// z ≡ lane (mod 32), in chunk order, from 0.
-__device__ __forceinline__ float chunk_weight(float m, float M) {
-  return m == -INFINITY ? 0.0f : expf(__fsub_rn(m, M));
-}
-__device__ __forceinline__ float chunk_fold(float acc, float w, float o) { return __fmaf_rn(acc, w, o); }
 __device__ __forceinline__ float chunk_out(float o, float L) { return __fdiv_rn(o, L); }
 
 // ---------------------------------------------------------------------------
@@ -265,6 +271,13 @@ __device__ __forceinline__ void mma_tile_scores(float (&s)[4][4], const uint32_t
       mma_bf16_16816(s[n], qa[ks][0], qa[ks][1], qa[ks][2], qa[ks][3], b0, b1);
     }
   }
+  if (okmask == 0xffffffffu) {  // every key has a row (most tiles): no mask to apply
+#pragma unroll
+    for (int n = 0; n < 4; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) s[n][i] = __fmul_rn(s[n][i], scale);
+    return;
+  }
 #pragma unroll
   for (int n = 0; n < 4; ++n)
 #pragma unroll
@@ -309,13 +322,17 @@ __device__ __forceinline__ void mma_tile_accumulate(MmaState<D>& st, float (&s)[
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
     const float m_new = fmaxf(st.m[h], mx);
+    // A masked score is -inf, and e^(-inf - m) = +0 from attn_exp itself;
+    // only a row with no key at all (m_new = -inf, so -inf - -inf = NaN)
+    // needs the guard, once.
+    const float mref = m_new == -INFINITY ? 0.0f : m_new;
     float sum = 0.0f;
 #pragma unroll
     for (int n = 0; n < 4; ++n)
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         const float v = s[n][2 * h + c];
-        const float e = v == -INFINITY ? 0.0f : expf(__fsub_rn(v, m_new));
+        const float e = attn_exp(__fsub_rn(v, mref));
         pr[n][2 * h + c] = e;
         sum = __fadd_rn(sum, e);
       }
@@ -324,7 +341,7 @@ __device__ __forceinline__ void mma_tile_accumulate(MmaState<D>& st, float (&s)[
     if constexpr (FRESH) {
       st.l[h] = sum;
     } else {
-      const float corr = m_new == -INFINITY ? 0.0f : expf(__fsub_rn(st.m[h], m_new));
+      const float corr = m_new == -INFINITY ? 0.0f : attn_exp(__fsub_rn(st.m[h], m_new));
       st.l[h] = __fmaf_rn(st.l[h], corr, sum);
 #pragma unroll
       for (int n = 0; n < D / 8; ++n) st.o[n][2 * h] = __fmul_rn(st.o[n][2 * h], corr),

@@ -21,11 +21,10 @@
 // split kernel is 4 warps, warp w taking tiles w, w + 4, ..., merged in warp
 // order; here one warp plays the 4 roles in turn (a role without tiles is
 // merged as the empty state, as a warp without tiles is). The merge kernel
-// needs the row's max over all chunks before it weighs any chunk, so a
-// first pass over the keys computes that max (the same scores, so the same
-// max); the second pass folds chunk z into out += acc_z · e^(m_z - M) in
-// chunk order and into the lane-(z % 32) sum of l_z · e^(m_z - M), as the
-// merge kernel's lanes do, and the end divides by their warp sum.
+// merges a row's chunks in chunk order from the empty state (merge_weights,
+// merge_value), so each chunk is merged into the row's output (in shared
+// memory) and sum (in registers) as soon as it is done: one pass over the
+// keys, and the end divides.
 //
 // Shared windows serve a block whose rows are all of one sequence and see
 // at most kWindowMaxKeys keys (chunks of at most 4 tiles, so a chunk's
@@ -52,15 +51,16 @@ static_assert(kWinStep + 32 <= kWinKeys, "a tile starting in a window's step mus
 // Dynamic shared memory, in bytes: K and V windows, double buffered (the
 // per-warp tiles of the unshared mode reuse them), then per warp the output
 // being folded (fp32, the C-fragment layout, lane-major: conflict-free
-// float4s) and the 32 lanes' sums per head, a zero row, the windows' key
-// flags.
+// float4s) and each lane's (M, L) of its two head rows (in shared memory,
+// not registers: the D = 128 kernel is at 255 registers and spilled them),
+// a zero row, the windows' key flags.
 template <int D>
 struct PrefillSmem {
   static constexpr int RB = mma_row_bytes<D>();
   static constexpr size_t win = size_t(kWinKeys) * RB;  // one K or V window
   static constexpr size_t ofin = 4 * win;               // [buffer][K, V]
-  static constexpr size_t lacc = ofin + size_t(kRowsPerBlock) * 16 * D * 4;
-  static constexpr size_t zero = lacc + size_t(kRowsPerBlock) * 16 * 32 * 4;
+  static constexpr size_t ml = ofin + size_t(kRowsPerBlock) * 16 * D * 4;
+  static constexpr size_t zero = ml + size_t(kRowsPerBlock) * 32 * 16;
   static constexpr size_t valid = zero + RB;
   static constexpr size_t bytes = valid + 2 * kWinKeys;
   static_assert(size_t(kRowsPerBlock) * 2 * 32 * RB <= 4 * win, "per-warp tiles fit in the windows");
@@ -89,12 +89,10 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32, 1)
   const int64_t tpc = chunk_keys(nkeys) / 32, ntiles = (nkeys + 31) / 32;  // tiles per chunk, per row
   if (threadIdx.x == 0) s_rs = rs, s_p0 = p, s_lo0 = lo;  // warp 0 has row t0 < T
   float4* ofin = reinterpret_cast<float4*>(sm + L::ofin) + size_t(warp) * NT * 32;
-  float* lacc = reinterpret_cast<float*>(sm + L::lacc) + warp * 16 * 32;
   const unsigned char* zero = sm + L::zero;
   unsigned char* valid = sm + L::valid;
 #pragma unroll
   for (int n = 0; n < NT; ++n) ofin[n * 32 + lane] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  for (int i = lane; i < 16 * 32; i += 32) lacc[i] = 0.0f;
   for (int i = threadIdx.x; i < RB / 4; i += blockDim.x) reinterpret_cast<uint32_t*>(sm + L::zero)[i] = 0u;
   __syncthreads();
   const bool shared_keys =
@@ -103,26 +101,28 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32, 1)
   uint32_t qa[D / 16][4];
   if (ok) load_q_frags<D>(qa, q, t, ldq, g, G, lane);
   const int64_t kv_off = int64_t(g) * D;
-  float M[2] = {-INFINITY, -INFINITY};  // the row's max score per head row
-  MmaState<D> acc;                      // the chunk being built (its warp 0 role, then the others merged)
-  // Chunk z is done: fold it as the merge kernel does.
-  auto fold = [&](int64_t z) {
-    float w[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) w[h] = chunk_weight(acc.m[h], M[h]);
+  // The row's state over the chunks merged so far, per head row: output
+  // ofin, max and sum (M0, M1, L0, L1) ml.
+  float4* ml = reinterpret_cast<float4*>(sm + L::ml) + warp * 32 + lane;
+  *ml = make_float4(-INFINITY, -INFINITY, 0.0f, 0.0f);
+  MmaState<D> acc;  // the chunk being built (its warp 0 role, then the others merged)
+  mma_state_init(acc);  // (left to the first tile, ptxas spilled 16 bytes at D = 128)
+  // The chunk is done: merge it as the merge kernel does.
+  auto fold = [&]() {
+    float c0[2], c1[2];
+    float4 r = *ml;
+    merge_weights(r.x, acc.m[0], r.x, c0[0], c1[0]);
+    merge_weights(r.y, acc.m[1], r.y, c0[1], c1[1]);
+    r.z = merge_value(r.z, acc.l[0], c0[0], c1[0]);
+    r.w = merge_value(r.w, acc.l[1], c0[1], c1[1]);
+    *ml = r;
 #pragma unroll
     for (int n = 0; n < NT; ++n) {
       float4 v = ofin[n * 32 + lane];
-      v.x = chunk_fold(acc.o[n][0], w[0], v.x), v.y = chunk_fold(acc.o[n][1], w[0], v.y);
-      v.z = chunk_fold(acc.o[n][2], w[1], v.z), v.w = chunk_fold(acc.o[n][3], w[1], v.w);
+      v.x = merge_value(v.x, acc.o[n][0], c0[0], c1[0]), v.y = merge_value(v.y, acc.o[n][1], c0[0], c1[0]);
+      v.z = merge_value(v.z, acc.o[n][2], c0[1], c1[1]), v.w = merge_value(v.w, acc.o[n][3], c0[1], c1[1]);
       ofin[n * 32 + lane] = v;
     }
-    if (tq == 0)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float& l = lacc[(gr + 8 * h) * 32 + int(z & 31)];
-        l = chunk_fold(acc.l[h], w[h], l);
-      }
   };
 
   if (shared_keys) {
@@ -133,9 +133,9 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32, 1)
     // windows need not overlap; sliding rows' tiles start anywhere.
     const int64_t step = window_lo(p_last, window) == kb0 ? kWinKeys : kWinStep;
     const int64_t nwin = (p_last + 1 - kb0 + step - 1) / step;
-    // Thread i copies half of key i / 2's row (K, and V on the second pass);
-    // keys without a page are zeros and unflagged, as in the split kernel.
-    auto stage = [&](int buf, int64_t kb, bool with_v) {
+    // Thread i copies half of key i / 2's K and V rows; keys without a page
+    // are zeros and unflagged, as in the split kernel.
+    auto stage = [&](int buf, int64_t kb) {
       const int key = threadIdx.x >> 1, half = threadIdx.x & 1;
       const int64_t j = kb + key;
       int64_t idx = -1;
@@ -153,73 +153,65 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32, 1)
       for (int pc = half * kHalf; pc < (half + 1) * kHalf; ++pc) {
         const int64_t off = okr ? idx + pc * 8 : 0;
         cp_async16_att(kd + pc * 16, kb_ + off, okr ? 16 : 0);
-        if (with_v) cp_async16_att(vd + pc * 16, vb_ + off, okr ? 16 : 0);
+        cp_async16_att(vd + pc * 16, vb_ + off, okr ? 16 : 0);
       }
     };
-    for (int pass = 0; pass < 2; ++pass) {  // 0: the max; 1: the chunks
-      stage(0, kb0, pass == 1);
-      asm volatile("cp.async.commit_group;");
-      for (int64_t wi = 0; wi < nwin; ++wi) {
-        const int buf = int(wi & 1);
-        const int64_t kb = kb0 + wi * step;
-        if (wi + 1 < nwin) {
-          stage(buf ^ 1, kb + step, pass == 1);
-          asm volatile("cp.async.commit_group;");
-          asm volatile("cp.async.wait_group 1;" ::: "memory");
-        } else {
-          asm volatile("cp.async.wait_group 0;" ::: "memory");
-        }
-        __syncthreads();
-        // This row's tiles that start in [kb, kb + step).
-        for (int64_t k = has_row ? (kb <= lo ? 0 : (kb - lo + 31) / 32) : ntiles;
-             k < ntiles && lo + 32 * k < kb + step; ++k) {
-          const int64_t j0 = lo + 32 * k;
-          const int nv = int(p + 1 - j0 < 32 ? p + 1 - j0 : 32), off = int(j0 - kb);
-          const unsigned char* kbase = sm + size_t(2 * buf) * L::win + size_t(off) * RB;
-          const unsigned char* vbase = kbase + L::win;
-          const unsigned char* krow[4];
-          const unsigned char* vrow[2];
-#pragma unroll
-          for (int n = 0; n < 4; ++n) {
-            const int key = n * 8 + (lane & 7);  // the row this lane addresses for ldmatrix
-            krow[n] = (key < nv ? kbase + key * RB : zero) + (lane >> 3) * 16;
-          }
-#pragma unroll
-          for (int kk = 0; kk < 2; ++kk) {
-            const int key = kk * 16 + (lane & 15);
-            vrow[kk] = key < nv ? vbase + key * RB : zero;
-          }
-          const unsigned okmask = __ballot_sync(0xffffffffu, lane < nv && valid[buf * kWinKeys + off + lane]);
-          float s[4][4];
-          mma_tile_scores<D>(s, qa, krow, okmask, scale, lane);
-          if (pass == 0) {
-            float mx[2];
-            mma_tile_max(s, mx);
-            M[0] = fmaxf(M[0], mx[0]), M[1] = fmaxf(M[1], mx[1]);
-            continue;
-          }
-          // Tile i of chunk z is warp i's only tile in the split kernel.
-          const int64_t z = k / tpc, i = k - z * tpc;
-          if (i == 0) {
-            mma_state_init(acc);
-            mma_tile_accumulate<D, true>(acc, s, vrow);
-          } else {
-            MmaState<D> ro;
-            mma_state_init(ro);
-            mma_tile_accumulate<D, true>(ro, s, vrow);
-            mma_state_merge(acc, ro);
-          }
-          if (i == tpc - 1 || k == ntiles - 1) {
-            for (int64_t r = i + 1; r < kMmaAttnWarps; ++r) {  // the warps without a tile
-              MmaState<D> e;
-              mma_state_init(e);
-              mma_state_merge(acc, e);
-            }
-            fold(z);
-          }
-        }
-        __syncthreads();  // the buffer is restaged two windows on
+    stage(0, kb0);
+    asm volatile("cp.async.commit_group;");
+    for (int64_t wi = 0; wi < nwin; ++wi) {
+      const int buf = int(wi & 1);
+      const int64_t kb = kb0 + wi * step;
+      if (wi + 1 < nwin) {
+        stage(buf ^ 1, kb + step);
+        asm volatile("cp.async.commit_group;");
+        asm volatile("cp.async.wait_group 1;" ::: "memory");
+      } else {
+        asm volatile("cp.async.wait_group 0;" ::: "memory");
       }
+      __syncthreads();
+      // This row's tiles that start in [kb, kb + step).
+      for (int64_t k = has_row ? (kb <= lo ? 0 : (kb - lo + 31) / 32) : ntiles;
+           k < ntiles && lo + 32 * k < kb + step; ++k) {
+        const int64_t j0 = lo + 32 * k;
+        const int nv = int(p + 1 - j0 < 32 ? p + 1 - j0 : 32), off = int(j0 - kb);
+        const unsigned char* kbase = sm + size_t(2 * buf) * L::win + size_t(off) * RB;
+        const unsigned char* vbase = kbase + L::win;
+        const unsigned char* krow[4];
+        const unsigned char* vrow[2];
+#pragma unroll
+        for (int n = 0; n < 4; ++n) {
+          const int key = n * 8 + (lane & 7);  // the row this lane addresses for ldmatrix
+          krow[n] = (key < nv ? kbase + key * RB : zero) + (lane >> 3) * 16;
+        }
+#pragma unroll
+        for (int kk = 0; kk < 2; ++kk) {
+          const int key = kk * 16 + (lane & 15);
+          vrow[kk] = key < nv ? vbase + key * RB : zero;
+        }
+        const unsigned okmask = __ballot_sync(0xffffffffu, lane < nv && valid[buf * kWinKeys + off + lane]);
+        float s[4][4];
+        mma_tile_scores<D>(s, qa, krow, okmask, scale, lane);
+        // Tile i of chunk z is warp i's only tile in the split kernel.
+        const int64_t z = k / tpc, i = k - z * tpc;
+        if (i == 0) {
+          mma_state_init(acc);
+          mma_tile_accumulate<D, true>(acc, s, vrow);
+        } else {
+          MmaState<D> ro;
+          mma_state_init(ro);
+          mma_tile_accumulate<D, true>(ro, s, vrow);
+          mma_state_merge(acc, ro);
+        }
+        if (i == tpc - 1 || k == ntiles - 1) {
+          for (int64_t r = i + 1; r < kMmaAttnWarps; ++r) {  // the warps without a tile
+            MmaState<D> e;
+            mma_state_init(e);
+            mma_state_merge(acc, e);
+          }
+          fold();
+        }
+      }
+      __syncthreads();  // the buffer is restaged two windows on
     }
   } else if (ok) {
     // The row alone, one tile at a time through the warp's own buffers.
@@ -228,25 +220,19 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32, 1)
     const unsigned char* krow[4];
     const unsigned char* vrow[2];
     tile_rows<D>(ks, vs, lane, krow, vrow);
-    auto scores = [&](int64_t k, bool with_v, float (&s)[4][4]) {
+    auto scores = [&](int64_t k, float (&s)[4][4]) {
       const int64_t j0 = lo + 32 * k;
       const int nv = int(p + 1 - j0 < 32 ? p + 1 - j0 : 32);
-      const unsigned okmask = stage_tile_warp<D>(ks, vs, with_v, a, P, rs, j0, nv, kv_off, err, op, lane);
+      const unsigned okmask = stage_tile_warp<D>(ks, vs, true, a, P, rs, j0, nv, kv_off, err, op, lane);
       mma_tile_scores<D>(s, qa, krow, okmask, scale, lane);
     };
-    for (int64_t k = 0; k < ntiles; ++k) {
-      float s[4][4], mx[2];
-      scores(k, false, s);
-      mma_tile_max(s, mx);
-      M[0] = fmaxf(M[0], mx[0]), M[1] = fmaxf(M[1], mx[1]);
-    }
     const int64_t nch = (ntiles + tpc - 1) / tpc;
     for (int64_t z = 0; z < nch; ++z) {
       const int64_t k0 = z * tpc, k1 = std::min(k0 + tpc, ntiles);
       mma_state_init(acc);
       for (int64_t k = k0; k < k1; k += kMmaAttnWarps) {
         float s[4][4];
-        scores(k, true, s);
+        scores(k, s);
         mma_tile_accumulate<D>(acc, s, vrow);  // (FRESH on the first tile: ptxas spills at 255 registers)
       }
       for (int r = 1; r < kMmaAttnWarps; ++r) {
@@ -254,22 +240,17 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32, 1)
         mma_state_init(ro);
         for (int64_t k = k0 + r; k < k1; k += kMmaAttnWarps) {
           float s[4][4];
-          scores(k, true, s);
+          scores(k, s);
           mma_tile_accumulate<D>(ro, s, vrow);
         }
         mma_state_merge(acc, ro);
       }
-      fold(z);
+      fold();
     }
   }
   if (!ok) return;
-  __syncwarp();  // lane 4r's sums are read by every lane
-  float Lr[2] = {0.0f, 0.0f};
-  for (int hh = 0; hh < 16; ++hh) {
-    const float v = warp_sum(lacc[hh * 32 + lane]);
-    if (hh == gr) Lr[0] = v;
-    if (hh == gr + 8) Lr[1] = v;
-  }
+  const float4 r = *ml;
+  const float Lr[2] = {r.z, r.w};
 #pragma unroll
   for (int n = 0; n < NT; ++n) {
     const float4 v = ofin[n * 32 + lane];

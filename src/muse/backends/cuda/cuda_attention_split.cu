@@ -259,8 +259,9 @@ struct MergeTail {
 };
 
 // out row t, q head h: the chunks of attention_split_kernel merged in chunk
-// order: M and L by warp 0 (lane z, z + 32, ... then the butterfly), then
-// every output dim Σ_z acc_z · e^(m_z - M) in chunk order, / L.
+// order from the empty state (merge_weights, merge_value: chunk z's weights
+// against chunks 0..z-1, by warp 0), every output dim and L by the same
+// chain, then o / L.
 //
 // With a gate (attention_store_gate), each output is then gated exactly as
 // output_gate_kernel does it from the stored value: o ← o ⊙ σ(g), or with
@@ -276,7 +277,8 @@ __global__ void __launch_bounds__(128) attention_merge_kernel(void* out, int odt
                                                               int launched, DeviceError* err, int op,
                                                               MergeTail tail) {
   pdl_launch_dependents();  // light: the next kernel may launch; it waits for us
-  __shared__ float wz[kMaxChunks];
+  __shared__ float2 cz[kMaxChunks];  // chunk z's merge weights (c0, c1)
+  __shared__ float lz[kMaxChunks];
   __shared__ float Ls;
   __shared__ float ov[kMaxHeadDim];  // head_norm: the head's stored outputs
   __shared__ int64_t dst;            // store_kv: the cache row of row t's position
@@ -316,35 +318,45 @@ __global__ void __launch_bounds__(128) attention_merge_kernel(void* out, int odt
   const float k0 = store && i0 < d ? ld(tail.a.k_new, tail.a.ndt, t * tail.a.kv_dim + kv0) : 0.0f;
   const float w0 = store && i0 < d ? ld(tail.a.v_new, tail.a.ndt, t * tail.a.kv_dim + kv0) : 0.0f;
   if (threadIdx.x < 32) {
+    // Chunk z's merge weights against the state of chunks 0..z-1: its max
+    // is the prefix max of m (max is exact, so the scan's order does not
+    // matter), the rest is merge_weights as the prefill kernel calls it.
     const int lane = threadIdx.x;
     float mv[kMaxChunks / 32], lv[kMaxChunks / 32];
-    float M = -INFINITY;
 #pragma unroll
     for (int k = 0; k < kMaxChunks / 32; ++k) {
       const int zz = lane + 32 * k;
       mv[k] = zz < nch ? base[zz * stride] : -INFINITY;
       lv[k] = zz < nch ? base[zz * stride + 1] : 0.0f;
-      M = fmaxf(M, mv[k]);
     }
-    M = warp_max(M);
-    float L = 0.0f;
+    float carry = -INFINITY;  // the max of the groups of 32 before
 #pragma unroll
     for (int k = 0; k < kMaxChunks / 32; ++k) {
+      if (32 * k >= nch) break;
+      float incl = mv[k];
+#pragma unroll
+      for (int off = 1; off < 32; off <<= 1) {
+        const float o = __shfl_up_sync(0xffffffffu, incl, off);
+        if (lane >= off) incl = fmaxf(incl, o);
+      }
+      float before = __shfl_up_sync(0xffffffffu, incl, 1);
+      before = fmaxf(lane == 0 ? -INFINITY : before, carry);
+      float M, c0, c1;
+      merge_weights(before, mv[k], M, c0, c1);
       const int zz = lane + 32 * k;
-      const float w = chunk_weight(mv[k], M);
-      if (zz < nch) wz[zz] = w;
-      L = chunk_fold(lv[k], w, L);
+      if (zz < nch) cz[zz] = make_float2(c0, c1), lz[zz] = lv[k];
+      carry = fmaxf(carry, __shfl_sync(0xffffffffu, incl, 31));
     }
-    L = warp_sum(L);
-    if (lane == 0) Ls = L;
   }
   __syncthreads();
-  const float L = Ls;
   // Output dim i's final value, stored (and kept as stored for tail.xp).
   auto put = [&](int i, int64_t at, float v) {
     st(out, odt, at, v);
     if (tail.xp) ob[i] = __float2bfloat16_rn(v);
   };
+  // Every thread folds L alongside its first dim (an independent chain of
+  // the same length), so no thread waits for another's.
+  float L = 0.0f;
   for (int i = threadIdx.x; i < d; i += blockDim.x) {
     const bool first = i == i0;
     float o = 0.0f;
@@ -352,17 +364,29 @@ __global__ void __launch_bounds__(128) attention_merge_kernel(void* out, int odt
     if (first) {
 #pragma unroll
       for (int u = 0; u < kFirst; ++u)
-        if (u < nch) o = chunk_fold(v0[u], wz[u], o);
+        if (u < nch) {
+          const float2 c = cz[u];
+          o = merge_value(o, v0[u], c.x, c.y);
+          L = merge_value(L, lz[u], c.x, c.y);
+        }
       zz = nch < kFirst ? nch : kFirst;
     }
-    for (; zz + 8 <= nch; zz += 8) {  // 8 loads in flight, then the sums in chunk order
+    for (; zz + 8 <= nch; zz += 8) {  // 8 loads in flight, then the merges in chunk order
       float v[8];
 #pragma unroll
       for (int u = 0; u < 8; ++u) v[u] = base[(zz + u) * stride + kPartHead + i];
 #pragma unroll
-      for (int u = 0; u < 8; ++u) o = chunk_fold(v[u], wz[zz + u], o);
+      for (int u = 0; u < 8; ++u) {
+        const float2 c = cz[zz + u];
+        o = merge_value(o, v[u], c.x, c.y);
+        if (first) L = merge_value(L, lz[zz + u], c.x, c.y);
+      }
     }
-    for (; zz < nch; ++zz) o = chunk_fold(base[zz * stride + kPartHead + i], wz[zz], o);
+    for (; zz < nch; ++zz) {
+      const float2 c = cz[zz];
+      o = merge_value(o, base[zz * stride + kPartHead + i], c.x, c.y);
+      if (first) L = merge_value(L, lz[zz], c.x, c.y);
+    }
     const int64_t at = t * ldo + int64_t(h) * d + i;
     if (!tail.gate) {
       put(i, at, chunk_out(o, L));
