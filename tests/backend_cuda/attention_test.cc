@@ -288,80 +288,87 @@ int64_t add_rows_and_chunk(StepPlanBuilder& pb, int64_t B, int64_t chunk, int64_
 }
 
 // attention_store_gate (the split path's merge gating its outputs and
-// storing the step's k/v) against attention, kv_store and output_gate run
-// one after another: the same output and cache bytes, with and without the
-// head norm, paged and sliding, decode rows and a 5-row chunk.
+// storing the step's k/v; with a 70-row chunk in BF16 the prefill kernel
+// gating them, kv_store after it) against attention, kv_store and
+// output_gate run one after another: the same output and cache bytes, with
+// and without the head norm, paged and sliding, decode rows and a 5- or
+// 70-row chunk.
 TEST_P(Attention, StoreGateFusedGivesTheSameBits) {
-  const int64_t d = 128, hq = 8, hk = 2, kvd = hk * d, qd = hq * d, B = 12, chunk = 5;
-  for (KvLayout layout : {KvLayout::Paged, KvLayout::Sliding})
-    for (bool head_norm : {false, true}) {
-      const bool paged = layout == KvLayout::Paged;
-      const int64_t per = 16, slots = 400, window = paged ? 0 : 96;
-      auto ck = random_floats(size_t(slots * per * kvd), 940), cv = random_floats(size_t(slots * per * kvd), 941);
-      KvLayerStorage c1, c2;
-      c1.layout = c2.layout = layout;
-      c1.k = up(kv(), {slots, 1, per, kvd}, ck), c1.v = up(kv(), {slots, 1, per, kvd}, cv);
-      c2.k = up(kv(), {slots, 1, per, kvd}, ck), c2.v = up(kv(), {slots, 1, per, kvd}, cv);
-      StepPlanBuilder pb(StepPlanCapacity{B + chunk, B + 1, B + chunk, 64 * 40});
-      const int64_t rows = add_rows_and_chunk(pb, B, chunk, per, slots, paged, 942);
-      auto q = random_floats(size_t(rows * qd), 943), k = random_floats(size_t(rows * kvd), 944),
-           v = random_floats(size_t(rows * kvd), 945), g = random_floats(size_t(rows * qd), 946, 3.0f);
-      Tensor tq = up(act(), {rows, qd}, q), tk = up(act(), {rows, kvd}, k), tv = up(act(), {rows, kvd}, v),
-             tg = up(act(), {rows, qd}, g);
-      Tensor buf;
-      StepPlanView view = plan_view(pb, buf, window, per);
-      view.max_seq_rows = pb.max_seq_rows(), view.max_seq_end = pb.max_seq_end();
-      Tensor o1 = poisoned(act(), {rows, qd}), o2 = poisoned(act(), {rows, qd});
-      b().attention(o1, tq, tk, tv, c1, view, d, window, 0.088f);
-      b().kv_store(c1, tk, tv, view);
-      b().output_gate(o1, tg, d, head_norm, 1e-6f);
-      b().attention_store_gate(o2, tq, tk, tv, c2, view, d, window, 0.088f, {tg, head_norm, 1e-6f});
-      run();
-      const std::string what = std::string(paged ? "paged" : "sliding") + (head_norm ? ", head norm" : "");
-      EXPECT_EQ(get_bytes(o1), get_bytes(o2)) << what << ": the fused output differs";
-      EXPECT_EQ(get_bytes(c1.k), get_bytes(c2.k)) << what << ": the fused K cache differs";
-      EXPECT_EQ(get_bytes(c1.v), get_bytes(c2.v)) << what << ": the fused V cache differs";
-    }
+  const int64_t d = 128, hq = 8, hk = 2, kvd = hk * d, qd = hq * d, B = 12;
+  for (int64_t chunk : {int64_t(5), int64_t(70)})
+    for (KvLayout layout : {KvLayout::Paged, KvLayout::Sliding})
+      for (bool head_norm : {false, true}) {
+        const bool paged = layout == KvLayout::Paged;
+        const int64_t per = 16, slots = 400, window = paged ? 0 : 96;
+        auto ck = random_floats(size_t(slots * per * kvd), 940), cv = random_floats(size_t(slots * per * kvd), 941);
+        KvLayerStorage c1, c2;
+        c1.layout = c2.layout = layout;
+        c1.k = up(kv(), {slots, 1, per, kvd}, ck), c1.v = up(kv(), {slots, 1, per, kvd}, cv);
+        c2.k = up(kv(), {slots, 1, per, kvd}, ck), c2.v = up(kv(), {slots, 1, per, kvd}, cv);
+        StepPlanBuilder pb(StepPlanCapacity{B + chunk, B + 1, B + chunk, 64 * 40});
+        const int64_t rows = add_rows_and_chunk(pb, B, chunk, per, slots, paged, 942);
+        auto q = random_floats(size_t(rows * qd), 943), k = random_floats(size_t(rows * kvd), 944),
+             v = random_floats(size_t(rows * kvd), 945), g = random_floats(size_t(rows * qd), 946, 3.0f);
+        Tensor tq = up(act(), {rows, qd}, q), tk = up(act(), {rows, kvd}, k), tv = up(act(), {rows, kvd}, v),
+               tg = up(act(), {rows, qd}, g);
+        Tensor buf;
+        StepPlanView view = plan_view(pb, buf, window, per);
+        view.max_seq_rows = pb.max_seq_rows(), view.max_seq_end = pb.max_seq_end();
+        Tensor o1 = poisoned(act(), {rows, qd}), o2 = poisoned(act(), {rows, qd});
+        b().attention(o1, tq, tk, tv, c1, view, d, window, 0.088f);
+        b().kv_store(c1, tk, tv, view);
+        b().output_gate(o1, tg, d, head_norm, 1e-6f);
+        b().attention_store_gate(o2, tq, tk, tv, c2, view, d, window, 0.088f, {tg, head_norm, 1e-6f});
+        run();
+        const std::string what = std::string(paged ? "paged" : "sliding") + (head_norm ? ", head norm" : "") +
+                                 ", chunk " + std::to_string(chunk);
+        EXPECT_EQ(get_bytes(o1), get_bytes(o2)) << what << ": the fused output differs";
+        EXPECT_EQ(get_bytes(c1.k), get_bytes(c2.k)) << what << ": the fused K cache differs";
+        EXPECT_EQ(get_bytes(c1.v), get_bytes(c2.v)) << what << ": the fused V cache differs";
+      }
 }
 
-// Above 16 rows the fused merge also writes its outputs in the wgmma
-// products' order for the o projection after it (which then skips its
-// permute): the same output, cache and product bytes as with an op between
-// them (the product permutes the output itself), with and without the head
-// norm, paged and sliding, 20 decode rows and a 5-row chunk.
+// Above 16 rows the fused merge (and the gating prefill kernel, a 70-row
+// chunk) also writes its outputs in the wgmma products' order for the o
+// projection after it (which then skips its permute): the same output,
+// cache and product bytes as with an op between them (the product permutes
+// the output itself), with and without the head norm, paged and sliding,
+// 20 decode rows and a 5- or 70-row chunk.
 TEST_P(Attention, StoreGateWritesTheProductsX) {
-  const int64_t d = 128, hq = 8, hk = 2, kvd = hk * d, qd = hq * d, B = 20, chunk = 5, N = 72;
-  for (KvLayout layout : {KvLayout::Paged, KvLayout::Sliding})
-    for (bool head_norm : {false, true}) {
-      const bool paged = layout == KvLayout::Paged;
-      const int64_t per = 16, slots = 400, window = paged ? 0 : 96;
-      auto ck = random_floats(size_t(slots * per * kvd), 960), cv = random_floats(size_t(slots * per * kvd), 961);
-      StepPlanBuilder pb(StepPlanCapacity{B + chunk, B + 1, B + chunk, 64 * 40});
-      const int64_t rows = add_rows_and_chunk(pb, B, chunk, per, slots, paged, 962);
-      auto q = random_floats(size_t(rows * qd), 963), k = random_floats(size_t(rows * kvd), 964),
-           v = random_floats(size_t(rows * kvd), 965), g = random_floats(size_t(rows * qd), 966, 3.0f);
-      auto w = random_floats(size_t(N * qd), 967, 0.05f), d8 = random_floats(8, 968);
-      Tensor tq = up(act(), {rows, qd}, q), tk = up(act(), {rows, kvd}, k), tv = up(act(), {rows, kvd}, v),
-             tg = up(act(), {rows, qd}, g), tw = up(DType::BF16, {N, qd}, w), dummy = up(act(), {1, 8}, d8);
-      Tensor buf;
-      StepPlanView view = plan_view(pb, buf, window, per);
-      view.max_seq_rows = pb.max_seq_rows(), view.max_seq_end = pb.max_seq_end();
-      std::vector<std::vector<uint8_t>> res[2];
-      for (int between = 0; between < 2; ++between) {
-        KvLayerStorage c;
-        c.layout = layout;
-        c.k = up(kv(), {slots, 1, per, kvd}, ck), c.v = up(kv(), {slots, 1, per, kvd}, cv);
-        Tensor o = poisoned(act(), {rows, qd}), p = poisoned(DType::F32, {rows, N});
-        b().attention_store_gate(o, tq, tk, tv, c, view, d, window, 0.088f, {tg, head_norm, 1e-6f});
-        if (between) b().swiglu(dummy, dummy, dummy);  // an op between: the product permutes o itself
-        b().matmul(p, o, tw);
-        run();
-        res[between] = {get_bytes(o), get_bytes(p), get_bytes(c.k), get_bytes(c.v)};
+  const int64_t d = 128, hq = 8, hk = 2, kvd = hk * d, qd = hq * d, B = 20, N = 72;
+  for (int64_t chunk : {int64_t(5), int64_t(70)})
+    for (KvLayout layout : {KvLayout::Paged, KvLayout::Sliding})
+      for (bool head_norm : {false, true}) {
+        const bool paged = layout == KvLayout::Paged;
+        const int64_t per = 16, slots = 400, window = paged ? 0 : 96;
+        auto ck = random_floats(size_t(slots * per * kvd), 960), cv = random_floats(size_t(slots * per * kvd), 961);
+        StepPlanBuilder pb(StepPlanCapacity{B + chunk, B + 1, B + chunk, 64 * 40});
+        const int64_t rows = add_rows_and_chunk(pb, B, chunk, per, slots, paged, 962);
+        auto q = random_floats(size_t(rows * qd), 963), k = random_floats(size_t(rows * kvd), 964),
+             v = random_floats(size_t(rows * kvd), 965), g = random_floats(size_t(rows * qd), 966, 3.0f);
+        auto w = random_floats(size_t(N * qd), 967, 0.05f), d8 = random_floats(8, 968);
+        Tensor tq = up(act(), {rows, qd}, q), tk = up(act(), {rows, kvd}, k), tv = up(act(), {rows, kvd}, v),
+               tg = up(act(), {rows, qd}, g), tw = up(DType::BF16, {N, qd}, w), dummy = up(act(), {1, 8}, d8);
+        Tensor buf;
+        StepPlanView view = plan_view(pb, buf, window, per);
+        view.max_seq_rows = pb.max_seq_rows(), view.max_seq_end = pb.max_seq_end();
+        std::vector<std::vector<uint8_t>> res[2];
+        for (int between = 0; between < 2; ++between) {
+          KvLayerStorage c;
+          c.layout = layout;
+          c.k = up(kv(), {slots, 1, per, kvd}, ck), c.v = up(kv(), {slots, 1, per, kvd}, cv);
+          Tensor o = poisoned(act(), {rows, qd}), p = poisoned(DType::F32, {rows, N});
+          b().attention_store_gate(o, tq, tk, tv, c, view, d, window, 0.088f, {tg, head_norm, 1e-6f});
+          if (between) b().swiglu(dummy, dummy, dummy);  // an op between: the product permutes o itself
+          b().matmul(p, o, tw);
+          run();
+          res[between] = {get_bytes(o), get_bytes(p), get_bytes(c.k), get_bytes(c.v)};
+        }
+        const std::string what = std::string(paged ? "paged" : "sliding") + (head_norm ? ", head norm" : "") +
+                                 ", chunk " + std::to_string(chunk);
+        const char* names[] = {"output", "o product", "K cache", "V cache"};
+        for (size_t i = 0; i < 4; ++i) EXPECT_EQ(res[0][i], res[1][i]) << what << ": the " << names[i] << " differs";
       }
-      const std::string what = std::string(paged ? "paged" : "sliding") + (head_norm ? ", head norm" : "");
-      const char* names[] = {"output", "o product", "K cache", "V cache"};
-      for (size_t i = 0; i < 4; ++i) EXPECT_EQ(res[0][i], res[1][i]) << what << ": the " << names[i] << " differs";
-    }
 }
 
 // Steps of at least 64 rows (all BF16) run the prefill kernel; the same

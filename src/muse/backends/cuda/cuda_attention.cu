@@ -257,7 +257,10 @@ void CudaBackend::enqueue_attention(const AttentionLaunch& launch) {
   if (call.T == 0) return;
   switch (launch.path) {
     case AttentionLaunch::Path::Prefill:
-      enqueue("attention", [call](cudaStream_t s) { return run_prefill_attention(s, call); });
+      enqueue("attention", [call, this](cudaStream_t s) {
+        if (call.xperm) xperm_written();
+        return run_prefill_attention(s, call, scratch());
+      });
       return;
     case AttentionLaunch::Path::PerHead:
       enqueue("attention", [=, this](cudaStream_t s) {
@@ -271,7 +274,7 @@ void CudaBackend::enqueue_attention(const AttentionLaunch& launch) {
       reserve_scratch(split_scratch_bytes(call.T, call.hq, call.d, call.chunks));
       const bool vec = launch.vec, mma = launch.mma;
       enqueue("attention", [=, this](cudaStream_t s) {
-        if (call.xperm_offset) xperm_written();
+        if (call.xperm) xperm_written();
         return run_split_attention(s, call, static_cast<float*>(scratch()), vec, mma);
       });
       return;
@@ -288,9 +291,12 @@ void CudaBackend::attention(const Tensor& out, const Tensor& q, const Tensor& k_
 
 // The split path's merge also gates its outputs and stores the step's k/v
 // (attention_merge_kernel), where all rows run in one chunk launch and the
-// output is contiguous rows of heads, as output_gate reads it; otherwise
-// the three ops. The same bits either way (tests/backend_cuda:
-// Attention.StoreGateFusedGivesTheSameBits).
+// output is contiguous rows of heads, as output_gate reads it; the prefill
+// kernel gates its outputs (no head norm: Glimmer's gate) and kv_store runs
+// after it (a sliding page it writes may hold keys other rows still read);
+// otherwise the three ops. Both fused forms also write the o projection's
+// x in the products' order. The same bits either way (tests/backend_cuda:
+// Attention.StoreGateFusedGivesTheSameBits, StoreGateWritesTheProductsX).
 void CudaBackend::attention_store_gate(const Tensor& out, const Tensor& q, const Tensor& k_new, const Tensor& v_new,
                                        const KvLayerStorage& cache, const StepPlanView& plan, int64_t head_dim,
                                        int64_t window, float scale, const OutputGate& gate) {
@@ -298,9 +304,19 @@ void CudaBackend::attention_store_gate(const Tensor& out, const Tensor& q, const
   if (!plan_attention(out, q, k_new, v_new, cache, plan, head_dim, window, scale, launch)) return;
   const Tensor& g = gate.gate;
   const AttnCall& c = launch.call;
-  const bool fuse = launch.path == AttentionLaunch::Path::Split && c.T > 0 && is_float_dtype(g.dtype) &&
-                    g.rows() == out.rows() && g.cols() == out.cols() && out.cols() == int64_t(c.hq) * c.d &&
+  const bool gate_ok = c.T > 0 && is_float_dtype(g.dtype) && g.rows() == out.rows() && g.cols() == out.cols() &&
+                       out.cols() == int64_t(c.hq) * c.d;
+  const bool fuse = gate_ok && launch.path == AttentionLaunch::Path::Split &&
                     split_attention_one_slab(c.T, c.hq, c.d, c.chunks);
+  if (gate_ok && launch.path == AttentionLaunch::Path::Prefill && !gate.head_norm) {
+    launch.call.gate = g.data;
+    launch.call.gdt = dt_code(g.dtype);
+    // The o projection comes after kv_store: the copy is for the op after next.
+    if (c.d % 32 == 0 && offer_xperm(out, 0, 2)) launch.call.xperm = true;
+    enqueue_attention(launch);
+    kv_store(cache, k_new, v_new, plan);
+    return;
+  }
   if (!fuse) {
     enqueue_attention(launch);
     kv_store(cache, k_new, v_new, plan);
@@ -316,7 +332,7 @@ void CudaBackend::attention_store_gate(const Tensor& out, const Tensor& q, const
   // that too, after the chunk partials in the scratch.
   if (c.d % 32 == 0) {  // whole 32-k blocks a head (rows of hq·d: `fuse`); offer_xperm: BF16 out only
     const size_t off = (split_scratch_bytes(c.T, c.hq, c.d, c.chunks) + 255) / 256 * 256;
-    if (offer_xperm(out, off)) launch.call.xperm_offset = off;
+    if (offer_xperm(out, off)) launch.call.xperm = true, launch.call.xperm_offset = off;
   }
   enqueue_attention(launch);
 }

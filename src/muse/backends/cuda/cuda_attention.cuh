@@ -480,17 +480,19 @@ struct AttnCall {
   DeviceError* err;
   int op;
   int chunks;  // split path: chunk blocks per row (kMaxChunks, fewer when the plan says no row has more)
-  // Split path only: the merge also does output_gate on its output (gate
+  // The merge (split path) also does output_gate on its output (gate
   // non-null; g laid out as out) and kv_store of the step's k/v (store_kv),
-  // with their bits (CudaBackend::attention_store_gate).
+  // with their bits (CudaBackend::attention_store_gate); the prefill kernel
+  // the gate without head_norm only, never store_kv.
   const void* gate = nullptr;
   int gdt = 0;
   bool head_norm = false;
   float gate_eps = 0.0f;
   bool store_kv = false;
-  // Split path, fused merge only: non-zero, the merge also writes its
-  // outputs in the wgmma products' order this many bytes into the scratch
-  // (after the chunk partials; offer_xperm).
+  // With `gate` (the fused merge, or the prefill kernel): the outputs are
+  // also written in the wgmma products' order xperm_offset bytes into the
+  // scratch (split path: after the chunk partials; offer_xperm).
+  bool xperm = false;
   size_t xperm_offset = 0;
 };
 
@@ -508,7 +510,8 @@ cudaError_t run_split_attention(cudaStream_t s, const AttnCall& c, float* part, 
 // cuda_attention_prefill.cu: the same bits as run_split_attention(mma) for
 // every row, for steps of at least kPrefillMinRows rows with a sequence of
 // that many (CudaBackend::attention; cuda_attention_prefill.cu says why).
+// `scratch`: where c.xperm's copy goes.
 constexpr int64_t kPrefillMinRows = 64;
-cudaError_t run_prefill_attention(cudaStream_t s, const AttnCall& c);
+cudaError_t run_prefill_attention(cudaStream_t s, const AttnCall& c, void* scratch);
 
 }  // namespace muse::cuda

@@ -70,7 +70,7 @@ template <int D>
 __global__ void __launch_bounds__(kRowsPerBlock * 32, 1)
     attention_prefill_kernel(void* out, int odt, int64_t ldo, const __nv_bfloat16* __restrict__ q, int64_t ldq,
                              KvArgs a, PlanDev P, int64_t T, int G, int64_t window, float scale, DeviceError* err,
-                             int op) {
+                             int op, const void* gate, int gdt, __nv_bfloat16* __restrict__ xp, int64_t Kp) {
   using L = PrefillSmem<D>;
   constexpr int RB = L::RB, NT = D / 8;
   extern __shared__ __align__(16) unsigned char sm[];
@@ -251,36 +251,58 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32, 1)
   if (!ok) return;
   const float4 r = *ml;
   const float Lr[2] = {r.z, r.w};
+  // o / L, gated as output_gate_kernel gates the stored value (gate), and
+  // with xp the values as stored in the products' order too: 32-k block b
+  // of a head is 4 16-byte pieces, piece p the pairs 8j + 2p (j = 0..3),
+  // which are this lane's n-tiles 4b..4b+3 when p = tq (the merge kernel's
+  // layout).
 #pragma unroll
-  for (int n = 0; n < NT; ++n) {
-    const float4 v = ofin[n * 32 + lane];
-    const float o[4] = {v.x, v.y, v.z, v.w};
+  for (int b = 0; b < NT / 4; ++b) {
+    uint32_t words[2][4];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int head = gr + 8 * h;
-      if (head >= G) continue;
+    for (int j = 0; j < 4; ++j) {
+      const int n = 4 * b + j;
+      const float4 v = ofin[n * 32 + lane];
+      const float o[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-      for (int c = 0; c < 2; ++c)
-        st(out, odt, t * ldo + int64_t(g * G + head) * D + n * 8 + 2 * tq + c, chunk_out(o[2 * h + c], Lr[h]));
+      for (int h = 0; h < 2; ++h) {
+        const int head = gr + 8 * h;
+        float y[2];
+#pragma unroll
+        for (int c = 0; c < 2; ++c) {
+          const int64_t at = t * ldo + int64_t(g * G + head) * D + n * 8 + 2 * tq + c;
+          y[c] = chunk_out(o[2 * h + c], Lr[h]);
+          if (head < G && gate) y[c] = as_stored(odt, y[c]) * sigmoidf_(ld(gate, gdt, at));
+          if (head < G) st(out, odt, at, y[c]);
+        }
+        words[h][j] = pack_bf16x2(y[0], y[1]);
+      }
     }
+    if (xp)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        if (gr + 8 * h < G)
+          *reinterpret_cast<uint4*>(xp + t * Kp + int64_t(g * G + gr + 8 * h) * D + 8 * (4 * b + tq)) =
+              make_uint4(words[h][0], words[h][1], words[h][2], words[h][3]);
   }
 }
 
 template <int D>
-cudaError_t launch_prefill(cudaStream_t s, const AttnCall& c) {
+cudaError_t launch_prefill(cudaStream_t s, const AttnCall& c, __nv_bfloat16* xp) {
   constexpr size_t smem = PrefillSmem<D>::bytes;
   if (cudaError_t e = allow_dynamic_smem<attention_prefill_kernel<D>>(int(smem)); e != cudaSuccess) return e;
   const dim3 grid(unsigned((c.T + kRowsPerBlock - 1) / kRowsPerBlock), unsigned(c.hq / c.G));
   attention_prefill_kernel<D><<<grid, kRowsPerBlock * 32, smem, s>>>(
       c.out, c.odt, c.ldo, static_cast<const __nv_bfloat16*>(c.q), c.ldq, c.a, c.P, c.T, c.G, c.window, c.scale,
-      c.err, c.op);
+      c.err, c.op, c.gate, c.gdt, xp, xp ? wgmma_xperm_elements(1, int64_t(c.hq) * c.d) : 0);
   return cudaGetLastError();
 }
 
 }  // namespace
 
-cudaError_t run_prefill_attention(cudaStream_t s, const AttnCall& c) {
-  return c.d == 64 ? launch_prefill<64>(s, c) : launch_prefill<128>(s, c);
+cudaError_t run_prefill_attention(cudaStream_t s, const AttnCall& c, void* scratch) {
+  auto* xp = c.xperm ? reinterpret_cast<__nv_bfloat16*>(static_cast<char*>(scratch) + c.xperm_offset) : nullptr;
+  return c.d == 64 ? launch_prefill<64>(s, c, xp) : launch_prefill<128>(s, c, xp);
 }
 
 }  // namespace muse::cuda

@@ -675,7 +675,7 @@ cudaError_t run_split_attention(cudaStream_t s, const AttnCall& c, float* part, 
   const int hk = c.hq / c.G;
   const SplitKernel split = mma ? nullptr : pick_split_kernel(c.G, c.d, vec);
   // The merge's outputs in the products' order, after the partials (one slab).
-  auto* xp = c.xperm_offset ? reinterpret_cast<__nv_bfloat16*>(reinterpret_cast<char*>(part) + c.xperm_offset) : nullptr;
+  auto* xp = c.xperm ? reinterpret_cast<__nv_bfloat16*>(reinterpret_cast<char*>(part) + c.xperm_offset) : nullptr;
   const int64_t Kp = xp ? wgmma_xperm_elements(1, int64_t(c.hq) * c.d) : 0;
   for (int64_t r0 = 0; r0 < T; r0 += slab) {
     const unsigned rows = unsigned(std::min(slab, T - r0));

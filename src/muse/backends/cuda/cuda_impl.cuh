@@ -258,12 +258,14 @@ class CudaBackend final : public Backend {
   // read x so (above 16 rows): project() then skips its permute kernel, one
   // launch and one pass less a product (cuda_matmul.cu). offer_xperm(x), at
   // the producer's enqueue: whether to write that copy (scratch reserved);
-  // it stands for x only for the op enqueued right after the producer, in
+  // it stands for x only for the op enqueued right after the producer (or
+  // `after` ops on: the prefill attention's kv_store comes between), in
   // this step (xperm_ready), and only if the scratch the producer wrote is
   // still the scratch when the product launches: a flush may launch the
   // producer before a later op grows the scratch (xperm_written, checked at
   // launch; else the product permutes x itself).
-  bool offer_xperm(const Tensor& x, size_t offset = 0);  // the copy `offset` bytes into the scratch
+  // `after`: the consumer is the op that many enqueues after the producer.
+  bool offer_xperm(const Tensor& x, size_t offset = 0, int after = 1);  // the copy `offset` bytes into the scratch
   bool xperm_ready(const Tensor& x) const;
   void xperm_written() { xperm_generation_ = scratch_generation_; }  // the producer's launch
   bool xperm_valid() const { return xperm_generation_ == scratch_generation_; }

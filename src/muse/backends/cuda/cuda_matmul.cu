@@ -622,14 +622,14 @@ bool variant_reads_xperm(int variant, int64_t T) {
 // Whether a product of x would read it permuted into scratch (the wgmma
 // products: BF16 x in 16-byte-aligned rows of a multiple of 8), as
 // project() decides it.
-bool CudaBackend::offer_xperm(const Tensor& x, size_t offset) {
+bool CudaBackend::offer_xperm(const Tensor& x, size_t offset, int after) {
   const int64_t T = x.rows(), K = x.cols();
   const bool reads_xperm = wgmma_gemm_usable() && variant_reads_xperm(product_variant(gemv_variant_, T, K), T) &&
                            x.dtype == DType::BF16 && K % 8 == 0 && aligned16(x.data) && mma_gemv_usable() &&
                            !(kCublasLtAboveRows > 0 && T > kCublasLtAboveRows);
   if (!reads_xperm || !try_reserve_scratch(offset + size_t(wgmma_xperm_elements(T, K)) * sizeof(__nv_bfloat16)))
     return false;
-  xperm_copy_ = {x.data, T, K, op_index() + 1, offset};
+  xperm_copy_ = {x.data, T, K, op_index() + after, offset};
   return true;
 }
 
