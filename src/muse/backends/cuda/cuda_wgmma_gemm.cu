@@ -395,7 +395,7 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, i
 // places as wgmma_kernel's (rows past N or T and k past K zero-filled) and
 // the warps run the same k16 steps in the same order: the same bits.
 template <int NX, int STAGES>
-__global__ void __launch_bounds__(kWgThreads, NX >= 256 ? 1 : NX >= 128 ? 2 : STAGES <= 3 ? 3 : 2)
+__global__ void __launch_bounds__(kWgThreads, NX >= 256 ? 1 : STAGES <= 3 ? 3 : 2)
     wgmma_tma_kernel(const __grid_constant__ WgMaps maps, int64_t T, int64_t K, const ClusterGroup grp,
                      int64_t t_group, int chain) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -573,12 +573,10 @@ bool two_per_sm(const ClusterGroup& grp) {
   return sms <= 0 || cost(2) <= cost(3);
 }
 
-// Activation rows a tile: 256 for the prefill GEMM (variant 11), 128 for
-// its two-blocks-an-SM form (variant 15), else the fewest of 8, 16, 32, 64
-// that hold T.
+// Activation rows a tile: 256 for the prefill GEMM (variant 11), else the
+// fewest of 8, 16, 32, 64 that hold T.
 int wgmma_tile_rows(int variant, int64_t T) {
   if (variant == 11) return 256;
-  if (variant == 15) return 128;
   if (variant == 14) return T <= 32 ? 32 : 64;       // the TMA tiles of x permuted, from one row
   return T <= 8 ? 8 : T <= 16 ? 16 : T <= 32 ? 32 : 64;  // 12, 13
 }
@@ -635,14 +633,6 @@ cudaError_t launch_wgmma_gemm(cudaStream_t s, const Tensor& x, std::span<const T
     case 64:
       if (xp && launch_tma_tiles<64, 3>(s, xp, ldp, T, K, grp, chain, &e)) return e;
       return launch_tiles<64, 4>(s, xb, K, T, K, grp, chain);
-    case 128:
-      // Two blocks an SM (3 stages, 97 KB; 64 accumulators a thread), so one
-      // block's pipeline fill and partials can run under the other's wgmma:
-      // the 256-row tile's per-tile cost is ~10 of its 64-k units
-      // (bench/NOTES.md, 2026-12-05 22:19-). TMA only; without tensor maps
-      // the 256-row kernel runs (the same bits).
-      if (xp && launch_tma_tiles<128, 3>(s, xp, ldp, T, K, grp, chain, &e)) return e;
-      break;
     default: break;
   }
   if (xp && launch_tma_tiles<256, 4>(s, xp, ldp, T, K, grp, chain, &e)) return e;
