@@ -289,18 +289,6 @@ __device__ __forceinline__ void mma_tile_scores(float (&s)[4][4], const uint32_t
       }
 }
 
-// The tile's max score per head row (over the row's 4 lanes).
-__device__ __forceinline__ void mma_tile_max(const float (&s)[4][4], float (&mx)[2]) {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    float v = -INFINITY;
-#pragma unroll
-    for (int n = 0; n < 4; ++n) v = fmaxf(v, fmaxf(s[n][2 * h], s[n][2 * h + 1]));
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
-    mx[h] = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
-  }
-}
-
 // The online softmax over the tile's scores, then O += P·V (P rounded to
 // bf16 for its product, as flash-attention does; the sums stay in fp32).
 // vrow[kk]: the V row of key kk·16 + (lane % 16), for ldmatrix.trans.
