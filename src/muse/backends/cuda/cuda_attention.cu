@@ -308,19 +308,17 @@ void CudaBackend::attention_store_gate(const Tensor& out, const Tensor& q, const
                        out.cols() == int64_t(c.hq) * c.d;
   const bool fuse = gate_ok && launch.path == AttentionLaunch::Path::Split &&
                     split_attention_one_slab(c.T, c.hq, c.d, c.chunks);
-  if (gate_ok && launch.path == AttentionLaunch::Path::Prefill && !gate.head_norm) {
-    launch.call.gate = g.data;
-    launch.call.gdt = dt_code(g.dtype);
-    // The o projection comes after kv_store: the copy is for the op after next.
-    if (c.d % 32 == 0 && offer_xperm(out, 0, 2)) launch.call.xperm = true;
-    enqueue_attention(launch);
-    kv_store(cache, k_new, v_new, plan);
-    return;
-  }
+  const bool prefill_gates = gate_ok && launch.path == AttentionLaunch::Path::Prefill && !gate.head_norm;
   if (!fuse) {
+    if (prefill_gates) {
+      launch.call.gate = g.data;
+      launch.call.gdt = dt_code(g.dtype);
+      // The o projection comes after kv_store: the copy is for the op after next.
+      if (c.d % 32 == 0 && offer_xperm(out, 0, 2)) launch.call.xperm = true;
+    }
     enqueue_attention(launch);
     kv_store(cache, k_new, v_new, plan);
-    output_gate(out, g, head_dim, gate.head_norm, gate.eps);
+    if (!prefill_gates) output_gate(out, g, head_dim, gate.head_norm, gate.eps);
     return;
   }
   launch.call.gate = g.data;

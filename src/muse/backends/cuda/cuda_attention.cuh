@@ -365,8 +365,7 @@ __device__ __forceinline__ int64_t tile_key(const KvArgs& a, const PlanDev& P, c
 // without a row), this step's k/v, or both.
 constexpr int kCopyCached = 1, kCopyFresh = 2, kCopyAll = 3;
 
-// Issues (does not commit) the cp.async copies of a tile's K (and, with
-// `with_v`, V) rows into a warp's buffers (32 rows of RB bytes each), lane
+// Issues (does not commit) the cp.async copies of a tile's K and V rows into a warp's buffers (32 rows of RB bytes each), lane
 // i's (idx, fresh) being key i's (tile_key); keys without a row are zeros.
 // The cache holds only earlier steps' rows, so the split kernel copies them
 // before it waits for the kernel before it and this step's rows after.
@@ -374,8 +373,8 @@ constexpr int kCopyCached = 1, kCopyFresh = 2, kCopyAll = 3;
 // coalesced); the owning lane's row addresses and byte count reach them by
 // shuffle, once a row. A pass with nothing to copy costs one vote.
 template <int D>
-__device__ __forceinline__ void copy_tile_rows(unsigned char* ks, unsigned char* vs, bool with_v, const KvArgs& a,
-                                               int64_t idx, bool fresh, int which) {
+__device__ __forceinline__ void copy_tile_rows(unsigned char* ks, unsigned char* vs, const KvArgs& a, int64_t idx,
+                                               bool fresh, int which) {
   constexpr int RB = mma_row_bytes<D>();
   constexpr int kPieces = D / 8;       // 16-byte pieces a row
   constexpr int kRows = 32 / kPieces;  // rows a pass of the warp covers
@@ -393,10 +392,10 @@ __device__ __forceinline__ void copy_tile_rows(unsigned char* ks, unsigned char*
     const int key = i * kRows + sub;
     const int n = __shfl_sync(0xffffffffu, bytes, key);
     const uint64_t k = __shfl_sync(0xffffffffu, kr, key) + 16u * piece;
-    const uint64_t v = with_v ? __shfl_sync(0xffffffffu, vr, key) + 16u * piece : 0u;
+    const uint64_t v = __shfl_sync(0xffffffffu, vr, key) + 16u * piece;
     if (n < 0) continue;
     cp_async16_att(ks + key * RB + piece * 16, reinterpret_cast<const void*>(k), n);
-    if (with_v) cp_async16_att(vs + key * RB + piece * 16, reinterpret_cast<const void*>(v), n);
+    cp_async16_att(vs + key * RB + piece * 16, reinterpret_cast<const void*>(v), n);
   }
 }
 __device__ __forceinline__ void copy_tile_wait() {
@@ -405,15 +404,15 @@ __device__ __forceinline__ void copy_tile_wait() {
   __syncwarp();
 }
 
-// Copies the K (and, with `with_v`, V) rows of keys j0 .. j0 + nv - 1 into a
+// Copies the K and V rows of keys j0 .. j0 + nv - 1 into a
 // warp's tile buffers (32 rows of RB bytes each); rows without a page and
 // rows nv.. are zeros. Returns the keys that have a row (bit per key).
 // Waits for the copies. (The prefill kernel's form: its registers are at
 // the limit, and this loop needs fewer live than copy_tile_rows.)
 template <int D>
-__device__ __forceinline__ unsigned stage_tile_warp(unsigned char* ks, unsigned char* vs, bool with_v,
-                                                    const KvArgs& a, const PlanDev& P, const RowSeq& rs, int64_t j0,
-                                                    int nv, int64_t kv_off, DeviceError* err, int op, int lane) {
+__device__ __forceinline__ unsigned stage_tile_warp(unsigned char* ks, unsigned char* vs, const KvArgs& a,
+                                                    const PlanDev& P, const RowSeq& rs, int64_t j0, int nv,
+                                                    int64_t kv_off, DeviceError* err, int op, int lane) {
   constexpr int RB = mma_row_bytes<D>();
   bool fresh = false;
   const int64_t idx = tile_key(a, P, rs, j0, nv, kv_off, fresh, err, op, lane);
@@ -430,7 +429,7 @@ __device__ __forceinline__ unsigned stage_tile_warp(unsigned char* ks, unsigned 
     const __nv_bfloat16* vb = static_cast<const __nv_bfloat16*>(kf ? a.v_new : a.cv);
     const int64_t off = ok ? ki + piece * 8 : 0;
     cp_async16_att(ks + key * RB + piece * 16, kb + off, ok ? 16 : 0);
-    if (with_v) cp_async16_att(vs + key * RB + piece * 16, vb + off, ok ? 16 : 0);
+    cp_async16_att(vs + key * RB + piece * 16, vb + off, ok ? 16 : 0);
   }
   copy_tile_wait();
   return okmask;

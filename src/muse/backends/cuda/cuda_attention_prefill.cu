@@ -223,7 +223,7 @@ __global__ void __launch_bounds__(kRowsPerBlock * 32, 1)
     auto scores = [&](int64_t k, float (&s)[4][4]) {
       const int64_t j0 = lo + 32 * k;
       const int nv = int(p + 1 - j0 < 32 ? p + 1 - j0 : 32);
-      const unsigned okmask = stage_tile_warp<D>(ks, vs, true, a, P, rs, j0, nv, kv_off, err, op, lane);
+      const unsigned okmask = stage_tile_warp<D>(ks, vs, a, P, rs, j0, nv, kv_off, err, op, lane);
       mma_tile_scores<D>(s, qa, krow, okmask, scale, lane);
     };
     const int64_t nch = (ntiles + tpc - 1) / tpc;

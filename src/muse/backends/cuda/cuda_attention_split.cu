@@ -550,7 +550,7 @@ __global__ void __launch_bounds__(kMmaAttnWarps * 32)
   if (warp < ntiles) {
     const int64_t j0 = k_begin + int64_t(warp) * 32;
     idx0 = tile_key(a, P, rs, j0, int(k_end - j0 < 32 ? k_end - j0 : 32), kv_off, fresh0, err, op, lane);
-    copy_tile_rows<D>(ks_base, vs_base, true, a, idx0, fresh0, kCopyCached);
+    copy_tile_rows<D>(ks_base, vs_base, a, idx0, fresh0, kCopyCached);
   }
   const unsigned okmask0 = __ballot_sync(0xffffffffu, idx0 >= 0);
   pdl_wait();
@@ -566,13 +566,13 @@ __global__ void __launch_bounds__(kMmaAttnWarps * 32)
     const int nv = int(k_end - j0 < 32 ? k_end - j0 : 32);
     unsigned okmask = okmask0;
     if (tile == warp) {
-      copy_tile_rows<D>(ks_base, vs_base, true, a, idx0, fresh0, kCopyFresh);
+      copy_tile_rows<D>(ks_base, vs_base, a, idx0, fresh0, kCopyFresh);
     } else {
       bool fresh = false;
       const int64_t idx = tile_key(a, P, rs, j0, nv, kv_off, fresh, err, op, lane);
       okmask = __ballot_sync(0xffffffffu, idx >= 0);
       __syncwarp();  // the previous tile's fragment reads are done
-      copy_tile_rows<D>(ks_base, vs_base, true, a, idx, fresh, kCopyAll);
+      copy_tile_rows<D>(ks_base, vs_base, a, idx, fresh, kCopyAll);
     }
     copy_tile_wait();
     float s[4][4];
