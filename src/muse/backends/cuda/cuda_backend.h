@@ -25,10 +25,7 @@ struct CudaBackendOptions {
   // products of one project() call in one launch; 11 and 12 the wgmma
   // kernels with 256 or 8..64 activation rows a tile (sm_90a; 7 elsewhere),
   // 13 the form of 12 that reads x permuted into scratch first (above 16
-  // rows), 14 the same with its 32-row TMA tiles from one row on, 15 and
-  // 16 the form of 11 whose clusters of two or four tiles share x (TMA
-  // multicast); 17, 18, 19 the prefill GEMM with all of K in one block at
-  // 128 rows, clusters of 2 × 2, 4 × 2 or single tiles sharing operands;
+  // rows), 14 the same with its 32-row TMA tiles from one row on;
   // each forced for every row count. All give the same bits; the timing
   // tests and `muse bench --product-kernel` compare their speed.
   int gemv_variant = 0;

@@ -137,19 +137,13 @@ cudaError_t launch_pdl(cudaStream_t s, dim3 grid, dim3 block, size_t smem, Args.
   return cudaLaunchKernelEx(&cfg, Kernel, args...);
 }
 
-// Launches `Kernel` as clusters of `cluster` blocks (a multiple of kSplit:
-// block s of each kSplit runs K-slice s: the cluster kernel, the wgmma
-// products), with programmatic dependent launch; `smem` bytes of dynamic
-// shared memory allowed first. Clusters above 8 blocks are not portable:
-// the kernel is allowed them first.
+// Launches `Kernel` as clusters of kSplit blocks (block s of a cluster runs
+// K-slice s: the cluster kernel, the wgmma products), with programmatic
+// dependent launch; `smem` bytes of dynamic shared memory allowed first.
 template <auto Kernel, class... Args>
-cudaError_t launch_clusters(cudaStream_t s, int64_t blocks, int cluster, int threads, size_t smem, Args... args) {
+cudaError_t launch_slice_clusters(cudaStream_t s, int64_t blocks, int threads, size_t smem, Args... args) {
   if (blocks >= (int64_t(1) << 31)) return cudaErrorInvalidConfiguration;
   if (cudaError_t e = allow_dynamic_smem<Kernel>(int(smem)); e != cudaSuccess) return e;
-  if (cluster > 8)
-    if (cudaError_t e = cudaFuncSetAttribute(Kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-        e != cudaSuccess)
-      return e;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(unsigned(blocks));
   cfg.blockDim = dim3(unsigned(threads));
@@ -159,16 +153,12 @@ cudaError_t launch_clusters(cudaStream_t s, int64_t blocks, int cluster, int thr
   attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attrs[0].val.programmaticStreamSerializationAllowed = 1;
   attrs[1].id = cudaLaunchAttributeClusterDimension;
-  attrs[1].val.clusterDim.x = unsigned(cluster);
+  attrs[1].val.clusterDim.x = kSplit;
   attrs[1].val.clusterDim.y = 1;
   attrs[1].val.clusterDim.z = 1;
   cfg.attrs = attrs;
   cfg.numAttrs = 2;
   return cudaLaunchKernelEx(&cfg, Kernel, args...);
-}
-template <auto Kernel, class... Args>
-cudaError_t launch_slice_clusters(cudaStream_t s, int64_t blocks, int threads, size_t smem, Args... args) {
-  return launch_clusters<Kernel>(s, blocks, kSplit, threads, smem, args...);
 }
 
 // Dynamic shared memory of a block of kSplit warps (one row group): the

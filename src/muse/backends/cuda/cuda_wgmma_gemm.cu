@@ -56,7 +56,6 @@
 
 #include "muse/backends/cuda/cuda_mma.cuh"
 #include "muse/backends/cuda/cuda_wgmma.cuh"
-#include "muse/backends/cuda/cuda_wgmma_stage.cuh"
 #include "muse/core/log.h"
 
 namespace muse::cuda {
@@ -64,13 +63,37 @@ namespace {
 
 namespace cg = cooperative_groups;
 
-constexpr int kWgPartStride = kWgW + 4;  // floats per partial row (+4: conflict-free stores)
+constexpr int kWgThreads = 256;  // two warpgroups
+constexpr int kWgWarps = kWgThreads / 32;
+constexpr int kWgW = 128;               // weight rows per tile: 64 a warpgroup (wgmma's M)
+constexpr int kWgRowBytes = 128;        // 64 k of bf16 per staged row
+constexpr int kWgPartStride = kWgW + 4; // floats per partial row (+4: conflict-free stores)
+constexpr size_t kWgWBytes = size_t(kWgW) * kWgRowBytes;
 
+template <int NX>
+constexpr size_t wg_stage_bytes() {  // the activation rows first (1024-byte aligned), then the weights
+  return size_t(NX) * kWgRowBytes + kWgWBytes;
+}
 template <int NX, int STAGES>
 constexpr size_t wg_smem_bytes() {
   constexpr size_t pipe = STAGES * wg_stage_bytes<NX>();
   constexpr size_t part = size_t(NX) * kWgPartStride * sizeof(float);
   return (pipe > part ? pipe : part) + 1024;  // + alignment of the base
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void cp_async4(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async16s(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global.L2::128B [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes));
+}
+__device__ __forceinline__ uint4 lds128(uint32_t addr) {
+  uint4 v;
+  asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(addr));
+  return v;
 }
 
 // x (T x K) -> xp (T x Kp, Kp a multiple of 128): each 32-k block of a row
@@ -93,45 +116,96 @@ __global__ void wgmma_permute_x_kernel(const __nv_bfloat16* __restrict__ x, int6
   dst[3] = make_uint4(in[0].w, in[1].w, in[2].w, in[3].w);
 }
 
-// The tile a block computes: weight rows n0 .. n0 + 127 of product j ×
-// activation rows t0 .. t0 + NX - 1. A cluster is XM tiles side by side
-// (weight tiles XM·i .. XM·i + XM - 1 of the same activation rows, which
-// share their x: wgmma_tma_kernel), each by kSplit blocks, w this block's
-// of the XM. Groups of t_group activation tiles, every weight tile over
-// each group in turn (the group's rows of x stay in L2 while the weights
-// stream past them). Where the weight tiles do not fill the last cluster,
-// its spare blocks load the last tile again and store nothing (N = 0).
+// The tile a cluster computes: weight rows n0 .. n0 + 127 of product j ×
+// activation rows t0 .. t0 + NX - 1. Groups of t_group activation tiles,
+// every weight tile over each group in turn (the group's rows of x stay in
+// L2 while the weights stream past them).
 struct WgTile {
   int64_t t0, n0, N;
   int j;
 };
-template <int NX, int XM = 1>
-__device__ __forceinline__ WgTile wg_tile(const ClusterGroup& grp, int64_t T, int64_t t_group, int w = 0) {
-  const int64_t cl = blockIdx.x / (kSplit * XM);
-  const int64_t tiles_t = (T + NX - 1) / NX, per_group = t_group * ((grp.tiles_n + XM - 1) / XM);
-  const int64_t first_t = (cl / per_group) * t_group;
+template <int NX>
+__device__ __forceinline__ WgTile wg_tile(const ClusterGroup& grp, int64_t T, int64_t t_group) {
+  const int64_t tile = blockIdx.x / kSplit;
+  const int64_t tiles_t = (T + NX - 1) / NX, per_group = t_group * grp.tiles_n;
+  const int64_t first_t = (tile / per_group) * t_group;
   const int64_t group_size = tiles_t - first_t < t_group ? tiles_t - first_t : t_group;
-  const int64_t want = ((cl % per_group) / group_size) * XM + w;
-  const int64_t nt = want < grp.tiles_n ? want : grp.tiles_n - 1;
+  const int64_t nt = (tile % per_group) / group_size;
   WgTile tl;
-  tl.t0 = (first_t + (cl % per_group) % group_size) * NX;
+  tl.t0 = (first_t + (tile % per_group) % group_size) * NX;
   tl.j = group_product(grp, nt);
-  tl.N = want < grp.tiles_n ? grp.n[tl.j] : 0;
+  tl.N = grp.n[tl.j];
   tl.n0 = (nt - (tl.j ? grp.tile_end[tl.j - 1] : 0)) * kWgW;
   return tl;
 }
 
+// K-slice s's units (64 k, one staged row of 128 bytes): the halves of
+// granules s, s + 4, ... in ascending order.
+__device__ __forceinline__ int wg_units(int64_t K, int s) {
+  const int64_t ngran = (K + kGranule - 1) / kGranule;
+  return s < ngran ? 2 * int((ngran - s + kSplit - 1) / kSplit) : 0;
+}
+__device__ __forceinline__ int64_t wg_unit_k(int s, int u) {
+  return (int64_t(s) + int64_t(u >> 1) * kSplit) * kGranule + (u & 1) * 64;
+}
+
+// Where this warp's pieces 4·jj + tq of its fragment rows ra and ra + 8
+// (weight rows of the tile: 16 a warp, 64 a warpgroup) sit in a stage.
+template <int NX>
+__device__ __forceinline__ void wg_a_offsets(uint32_t (&a_off)[2]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wg = threadIdx.x >> 7;
+  const int ra = 64 * wg + 16 * (warp & 3) + (lane >> 2), tq = lane & 3;
+#pragma unroll
+  for (int jj = 0; jj < 2; ++jj)
+    a_off[jj] = uint32_t(NX * kWgRowBytes + ra * kWgRowBytes + (((4 * jj + tq) ^ (ra & 7)) << 4));
+}
+
+// This warp's A fragments of one unit (weight rows ra and ra + 8 of the
+// stage, pieces 4·jj + tq): step A (words .x, .y) then step B (.z, .w), as
+// mma16816 takes them.
+__device__ __forceinline__ void wg_load_a(uint32_t (&a)[4][4], uint32_t stage, const uint32_t (&a_off)[2]) {
+  constexpr uint32_t kRow8 = 8 * kWgRowBytes;  // row ra + 8: the same swizzle (ra + 8 ≡ ra mod 8)
+#pragma unroll
+  for (int jj = 0; jj < 2; ++jj) {
+    const uint4 lo = lds128(stage + a_off[jj]), hi = lds128(stage + a_off[jj] + kRow8);
+    a[2 * jj][0] = lo.x, a[2 * jj][1] = hi.x, a[2 * jj][2] = lo.y, a[2 * jj][3] = hi.y;
+    a[2 * jj + 1][0] = lo.z, a[2 * jj + 1][1] = hi.z, a[2 * jj + 1][2] = lo.w, a[2 * jj + 1][3] = hi.w;
+  }
+}
+
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// A unit's four k16 steps into d as one wgmma group: this warp's A
+// fragments loaded from the stage, the steps issued and committed. `a`
+// stays the group's until wg_unit_end (a wgmma in flight reads it).
+template <int NX>
+__device__ __forceinline__ void wg_unit_start(float (&d)[NX / 2], uint32_t (&a)[4][4], uint32_t stage,
+                                              const uint32_t (&a_off)[2]) {
+  wg_load_a(a, stage, a_off);
+  const uint64_t db = wg_desc(stage);
+  wg_hold(d);
+  wg_fence();
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) wgmma_rs<NX>(d, a[kk], db + 2 * kk);  // +32 bytes a k16 step
+  wg_commit();
+}
+// The group is complete: d and a are the compiler's again.
+template <int NX>
+__device__ __forceinline__ void wg_unit_end(float (&d)[NX / 2], uint32_t (&a)[4][4]) {
+  wg_wait<0>();
+  wg_hold(d);
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) wg_hold(a[kk]);
+}
+
 // The four K-slices' partials meet: each block's accumulators go to its
 // shared memory (the stages, no longer used: every thread is past a barrier
-// first), and block s (cluster rank rank0 + s: the tile's blocks are ranks
-// rank0 .. rank0 + 3) adds activation rows s·NX/4 .. of every weight row,
+// first), and block s adds activation rows s·NX/4 .. of every weight row,
 // P0 + P1 + P2 + P3, four weight rows a thread. Called by every thread of
 // the block (the cluster barriers); only the first kWgThreads hold
 // accumulators.
 template <int NX>
 __device__ __forceinline__ void wg_finish(const float (&d)[NX / 2], uint8_t* part_base, int s, const WgTile& tl,
-                                          const ClusterGroup& grp, int64_t T, int chain, int rank0 = 0) {
+                                          const ClusterGroup& grp, int64_t T, int chain) {
   cg::cluster_group cluster = cg::this_cluster();
   const bool mine = threadIdx.x < kWgThreads;
   const int lane = threadIdx.x & 31, wg = (threadIdx.x >> 7) & 1, warp = threadIdx.x >> 5;
@@ -147,7 +221,7 @@ __device__ __forceinline__ void wg_finish(const float (&d)[NX / 2], uint8_t* par
   cluster.sync();  // every block's partial is in its shared memory
   const float* parts[kSplit];
 #pragma unroll
-  for (int q = 0; q < kSplit; ++q) parts[q] = cluster.map_shared_rank(part, rank0 + q);
+  for (int q = 0; q < kSplit; ++q) parts[q] = cluster.map_shared_rank(part, q);
   constexpr int kRowsEach = NX / kSplit, kQuads = kWgW / 4;
   void* out = grp.out[tl.j];
   const int odt = grp.odt[tl.j];
@@ -274,6 +348,43 @@ __global__ void __launch_bounds__(kWgThreads, NX >= 256 ? 1 : NX >= 32 ? 2 : 3) 
 #endif
 }
 
+// The tensor maps of a wgmma_tma_kernel launch: each product's weights
+// (boxes of 64 k × 128 rows) and the permuted x (64 k × NX rows), both in
+// the 128-byte swizzle, which is the stages' layout above.
+struct WgMaps {
+  CUtensorMap w[kClusterGroupMax];
+  CUtensorMap x;
+};
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred p;\nMUSE_WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra MUSE_WAIT_%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+// Box (c0 = k, c1 = row) of `map` into this block's shared memory at dst;
+// its bytes complete the transaction count of barrier `bar`.
+__device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, int c0, int c1, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+      "[%4];" ::"r"(dst),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+#endif
+
 // The same tile with x permuted into scratch, staged by the copy engine
 // (TMA): thread 0 keeps STAGES units in flight, each stage's `full`
 // barrier counting its bytes in and its `empty` barrier the eight warps
@@ -283,34 +394,21 @@ __global__ void __launch_bounds__(kWgThreads, NX >= 256 ? 1 : NX >= 32 ? 2 : 3) 
 // then, but for a straggler). The stages hold the same bytes at the same
 // places as wgmma_kernel's (rows past N or T and k past K zero-filled) and
 // the warps run the same k16 steps in the same order: the same bits.
-//
-// XM > 1: the cluster's XM tiles of the same activation rows share their x.
-// Each of the XM blocks of a K-slice copies NX / XM of the rows, multicast
-// into all XM blocks' stages, so x crosses from L2 once for XM tiles (a
-// 256-row tile moves 32 KB of x and 16 KB of weights a unit: with x in
-// pairs, 32 KB a block instead of 48). A stage is refilled only when every
-// block it is copied into is past it: each warp arrives on the `empty`
-// barrier of all XM blocks of its slice (8·XM arrivals a stage).
-template <int NX, int STAGES, int XM>
+template <int NX, int STAGES>
 __global__ void __launch_bounds__(kWgThreads, NX >= 256 ? 1 : STAGES <= 3 ? 3 : 2)
     wgmma_tma_kernel(const __grid_constant__ WgMaps maps, int64_t T, int64_t K, const ClusterGroup grp,
                      int64_t t_group, int chain) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(NX % 8 == 0 && NX <= 256 && STAGES >= 2, "wgmma shapes");
-  static_assert(XM == 1 || XM == 2 || XM == 4, "x shared by 1, 2 or 4 tiles");
-  constexpr uint32_t kStage = uint32_t(wg_stage_bytes<NX>()), kXPart = uint32_t(NX / XM * kWgRowBytes);
+  constexpr uint32_t kStage = uint32_t(wg_stage_bytes<NX>()), kXBytes = uint32_t(NX * kWgRowBytes);
   extern __shared__ uint8_t wg_raw[];
   __shared__ alignas(8) uint64_t bars[2 * STAGES];  // full[STAGES], then empty[STAGES]
   const uint32_t raw = smem_addr(wg_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;  // the 128-byte swizzle wants 1024-byte stages
   const uint32_t full = smem_addr(bars), empty = full + 8 * STAGES;
-  const int rank = int(cg::this_cluster().block_rank());
-  const int s = rank % kSplit, w = rank / kSplit;  // this block's K-slice, and its tile of the XM
-  uint16_t peers = 0;  // the blocks of this K-slice (the x copies' destinations)
-#pragma unroll
-  for (int i = 0; i < XM; ++i) peers |= uint16_t(1u << (s + kSplit * i));
+  const int s = int(cg::this_cluster().block_rank());  // this block's K-slice
   const int lane = threadIdx.x & 31;
-  const WgTile tl = wg_tile<NX, XM>(grp, T, t_group, w);
+  const WgTile tl = wg_tile<NX>(grp, T, t_group);
   const int units = wg_units(K, s);
   const CUtensorMap* wm = &maps.w[tl.j];
   const CUtensorMap* xm = &maps.x;
@@ -318,25 +416,19 @@ __global__ void __launch_bounds__(kWgThreads, NX >= 256 ? 1 : STAGES <= 3 ? 3 : 
   auto load = [&](int u, bool weights, bool acts) {  // unit u into its stage (thread 0)
     const uint32_t stage = base + uint32_t(u % STAGES) * kStage, bar = full + 8 * (u % STAGES);
     const int k = int(wg_unit_k(s, u));
-    if (weights) mbar_expect_tx(bar, kStage), tma_load(stage + NX * kWgRowBytes, wm, k, n0, bar);
-    if (acts) {
-      if constexpr (XM == 1)
-        tma_load(stage, xm, k, t0, bar);
-      else
-        tma_load_multicast(stage + w * kXPart, xm, k, t0 + w * (NX / XM), bar, peers);
-    }
+    if (weights) mbar_expect_tx(bar, kStage), tma_load(stage + kXBytes, wm, k, n0, bar);
+    if (acts) tma_load(stage, xm, k, t0, bar);
   };
   if (threadIdx.x == 0) {
 #pragma unroll
-    for (int i = 0; i < STAGES; ++i) mbar_init(full + 8 * i, 1), mbar_init(empty + 8 * i, kWgWarps * XM);
+    for (int i = 0; i < STAGES; ++i) mbar_init(full + 8 * i, 1), mbar_init(empty + 8 * i, kWgWarps);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     for (int u = 0; u < STAGES && u < units; ++u) load(u, true, false);  // the weights do not come from the kernel before
   }
   chain_start(chain);  // x may
-  if constexpr (XM > 1) cg::this_cluster().sync();  // every block's barriers are initialized before a copy into it
   if (threadIdx.x == 0)
     for (int u = 0; u < STAGES && u < units; ++u) load(u, false, true);
-  if constexpr (XM == 1) __syncthreads();  // the barriers are initialized
+  __syncthreads();  // the barriers are initialized
 
   float d[NX / 2];
 #pragma unroll
@@ -360,19 +452,21 @@ __global__ void __launch_bounds__(kWgThreads, NX >= 256 ? 1 : STAGES <= 3 ? 3 : 
     }
     wg_unit_end<NX>(d, a);
     __syncwarp();
-    if (lane == 0) {
-      mbar_arrive(empty + 8 * st);
-#pragma unroll
-      for (int i = 0; i < XM; ++i)
-        if (i != w) mbar_arrive_remote(empty + 8 * st, s + kSplit * i);
-    }
+    if (lane == 0) mbar_arrive(empty + 8 * st);
   }
   pdl_streaming_done();
-  wg_finish<NX>(d, wg_raw + (base - raw), s, tl, grp, T, chain, w * kSplit);
+  wg_finish<NX>(d, wg_raw + (base - raw), s, tl, grp, T, chain);
 #elif defined(__CUDA_ARCH__)
   __trap();  // never launched: wgmma_gemm_usable() is false unless this file's sm_90a code runs
 #endif
 }
+
+// Activation tiles a group: about 24 MB of x (2 to 7 tiles of 256 rows at
+// Glimmer's widths), so a group's x and the weight tiles in flight fit
+// the 50 MB L2; with all 16 tiles of a 4096-row prefill in one group x
+// was refetched from HBM for every weight tile (ncu: DRAM 48% busy, L2
+// 80%, 2026-12-04).
+int64_t wg_t_group(int NX, int64_t K) { return std::clamp<int64_t>((int64_t(24) << 20) / (int64_t(NX) * K * 2), 1, 16); }
 
 template <int NX, int STAGES>
 cudaError_t launch_tiles(cudaStream_t s, const __nv_bfloat16* x, int64_t ldx, int64_t T, int64_t K,
@@ -382,96 +476,6 @@ cudaError_t launch_tiles(cudaStream_t s, const __nv_bfloat16* x, int64_t ldx, in
                                                          x, ldx, T, K, grp, wg_t_group(NX, K), chain);
 }
 
-// The permuted-x kernel through the copy engine, XM tiles of a cluster
-// sharing x; false where a tensor map cannot be had (the caller then stages
-// x as it is: the same bits, slower, said once in the log).
-template <int NX, int STAGES, int XM = 1>
-bool launch_tma_tiles(cudaStream_t s, const __nv_bfloat16* xp, int64_t ldp, int64_t T, int64_t K,
-                      const ClusterGroup& grp, int chain, cudaError_t* err) {
-  WgMaps maps{};
-  bool ok = encode_rows(&maps.x, xp, T, ldp, ldp, NX / XM);
-  for (int j = 0; ok && j < grp.count; ++j) ok = weight_map(&maps.w[j], grp.w[j], grp.n[j], K);
-  if (!ok) {
-    static std::once_flag said;
-    std::call_once(said, [] { LOG_WARN("cuda: no tensor maps for the wgmma products; staging x with cp.async"); });
-    return false;
-  }
-  constexpr size_t smem = size_t(STAGES) * wg_stage_bytes<NX>() + 1024;
-  static_assert(size_t(NX) * kWgPartStride * sizeof(float) <= size_t(STAGES) * wg_stage_bytes<NX>(),
-                "the partials fit in the stages");
-  const int64_t clusters = (grp.tiles_n + XM - 1) / XM * ((T + NX - 1) / NX);
-  *err = launch_clusters<wgmma_tma_kernel<NX, STAGES, XM>>(s, clusters * kSplit * XM, kSplit * XM, kWgThreads, smem,
-                                                           maps, T, K, grp, wg_t_group(NX, K), chain);
-  return true;
-}
-
-// Decode at 17..32 rows (one activation tile): the TMA kernel with five
-// stages and two blocks an SM, or three and three, whichever leaves less of
-// its last wave empty (the stream is bandwidth-bound, so a launch costs
-// about its waves times the blocks a wave holds): Glimmer's q/k/v/gate
-// launch (272 blocks) fits one wave of three an SM instead of 1.03 of two.
-// Batch 32: 17.52-17.57 ms a step against 17.89-17.92 with two everywhere
-// (H200, 2026-12-04). At 33..64 rows three an SM everywhere did better
-// still (19.72 ms at batch 64 against 19.80 with this rule, against 20.5
-// with two everywhere: the q/k/v/gate launch had its SMs idle 40% of the
-// time at two an SM, ncu).
-bool two_per_sm(const ClusterGroup& grp) {
-  const int64_t blocks = grp.tiles_n * kSplit, sms = sm_count();
-  auto cost = [&](int64_t per_sm) { return (blocks + per_sm * sms - 1) / (per_sm * sms) * per_sm; };
-  return sms <= 0 || cost(2) <= cost(3);
-}
-
-// Whether clusters of 16 prefill blocks (x shared by four tiles, variant 16)
-// can be resident on this device at all (one block an SM, so 16 SMs of one
-// GPC); else variant 16 runs as 15.
-bool quad_clusters_fit() {
-  static const bool fit = [] {
-    const auto kernel = wgmma_tma_kernel<256, 4, 4>;
-    constexpr size_t smem = 4 * wg_stage_bytes<256>() + 1024;
-    if (allow_dynamic_smem<wgmma_tma_kernel<256, 4, 4>>(int(smem)) != cudaSuccess ||
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(16 * 8);
-    cfg.blockDim = dim3(kWgThreads);
-    cfg.dynamicSmemBytes = smem;
-    cudaLaunchAttribute attr{};
-    attr.id = cudaLaunchAttributeClusterDimension;
-    attr.val.clusterDim.x = 16, attr.val.clusterDim.y = 1, attr.val.clusterDim.z = 1;
-    cfg.attrs = &attr;
-    cfg.numAttrs = 1;
-    int clusters = 0;
-    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &cfg) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    LOG_INFO("cuda: %d clusters of 16 prefill blocks resident at once", clusters);
-    return clusters > 0;
-  }();
-  return fit;
-}
-
-// Activation rows a tile: 256 for the prefill GEMMs (variant 11, 15 and
-// 16; 17-19 take all of K in one block at 128 rows where x is permuted,
-// else run as 11), else the fewest of 8, 16, 32, 64 that hold T.
-int wgmma_tile_rows(int variant, int64_t T) {
-  if (variant == 11 || variant >= 15) return 256;
-  if (variant == 14) return T <= 32 ? 32 : 64;       // the TMA tiles of x permuted, from one row
-  return T <= 8 ? 8 : T <= 16 ? 16 : T <= 32 ? 32 : 64;  // 12, 13
-}
-
-}  // namespace
-
-// Activation tiles a group: about 24 MB of x (2 to 7 tiles of 256 rows at
-// Glimmer's widths), so a group's x and the weight tiles in flight fit
-// the 50 MB L2; with all 16 tiles of a 4096-row prefill in one group x
-// was refetched from HBM for every weight tile (ncu: DRAM 48% busy, L2
-// 80%, 2026-12-04).
-int64_t wg_t_group(int NX, int64_t K) { return std::clamp<int64_t>((int64_t(24) << 20) / (int64_t(NX) * K * 2), 1, 16); }
-
-namespace {
 // cuTensorMapEncodeTiled from the driver (no link against libcuda), or null.
 PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
@@ -486,8 +490,6 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   }();
   return fn;
 }
-
-}  // namespace
 
 // A map of `rows` bf16 rows of `cols` (row stride ld elements) in boxes of
 // 64 columns × box_rows rows, 128-byte swizzle, zeros outside.
@@ -507,32 +509,79 @@ bool encode_rows(CUtensorMap* m, const void* p, int64_t rows, int64_t cols, int6
 
 // The weights' maps, encoded once per (address, shape): a decode step would
 // otherwise encode four or five a launch, ~200 a step.
-bool weight_map(CUtensorMap* m, const void* p, int64_t rows, int64_t cols, int box_rows) {
+bool weight_map(CUtensorMap* m, const void* p, int64_t rows, int64_t cols) {
   struct Key {
     const void* p;
     int64_t rows, cols;
-    int box;
     bool operator==(const Key&) const = default;
   };
   struct Hash {
     size_t operator()(const Key& k) const {
-      return std::hash<const void*>()(k.p) ^ (size_t(k.rows) * 0x9E3779B97F4A7C15ull) ^ size_t(k.cols) ^
-             (size_t(k.box) << 48);
+      return std::hash<const void*>()(k.p) ^ (size_t(k.rows) * 0x9E3779B97F4A7C15ull) ^ size_t(k.cols);
     }
   };
   static std::mutex mu;
   static std::unordered_map<Key, CUtensorMap, Hash> cache;
-  const Key key{p, rows, cols, box_rows};
+  const Key key{p, rows, cols};
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = cache.find(key); it != cache.end()) {
     *m = it->second;
     return true;
   }
-  if (!encode_rows(m, p, rows, cols, cols, box_rows)) return false;
+  if (!encode_rows(m, p, rows, cols, cols, kWgW)) return false;
   if (cache.size() >= 4096) cache.clear();  // bounded; a model's weights number in the hundreds
   cache.emplace(key, *m);
   return true;
 }
+
+// The permuted-x kernel through the copy engine; false where a tensor map
+// cannot be had (the caller then stages x as it is: the same bits, slower,
+// said once in the log).
+template <int NX, int STAGES>
+bool launch_tma_tiles(cudaStream_t s, const __nv_bfloat16* xp, int64_t ldp, int64_t T, int64_t K,
+                      const ClusterGroup& grp, int chain, cudaError_t* err) {
+  WgMaps maps{};
+  bool ok = encode_rows(&maps.x, xp, T, ldp, ldp, NX);
+  for (int j = 0; ok && j < grp.count; ++j) ok = weight_map(&maps.w[j], grp.w[j], grp.n[j], K);
+  if (!ok) {
+    static std::once_flag said;
+    std::call_once(said, [] { LOG_WARN("cuda: no tensor maps for the wgmma products; staging x with cp.async"); });
+    return false;
+  }
+  constexpr size_t smem = size_t(STAGES) * wg_stage_bytes<NX>() + 1024;
+  static_assert(size_t(NX) * kWgPartStride * sizeof(float) <= size_t(STAGES) * wg_stage_bytes<NX>(),
+                "the partials fit in the stages");
+  const int64_t tiles = grp.tiles_n * ((T + NX - 1) / NX);
+  *err = launch_slice_clusters<wgmma_tma_kernel<NX, STAGES>>(s, tiles * kSplit, kWgThreads, smem, maps, T, K,
+                                                             grp, wg_t_group(NX, K), chain);
+  return true;
+}
+
+// Decode at 17..32 rows (one activation tile): the TMA kernel with five
+// stages and two blocks an SM, or three and three, whichever leaves less of
+// its last wave empty (the stream is bandwidth-bound, so a launch costs
+// about its waves times the blocks a wave holds): Glimmer's q/k/v/gate
+// launch (272 blocks) fits one wave of three an SM instead of 1.03 of two.
+// Batch 32: 17.52-17.57 ms a step against 17.89-17.92 with two everywhere
+// (H200, 2026-12-04). At 33..64 rows three an SM everywhere did better
+// still (19.72 ms at batch 64 against 19.80 with this rule, against 20.5
+// with two everywhere: the q/k/v/gate launch had its SMs idle 40% of the
+// time at two an SM, ncu).
+bool two_per_sm(const ClusterGroup& grp) {
+  const int64_t blocks = grp.tiles_n * kSplit, sms = sm_count();
+  auto cost = [&](int64_t per_sm) { return (blocks + per_sm * sms - 1) / (per_sm * sms) * per_sm; };
+  return sms <= 0 || cost(2) <= cost(3);
+}
+
+// Activation rows a tile: 256 for the prefill GEMM (variant 11), else the
+// fewest of 8, 16, 32, 64 that hold T.
+int wgmma_tile_rows(int variant, int64_t T) {
+  if (variant == 11) return 256;
+  if (variant == 14) return T <= 32 ? 32 : 64;       // the TMA tiles of x permuted, from one row
+  return T <= 8 ? 8 : T <= 16 ? 16 : T <= 32 ? 32 : 64;  // 12, 13
+}
+
+}  // namespace
 
 bool wgmma_gemm_usable() {
   static std::atomic<int> usable[64] = {};  // per device: 0 unknown, 1 yes, 2 no
@@ -586,11 +635,7 @@ cudaError_t launch_wgmma_gemm(cudaStream_t s, const Tensor& x, std::span<const T
       return launch_tiles<64, 4>(s, xb, K, T, K, grp, chain);
     default: break;
   }
-  if (xp && variant >= 17 && launch_wgmma_fullk(s, xp, ldp, T, K, grp, variant, &e)) return e;
-  if (xp && (variant == 16 && quad_clusters_fit()  ? launch_tma_tiles<256, 4, 4>(s, xp, ldp, T, K, grp, chain, &e)
-             : variant == 15 || variant == 16 ? launch_tma_tiles<256, 4, 2>(s, xp, ldp, T, K, grp, chain, &e)
-                                              : launch_tma_tiles<256, 4>(s, xp, ldp, T, K, grp, chain, &e)))
-    return e;
+  if (xp && launch_tma_tiles<256, 4>(s, xp, ldp, T, K, grp, chain, &e)) return e;
   return launch_tiles<256, 4>(s, xb, K, T, K, grp, chain);
 }
 
