@@ -435,39 +435,6 @@ __global__ void __launch_bounds__(kWgThreads, NX >= 256 ? 1 : STAGES <= 3 ? 3 : 
   for (int i = 0; i < NX / 2; ++i) d[i] = 0.0f;
   uint32_t a_off[2];
   wg_a_offsets<NX>(a_off);
-  if constexpr (NX == 256) {
-    // The prefill tile keeps a unit's group in flight while the next
-    // unit's A fragments load into a second register set: unit u's group
-    // is issued, then unit u - 1's is waited for (wgmma.wait_group 1), which
-    // frees its stage and its A registers for unit u + 1. The same k16
-    // steps into d in the same order: the same bits.
-    uint32_t a0[4][4], a1[4][4];
-    auto stage_of = [&](int u) { return base + uint32_t(u % STAGES) * kStage; };
-    auto wait_full = [&](int u) { mbar_wait(full + 8 * (u % STAGES), uint32_t((u / STAGES) & 1)); };
-    auto step = [&](int u, uint32_t(&cur)[4][4], uint32_t(&nxt)[4][4]) {
-      const uint64_t db = wg_desc(stage_of(u));
-      wg_fence();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) wgmma_rs<NX>(d, cur[kk], db + 2 * kk);
-      wg_commit();
-      wg_wait<1>();
-      if (u >= 1) {
-        __syncwarp();
-        if (lane == 0) mbar_arrive(empty + 8 * ((u - 1) % STAGES));
-        if (threadIdx.x == 0 && u - 1 + STAGES < units) {
-          mbar_wait(empty + 8 * ((u - 1) % STAGES), uint32_t(((u - 1) / STAGES) & 1));  // every warp is past unit u - 1
-          load(u - 1 + STAGES, true, true);
-        }
-      }
-      if (u + 1 < units) wait_full(u + 1), wg_load_a(nxt, stage_of(u + 1), a_off);
-    };
-    if (units > 0) wait_full(0), wg_load_a(a0, stage_of(0), a_off);
-    int u = 0;
-    for (; u + 1 < units; u += 2) step(u, a0, a1), step(u + 1, a1, a0);
-    if (u < units) step(u, a0, a1);
-    wg_wait<0>();
-    wg_hold(d);
-  } else
   // Unit u: wait for its bytes, run its four k16 steps, hand its stage
   // back. The group is waited for before the next unit's A fragments are
   // loaded (a wgmma in flight reads its A registers: ptxas would serialize
