@@ -191,7 +191,7 @@ TEST(ProjectVariants, WgmmaKernelsGiveTheSameBits) {
 // `variants`, at each of `rows`: every output's bytes equal its own
 // product's (matmul alone).
 void expect_grouped_outputs_give_separate_bits(std::initializer_list<int> variants, std::initializer_list<int64_t> rows,
-                                               uint32_t seed) {
+                                               uint32_t seed, std::initializer_list<int64_t> ks = {136, 1000}) {
   const int64_t Ns[] = {77, 16, 300, 9, 130};
   auto bf = [](const std::vector<float>& v) {
     std::vector<uint16_t> h(v.size());
@@ -200,7 +200,7 @@ void expect_grouped_outputs_give_separate_bits(std::initializer_list<int> varian
   };
   for (int variant : variants)
     for (int64_t T : rows)
-      for (int64_t K : {136, 1000})
+      for (int64_t K : ks)
         for (size_t n_out : {size_t(5), size_t(4), size_t(2)}) {
           auto bp = backend_with_product_kernel(variant);
           ASSERT_TRUE(bp);
@@ -244,8 +244,21 @@ TEST(ProjectVariants, GroupedOutputsGiveTheBitsOfSeparateProducts) {
   GTEST_SKIP() << "this build has no CUDA backend (configure with -DMUSE_CUDA=ON: scripts/test-cuda.sh)";
 #else
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU on this machine: the CUDA backend is not tested here";
-  expect_grouped_outputs_give_separate_bits({0, 1, 2, 3, 5, 6, 8, 9, 10, 11, 12, 13, 14}, {1, 5, 16, 29, 64, 200},
+  expect_grouped_outputs_give_separate_bits({0, 1, 2, 3, 5, 6, 8, 9, 10, 11, 12, 13, 14, 15}, {1, 5, 16, 29, 64, 200},
                                             9100);
+#endif
+}
+
+// The prefill GEMM through project() (x permuted, staged by the copy
+// engine) over several activation tiles and K-slices long enough that
+// every stage is refilled, by thread 0 between its own units (variant 11)
+// or by a producer warpgroup (15): each output's bits are its own matmul's.
+TEST(ProjectVariants, PrefillRefillsGiveTheBitsOfSeparateProducts) {
+#if !(defined(MUSE_HAVE_CUDA) && MUSE_HAVE_CUDA)
+  GTEST_SKIP() << "this build has no CUDA backend (configure with -DMUSE_CUDA=ON: scripts/test-cuda.sh)";
+#else
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU on this machine: the CUDA backend is not tested here";
+  expect_grouped_outputs_give_separate_bits({11, 15}, {600}, 9900, {4168});
 #endif
 }
 
