@@ -1,6 +1,7 @@
 // Engine/Session behaviour on tiny random models of both families:
 // determinism (run to run, thread count, batch composition), KV rings over
 // more than three windows, block bookkeeping, and clear errors.
+#include <algorithm>
 #include <cstring>
 
 #include "engine_test_util.h"
@@ -104,6 +105,39 @@ TEST_P(BothFamilies, BatchCompositionChangesNothing) {
 
 INSTANTIATE_TEST_SUITE_P(Engine, BothFamilies, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "spark" : "glimmer"; });
+
+// With record_experts, every step counts the distinct experts its rows
+// route to in each sparse layer (all sparse layers' ids come down in one
+// copy): one row routes to exactly top-k experts a layer, T rows to
+// between top-k and min(E, T·top-k); the count does not depend on the
+// engine's row capacity, and a step without recording counts nothing.
+TEST(EngineExperts, DistinctExpertsAreEachSparseLayersOwn) {
+  EngineOptions small, large;
+  small.record_experts = large.record_experts = true;
+  small.max_batch_tokens = 16, large.max_batch_tokens = 64;
+  auto a = tiny_engine(true, 2, small), b = tiny_engine(true, 2, large), none = tiny_engine(true, 2);
+  ASSERT_TRUE(a && b && none);
+  const ModelConfig& c = a->config();
+  ASSERT_GT(c.num_experts, c.num_experts_per_tok);
+  const double k = double(c.num_experts_per_tok), E = double(c.num_experts);
+  for (size_t rows : {size_t(1), size_t(5), size_t(12)}) {
+    const auto tokens = some_tokens(rows, int32_t(rows));
+    double counts[2];
+    Engine* engines[2] = {a.get(), b.get()};
+    for (int i = 0; i < 2; ++i) {
+      auto s = engines[i]->new_session();
+      ASSERT_TRUE(s.ok() && (*s)->feed(tokens).ok());
+      counts[i] = engines[i]->distinct_experts();
+    }
+    EXPECT_EQ(counts[0], counts[1]) << rows << " rows";
+    if (rows == 1) EXPECT_EQ(counts[0], k);
+    EXPECT_GE(counts[0], k) << rows << " rows";
+    EXPECT_LE(counts[0], std::min(E, double(rows) * k)) << rows << " rows";
+  }
+  auto s = none->new_session();
+  ASSERT_TRUE(s.ok() && (*s)->feed(some_tokens(5)).ok());
+  EXPECT_EQ(none->distinct_experts(), 0.0);
+}
 
 TEST(EngineErrors, BadInputIsAClearError) {
   EngineOptions o;

@@ -201,8 +201,10 @@ Status MuseModel::forward(const StepPlanBuilder& plan, std::span<const KvLayerSt
     // The device may start on the step while the host enqueues the other
     // layers (on the H200 the whole enqueue was ~0.2 ms of idle GPU a step).
     if (l == 0) b.flush();
+    // The routed ids of sparse layer i go to rows i·Tx.. (Tx == T: sparse
+    // steps are never padded), so one download after the step takes all.
     if (record_experts_ && sparse_index_[size_t(l)] >= 0)
-      b.gather_rows(routed_.rows(sparse_index_[size_t(l)] * cap_.max_rows, Tx), s.expert_ids, tap_index_.rows(0, Tx));
+      b.gather_rows(routed_.rows(sparse_index_[size_t(l)] * Tx, Tx), s.expert_ids, tap_index_.rows(0, Tx));
     // A tap copies the residual stream after the layer (every row).
     for (size_t t = 0; taps && t < tap_layers_.size(); ++t)
       if (tap_layers_[t] == l) b.gather_rows(taps_[t].rows(0, Tx), s.x, tap_index_.rows(0, Tx));
@@ -255,8 +257,9 @@ Status MuseModel::forward(const StepPlanBuilder& plan, std::span<const KvLayerSt
         std::memcpy(logits + i * V + r * Vl, gathered_host_.data() + (r * R + i) * Vl, size_t(cols) * 4);
     }
   }
-  for (int64_t i = 0; record_experts_ && i < sparse_layers_; ++i)
-    MUSE_RETURN_IF_ERROR(b.download(routed_.rows(i * cap_.max_rows, T), routed_host_.data() + i * T * c.num_experts_per_tok));
+  // One synchronized copy for every sparse layer's ids (a copy a layer cost
+  // each step a device round trip per sparse layer).
+  if (record_experts_) MUSE_RETURN_IF_ERROR(b.download(routed_.rows(0, sparse_layers_ * T), routed_host_.data()));
   for (int64_t t = 0; taps && t < num_taps(); ++t)
     MUSE_RETURN_IF_ERROR(b.download(taps_[size_t(t)].rows(0, T), taps + t * T * c.hidden_size));
   return Status::Ok();
