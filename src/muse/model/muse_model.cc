@@ -115,7 +115,7 @@ Status MuseModel::allocate(const ModelOptions& options) {
   tap_final_ = options.tap_final;
   record_experts_ = options.record_experts && sparse;
   for (int64_t l = 0; l < c.num_layers; ++l) sparse_index_.push_back(c.is_sparse(l) ? sparse_layers_++ : -1);
-  if (num_taps() > 0 || record_experts_) {
+  if (num_taps() > 0) {
     MUSE_RETURN_IF_ERROR(make(tap_index_, DType::I32, {R}));
     std::vector<int32_t> iota(static_cast<size_t>(R));
     for (int64_t i = 0; i < R; ++i) iota[size_t(i)] = int32_t(i);
@@ -196,15 +196,15 @@ Status MuseModel::forward(const StepPlanBuilder& plan, std::span<const KvLayerSt
   b.rms_norm(s.x, s.x, Tensor{}, NormGain::None, float(c.rms_norm_eps));
 
   for (int64_t l = 0; l < c.num_layers; ++l) {
+    // Recording, sparse layer i routes straight into rows i·Tx.. of routed_
+    // (Tx == T: sparse steps are never padded), so no copy runs in the step
+    // and one download after it takes every layer's ids.
+    if (record_experts_ && sparse_index_[size_t(l)] >= 0) s.expert_ids = routed_.rows(sparse_index_[size_t(l)] * Tx, Tx);
     if (c.is_spark()) spark_layer(s, l, kv[size_t(l)]);
     else glimmer_layer(s, l, kv[size_t(l)]);
     // The device may start on the step while the host enqueues the other
     // layers (on the H200 the whole enqueue was ~0.2 ms of idle GPU a step).
     if (l == 0) b.flush();
-    // The routed ids of sparse layer i go to rows i·Tx.. (Tx == T: sparse
-    // steps are never padded), so one download after the step takes all.
-    if (record_experts_ && sparse_index_[size_t(l)] >= 0)
-      b.gather_rows(routed_.rows(sparse_index_[size_t(l)] * Tx, Tx), s.expert_ids, tap_index_.rows(0, Tx));
     // A tap copies the residual stream after the layer (every row).
     for (size_t t = 0; taps && t < tap_layers_.size(); ++t)
       if (tap_layers_[t] == l) b.gather_rows(taps_[t].rows(0, Tx), s.x, tap_index_.rows(0, Tx));
