@@ -199,7 +199,8 @@ Status MuseModel::forward(const StepPlanBuilder& plan, std::span<const KvLayerSt
     // Recording, sparse layer i routes straight into rows i·Tx.. of routed_
     // (Tx == T: sparse steps are never padded), so no copy runs in the step
     // and one download after it takes every layer's ids.
-    if (record_experts_ && sparse_index_[size_t(l)] >= 0) s.expert_ids = routed_.rows(sparse_index_[size_t(l)] * Tx, Tx);
+    if (record_experts_ && sparse_index_[size_t(l)] >= 0)
+      s.expert_ids = routed_.rows(sparse_index_[size_t(l)] * Tx, Tx);
     if (c.is_spark()) spark_layer(s, l, kv[size_t(l)]);
     else glimmer_layer(s, l, kv[size_t(l)]);
     // The device may start on the step while the host enqueues the other

@@ -365,8 +365,9 @@ __device__ __forceinline__ int64_t tile_key(const KvArgs& a, const PlanDev& P, c
 // without a row), this step's k/v, or both.
 constexpr int kCopyCached = 1, kCopyFresh = 2, kCopyAll = 3;
 
-// Issues (does not commit) the cp.async copies of a tile's K and V rows into a warp's buffers (32 rows of RB bytes each), lane
-// i's (idx, fresh) being key i's (tile_key); keys without a row are zeros.
+// Issues (does not commit) the cp.async copies of a tile's K and V rows
+// into a warp's buffers (32 rows of RB bytes each), lane i's (idx, fresh)
+// being key i's (tile_key); keys without a row are zeros.
 // The cache holds only earlier steps' rows, so the split kernel copies them
 // before it waits for the kernel before it and this step's rows after.
 // Each row is copied by D / 8 consecutive lanes (one 16-byte piece each,
