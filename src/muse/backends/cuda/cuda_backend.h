@@ -25,8 +25,7 @@ struct CudaBackendOptions {
   // products of one project() call in one launch; 11 and 12 the wgmma
   // kernels with 256 or 8..64 activation rows a tile (sm_90a; 7 elsewhere),
   // 13 the form of 12 that reads x permuted into scratch first (above 16
-  // rows), 14 the same with its 32-row TMA tiles from one row on, 15 the
-  // prefill GEMM of 11 with a producer warpgroup (setmaxnreg);
+  // rows), 14 the same with its 32-row TMA tiles from one row on;
   // each forced for every row count. All give the same bits; the timing
   // tests and `muse bench --product-kernel` compare their speed.
   int gemv_variant = 0;

@@ -424,7 +424,7 @@ cudaError_t launch_mma_nt(cudaStream_t s, const __nv_bfloat16* x, int64_t T, con
 }
 
 // The wgmma kernels (cuda_wgmma_gemm.cu): the prefill GEMM and the decode forms.
-constexpr bool is_wgmma_variant(int variant) { return variant >= 11 && variant <= 15; }
+constexpr bool is_wgmma_variant(int variant) { return variant >= 11 && variant <= 14; }
 
 // The default rule's choice (see below).
 int gemv_rule(int64_t T, int64_t K) {
@@ -444,8 +444,7 @@ int gemv_rule(int64_t T, int64_t K) {
 // rows a tile; the products of one project() call in one launch; variant 7
 // or the cluster rule where the device cannot run them; 13 is 12 reading x
 // permuted into scratch first above 16 rows, as 11 does; 14 is 13 with
-// its 32-row TMA tiles from one row on; 15 is 11 with a producer
-// warpgroup of its own). Every
+// its 32-row TMA tiles from one row on). Every
 // variant gives the same bits, so the rule may pick by shape freely. The
 // rule, from the H200 timings of every variant on Glimmer's shapes
 // (tests/backend_cuda Timing.DISABLED_DecodeProducts and whole-model `muse
@@ -614,9 +613,7 @@ int product_variant(int forced, int64_t T, int64_t K) { return forced ? forced :
 // Whether that kernel reads x permuted into scratch: the prefill GEMM, the
 // wgmma decode kernel's TMA tiles (variant 14 at every row count, 13 above
 // 16 rows).
-bool variant_reads_xperm(int variant, int64_t T) {
-  return variant == 11 || variant == 14 || variant == 15 || (variant == 13 && T > 16);
-}
+bool variant_reads_xperm(int variant, int64_t T) { return variant == 11 || variant == 14 || (variant == 13 && T > 16); }
 }  // namespace
 
 // Whether a product of x would read it permuted into scratch (the wgmma

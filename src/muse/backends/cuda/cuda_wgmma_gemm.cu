@@ -152,8 +152,8 @@ __device__ __forceinline__ int64_t wg_unit_k(int s, int u) {
 // Where this warp's pieces 4·jj + tq of its fragment rows ra and ra + 8
 // (weight rows of the tile: 16 a warp, 64 a warpgroup) sit in a stage.
 template <int NX>
-__device__ __forceinline__ void wg_a_offsets(uint32_t (&a_off)[2], int tid = int(threadIdx.x)) {
-  const int lane = tid & 31, warp = tid >> 5, wg = tid >> 7;
+__device__ __forceinline__ void wg_a_offsets(uint32_t (&a_off)[2]) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wg = threadIdx.x >> 7;
   const int ra = 64 * wg + 16 * (warp & 3) + (lane >> 2), tq = lane & 3;
 #pragma unroll
   for (int jj = 0; jj < 2; ++jj)
@@ -215,36 +215,83 @@ __device__ __forceinline__ void wg_store_partial(const float (&d)[NX / 2], uint8
   for (int i = 0; i < NX / 2; ++i)
     part[(8 * (i >> 2) + 2 * tq + (i & 1)) * kWgPartStride + ra + 8 * ((i >> 1) & 1)] = d[i];
 }
+// Four sums to out[i .. i + 3] (of them the first `left`): one 8- or
+// 16-byte store where they are all there and aligned, so a warp writes 256
+// or 512 contiguous bytes (four 2-byte stores a thread wrote each 32-byte
+// sector four times: ncu counted 75% of the kernel's global sectors
+// excessive).
+__device__ __forceinline__ void st4(void* out, int odt, int64_t i, const float4& v, int64_t left) {
+  if (left >= 4) {
+    const uintptr_t at = reinterpret_cast<uintptr_t>(out) + uintptr_t(i) * (odt == kBF16 ? 2 : 4);
+    if (odt == kBF16 && at % 8 == 0) {
+      const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+      uint2 w;
+      memcpy(&w.x, &lo, 4), memcpy(&w.y, &hi, 4);
+      *reinterpret_cast<uint2*>(at) = w;
+      return;
+    }
+    if (odt != kBF16 && at % 16 == 0) {
+      *reinterpret_cast<float4*>(at) = v;
+      return;
+    }
+  }
+  const float vs[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+    if (k < left) st(out, odt, i + k, vs[k]);
+}
+// The cluster barrier in halves: a block arrives once it has read what it
+// needs of the others' shared memory, stores its sums, and only then waits
+// for the others to have read its own (it may not exit before).
+__device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster.arrive.release;" ::: "memory"); }
+__device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
 template <int NX>
 __device__ __forceinline__ void wg_add_partials(uint8_t* part_base, int s, const WgTile& tl, const ClusterGroup& grp,
                                                 int64_t T, int chain, int tid) {
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();  // every block's partial is in its shared memory
-  const float* parts[kSplit];
-  const float* part = reinterpret_cast<const float*>(part_base);
+  constexpr int kRowsEach = NX / kSplit, kQuads = kWgW / 4, kTotal = kRowsEach * kQuads;
+  constexpr int kEach = (kTotal + kWgThreads - 1) / kWgThreads;  // quads a thread
+  if (tid >= 0) {
+    const float* parts[kSplit];
+    const float* part = reinterpret_cast<const float*>(part_base);
 #pragma unroll
-  for (int q = 0; q < kSplit; ++q) parts[q] = cluster.map_shared_rank(part, q);
-  constexpr int kRowsEach = NX / kSplit, kQuads = kWgW / 4;
-  void* out = grp.out[tl.j];
-  const int odt = grp.odt[tl.j];
-  const int64_t ldo = grp.ldo[tl.j];
-  for (int e = tid >= 0 ? tid : kRowsEach * kQuads; e < kRowsEach * kQuads; e += kWgThreads) {
-    const int c = s * kRowsEach + e / kQuads, r = 4 * (e % kQuads);
-    const int64_t t = tl.t0 + c, n = tl.n0 + r;
-    if (t >= T || n >= tl.N) continue;
-    const int at = c * kWgPartStride + r;
-    float4 v = *reinterpret_cast<const float4*>(parts[0] + at);
+    for (int q = 0; q < kSplit; ++q) parts[q] = cluster.map_shared_rank(part, q);
+    // Every quad's four partials are loaded before any sum is stored: a
+    // load cannot pass a store to `out` (the compiler cannot tell they do
+    // not alias), and the other blocks' shared memory answers in hundreds
+    // of cycles, so a quad at a time paid that kEach times. The sums are
+    // P0 + P1 + P2 + P3 in that order, as before.
+    int at[kEach];
+    float4 v[kEach];
 #pragma unroll
-    for (int q = 1; q < kSplit; ++q) {
-      const float4 p = *reinterpret_cast<const float4*>(parts[q] + at);
-      v.x = __fadd_rn(v.x, p.x), v.y = __fadd_rn(v.y, p.y), v.z = __fadd_rn(v.z, p.z), v.w = __fadd_rn(v.w, p.w);
+    for (int j = 0; j < kEach; ++j) {
+      const int e = min(tid + j * kWgThreads, kTotal - 1);  // past the end: a quad that is there, not stored
+      at[j] = (s * kRowsEach + e / kQuads) * kWgPartStride + 4 * (e % kQuads);
+      v[j] = *reinterpret_cast<const float4*>(parts[0] + at[j]);
     }
-    const float vs[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-    for (int i = 0; i < 4; ++i)
-      if (n + i < tl.N) st(out, odt, t * ldo + n + i, vs[i]);
+    for (int q = 1; q < kSplit; ++q)
+#pragma unroll
+      for (int j = 0; j < kEach; ++j) {
+        const float4 p = *reinterpret_cast<const float4*>(parts[q] + at[j]);
+        v[j].x = __fadd_rn(v[j].x, p.x), v[j].y = __fadd_rn(v[j].y, p.y);
+        v[j].z = __fadd_rn(v[j].z, p.z), v[j].w = __fadd_rn(v[j].w, p.w);
+      }
+    cluster_arrive();  // every partial this block adds is in its registers
+    void* out = grp.out[tl.j];
+    const int odt = grp.odt[tl.j];
+    const int64_t ldo = grp.ldo[tl.j];
+#pragma unroll
+    for (int j = 0; j < kEach; ++j) {
+      const int e = tid + j * kWgThreads;
+      const int64_t t = tl.t0 + s * kRowsEach + e / kQuads, n = tl.n0 + 4 * (e % kQuads);
+      if (e < kTotal && t < T && n < tl.N) st4(out, odt, t * ldo + n, v[j], tl.N - n);
+    }
+  } else {
+    cluster_arrive();
   }
-  cluster.sync();  // no block leaves while another reads its partial
+  cluster_wait();  // no block leaves while another reads its partial
   chain_end(chain);
 }
 // Both, by every thread of a block whose first kWgThreads hold accumulators.
@@ -472,103 +519,6 @@ __global__ void __launch_bounds__(kWgThreads, NX >= 256 ? 1 : STAGES <= 3 ? 3 : 
 #endif
 }
 
-// The prefill tile (256 activation rows) with a producer warpgroup of its
-// own (variant 15): warpgroup 0's thread 0 refills each stage as soon as
-// the eight consumer warps (warpgroups 1 and 2) hand it back, where in
-// wgmma_tma_kernel thread 0, itself a consumer, refills the stage of unit
-// u - 1 only once it has issued unit u, and stalls its own warp while it
-// waits. The producer gives up registers for the consumers (setmaxnreg: 40
-// and 232 of the 168 a thread of a 384-thread block gets). The same stages,
-// k16 steps and finish: the same bits.
-constexpr int kWsThreads = kWgThreads + 128;
-
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-template <int R>
-__device__ __forceinline__ void setmaxnreg_dec() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(R));
-}
-template <int R>
-__device__ __forceinline__ void setmaxnreg_inc() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(R));
-}
-#endif
-
-template <int STAGES>
-__global__ void __launch_bounds__(kWsThreads, 1)
-    wgmma_ws_kernel(const __grid_constant__ WgMaps maps, int64_t T, int64_t K, const ClusterGroup grp,
-                    int64_t t_group, int chain) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  constexpr int NX = 256;
-  constexpr uint32_t kStage = uint32_t(wg_stage_bytes<NX>()), kXBytes = uint32_t(NX * kWgRowBytes);
-  extern __shared__ uint8_t wg_raw[];
-  __shared__ alignas(8) uint64_t bars[2 * STAGES];  // full[STAGES], then empty[STAGES]
-  const uint32_t raw = smem_addr(wg_raw);
-  const uint32_t base = (raw + 1023u) & ~1023u;
-  const uint32_t full = smem_addr(bars), empty = full + 8 * STAGES;
-  const int s = int(cg::this_cluster().block_rank());  // this block's K-slice
-  const WgTile tl = wg_tile<NX>(grp, T, t_group);
-  const int units = wg_units(K, s);
-  if (threadIdx.x == 0) {
-#pragma unroll
-    for (int i = 0; i < STAGES; ++i) mbar_init(full + 8 * i, 1), mbar_init(empty + 8 * i, kWgWarps);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
-  __syncthreads();  // the barriers are initialized
-  uint8_t* part_base = wg_raw + (base - raw);
-  if (threadIdx.x < 128) {
-    setmaxnreg_dec<40>();
-    if (threadIdx.x == 0) {
-      const CUtensorMap* wm = &maps.w[tl.j];
-      const CUtensorMap* xm = &maps.x;
-      const int n0 = int(tl.n0), t0 = int(tl.t0);
-      auto stage_of = [&](int u) { return base + uint32_t(u % STAGES) * kStage; };
-      for (int u = 0; u < STAGES && u < units; ++u) {  // the weights do not come from the kernel before
-        mbar_expect_tx(full + 8 * u, kStage);
-        tma_load(stage_of(u) + kXBytes, wm, int(wg_unit_k(s, u)), n0, full + 8 * u);
-      }
-      pdl_wait();  // x may
-      for (int u = 0; u < units; ++u) {
-        const int st = u % STAGES;
-        const uint32_t bar = full + 8 * st;
-        if (u >= STAGES) {
-          mbar_wait(empty + 8 * st, uint32_t(((u / STAGES) - 1) & 1));  // the consumers are past unit u - STAGES
-          mbar_expect_tx(bar, kStage);
-          tma_load(stage_of(u) + kXBytes, wm, int(wg_unit_k(s, u)), n0, bar);
-        }
-        tma_load(stage_of(u), xm, int(wg_unit_k(s, u)), t0, bar);
-      }
-    }
-    pdl_streaming_done();
-    asm volatile("bar.sync 1, %0;" ::"n"(kWsThreads) : "memory");  // the consumers' partials go into the stages
-    wg_add_partials<NX>(part_base, s, tl, grp, T, chain, -1);
-  } else {
-    setmaxnreg_inc<232>();
-    const int tid = int(threadIdx.x) - 128, lane = tid & 31;
-    float d[NX / 2];
-#pragma unroll
-    for (int i = 0; i < NX / 2; ++i) d[i] = 0.0f;
-    uint32_t a_off[2];
-    wg_a_offsets<NX>(a_off, tid);
-    for (int u = 0; u < units; ++u) {
-      const int st = u % STAGES;
-      const uint32_t stage = base + uint32_t(st) * kStage;
-      mbar_wait(full + 8 * st, uint32_t((u / STAGES) & 1));
-      uint32_t a[4][4];
-      wg_unit_start<NX>(d, a, stage, a_off);
-      wg_unit_end<NX>(d, a);
-      __syncwarp();
-      if (lane == 0) mbar_arrive(empty + 8 * st);
-    }
-    pdl_wait();  // before the outputs are written (the kernel before may still read them)
-    asm volatile("bar.sync 1, %0;" ::"n"(kWsThreads) : "memory");  // every consumer is past the stages
-    wg_store_partial<NX>(d, part_base, tid);
-    wg_add_partials<NX>(part_base, s, tl, grp, T, chain, tid);
-  }
-#elif defined(__CUDA_ARCH__)
-  __trap();  // never launched: wgmma_gemm_usable() is false unless this file's sm_90a code runs
-#endif
-}
-
 // Activation tiles a group: about 24 MB of x (2 to 7 tiles of 256 rows at
 // Glimmer's widths), so a group's x and the weight tiles in flight fit
 // the 50 MB L2; with all 16 tiles of a 4096-row prefill in one group x
@@ -665,22 +615,6 @@ bool launch_tma_tiles(cudaStream_t s, const __nv_bfloat16* xp, int64_t ldp, int6
   return true;
 }
 
-// Variant 15: the prefill tile with its producer warpgroup; false where a
-// tensor map cannot be had.
-bool launch_ws_tiles(cudaStream_t s, const __nv_bfloat16* xp, int64_t ldp, int64_t T, int64_t K,
-                     const ClusterGroup& grp, cudaError_t* err) {
-  constexpr int NX = 256, STAGES = 4;
-  WgMaps maps{};
-  bool ok = encode_rows(&maps.x, xp, T, ldp, ldp, NX);
-  for (int j = 0; ok && j < grp.count; ++j) ok = weight_map(&maps.w[j], grp.w[j], grp.n[j], K);
-  if (!ok) return false;
-  constexpr size_t smem = size_t(STAGES) * wg_stage_bytes<NX>() + 1024;
-  const int64_t tiles = grp.tiles_n * ((T + NX - 1) / NX);
-  *err = launch_slice_clusters<wgmma_ws_kernel<STAGES>>(s, tiles * kSplit, kWsThreads, smem, maps, T, K, grp,
-                                                        wg_t_group(NX, K), 0);
-  return true;
-}
-
 // Decode at 17..32 rows (one activation tile): the TMA kernel with five
 // stages and two blocks an SM, or three and three, whichever leaves less of
 // its last wave empty (the stream is bandwidth-bound, so a launch costs
@@ -700,7 +634,7 @@ bool two_per_sm(const ClusterGroup& grp) {
 // Activation rows a tile: 256 for the prefill GEMM (variant 11), else the
 // fewest of 8, 16, 32, 64 that hold T.
 int wgmma_tile_rows(int variant, int64_t T) {
-  if (variant == 11 || variant == 15) return 256;
+  if (variant == 11) return 256;
   if (variant == 14) return T <= 32 ? 32 : 64;       // the TMA tiles of x permuted, from one row
   return T <= 8 ? 8 : T <= 16 ? 16 : T <= 32 ? 32 : 64;  // 12, 13
 }
@@ -759,7 +693,6 @@ cudaError_t launch_wgmma_gemm(cudaStream_t s, const Tensor& x, std::span<const T
       return launch_tiles<64, 4>(s, xb, K, T, K, grp, chain);
     default: break;
   }
-  if (xp && variant == 15 && launch_ws_tiles(s, xp, ldp, T, K, grp, &e)) return e;
   if (xp && launch_tma_tiles<256, 4>(s, xp, ldp, T, K, grp, chain, &e)) return e;
   return launch_tiles<256, 4>(s, xb, K, T, K, grp, chain);
 }
