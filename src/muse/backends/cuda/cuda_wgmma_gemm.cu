@@ -200,13 +200,11 @@ __device__ __forceinline__ void wg_unit_end(float (&d)[NX / 2], uint32_t (&a)[4]
 // The four K-slices' partials meet: each block's accumulators go to its
 // shared memory (the stages, no longer used: every thread is past a barrier
 // first), and block s adds activation rows s·NX/4 .. of every weight row,
-// P0 + P1 + P2 + P3, four weight rows a thread. wg_store_partial is called
-// by the kWgThreads threads that hold accumulators (tid their index among
-// them), after a block-wide barrier; wg_add_partials by every thread of the
-// block (the cluster barriers; tid < 0 for those that hold none).
+// P0 + P1 + P2 + P3, four weight rows a thread. Every thread of the block
+// (kWgThreads) holds accumulators and runs both halves (wg_finish).
 template <int NX>
-__device__ __forceinline__ void wg_store_partial(const float (&d)[NX / 2], uint8_t* part_base, int tid) {
-  const int lane = tid & 31, wg = (tid >> 7) & 1, warp = (tid >> 5) & 7;
+__device__ __forceinline__ void wg_store_partial(const float (&d)[NX / 2], uint8_t* part_base) {
+  const int lane = threadIdx.x & 31, wg = (threadIdx.x >> 7) & 1, warp = threadIdx.x >> 5;
   const int g = lane >> 2, tq = lane & 3;
   const int ra = 64 * wg + 16 * (warp & 3) + g;
   // d[i]: weight row ra + 8·((i >> 1) & 1), activation row 8·(i >> 2) + 2·tq + (i & 1) of the tile.
@@ -247,61 +245,56 @@ __device__ __forceinline__ void cluster_arrive() { asm volatile("barrier.cluster
 __device__ __forceinline__ void cluster_wait() { asm volatile("barrier.cluster.wait.acquire;" ::: "memory"); }
 template <int NX>
 __device__ __forceinline__ void wg_add_partials(uint8_t* part_base, int s, const WgTile& tl, const ClusterGroup& grp,
-                                                int64_t T, int chain, int tid) {
+                                                int64_t T, int chain) {
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();  // every block's partial is in its shared memory
   constexpr int kRowsEach = NX / kSplit, kQuads = kWgW / 4, kTotal = kRowsEach * kQuads;
   constexpr int kEach = (kTotal + kWgThreads - 1) / kWgThreads;  // quads a thread
-  if (tid >= 0) {
-    const float* parts[kSplit];
-    const float* part = reinterpret_cast<const float*>(part_base);
+  const int tid = int(threadIdx.x);
+  const float* parts[kSplit];
+  const float* part = reinterpret_cast<const float*>(part_base);
 #pragma unroll
-    for (int q = 0; q < kSplit; ++q) parts[q] = cluster.map_shared_rank(part, q);
-    // Every quad's four partials are loaded before any sum is stored: a
-    // load cannot pass a store to `out` (the compiler cannot tell they do
-    // not alias), and the other blocks' shared memory answers in hundreds
-    // of cycles, so a quad at a time paid that kEach times. The sums are
-    // P0 + P1 + P2 + P3 in that order, as before.
-    int at[kEach];
-    float4 v[kEach];
+  for (int q = 0; q < kSplit; ++q) parts[q] = cluster.map_shared_rank(part, q);
+  // Every quad's four partials are loaded before any sum is stored: a
+  // load cannot pass a store to `out` (the compiler cannot tell they do
+  // not alias), and the other blocks' shared memory answers in hundreds
+  // of cycles, so a quad at a time paid that kEach times. The sums are
+  // P0 + P1 + P2 + P3 in that order, as before.
+  int at[kEach];
+  float4 v[kEach];
 #pragma unroll
-    for (int j = 0; j < kEach; ++j) {
-      const int e = min(tid + j * kWgThreads, kTotal - 1);  // past the end: a quad that is there, not stored
-      at[j] = (s * kRowsEach + e / kQuads) * kWgPartStride + 4 * (e % kQuads);
-      v[j] = *reinterpret_cast<const float4*>(parts[0] + at[j]);
-    }
+  for (int j = 0; j < kEach; ++j) {
+    const int e = min(tid + j * kWgThreads, kTotal - 1);  // past the end: a quad that is there, not stored
+    at[j] = (s * kRowsEach + e / kQuads) * kWgPartStride + 4 * (e % kQuads);
+    v[j] = *reinterpret_cast<const float4*>(parts[0] + at[j]);
+  }
 #pragma unroll
-    for (int q = 1; q < kSplit; ++q)
-#pragma unroll
-      for (int j = 0; j < kEach; ++j) {
-        const float4 p = *reinterpret_cast<const float4*>(parts[q] + at[j]);
-        v[j].x = __fadd_rn(v[j].x, p.x), v[j].y = __fadd_rn(v[j].y, p.y);
-        v[j].z = __fadd_rn(v[j].z, p.z), v[j].w = __fadd_rn(v[j].w, p.w);
-      }
-    cluster_arrive();  // every partial this block adds is in its registers
-    void* out = grp.out[tl.j];
-    const int odt = grp.odt[tl.j];
-    const int64_t ldo = grp.ldo[tl.j];
+  for (int q = 1; q < kSplit; ++q)
 #pragma unroll
     for (int j = 0; j < kEach; ++j) {
-      const int e = tid + j * kWgThreads;
-      const int64_t t = tl.t0 + s * kRowsEach + e / kQuads, n = tl.n0 + 4 * (e % kQuads);
-      if (e < kTotal && t < T && n < tl.N) st4(out, odt, t * ldo + n, v[j], tl.N - n);
+      const float4 p = *reinterpret_cast<const float4*>(parts[q] + at[j]);
+      v[j].x = __fadd_rn(v[j].x, p.x), v[j].y = __fadd_rn(v[j].y, p.y);
+      v[j].z = __fadd_rn(v[j].z, p.z), v[j].w = __fadd_rn(v[j].w, p.w);
     }
-  } else {
-    cluster_arrive();
+  cluster_arrive();  // every partial this block adds is in its registers
+  void* out = grp.out[tl.j];
+  const int odt = grp.odt[tl.j];
+  const int64_t ldo = grp.ldo[tl.j];
+#pragma unroll
+  for (int j = 0; j < kEach; ++j) {
+    const int e = tid + j * kWgThreads;
+    const int64_t t = tl.t0 + s * kRowsEach + e / kQuads, n = tl.n0 + 4 * (e % kQuads);
+    if (e < kTotal && t < T && n < tl.N) st4(out, odt, t * ldo + n, v[j], tl.N - n);
   }
   cluster_wait();  // no block leaves while another reads its partial
   chain_end(chain);
 }
-// Both, by every thread of a block whose first kWgThreads hold accumulators.
 template <int NX>
 __device__ __forceinline__ void wg_finish(const float (&d)[NX / 2], uint8_t* part_base, int s, const WgTile& tl,
                                           const ClusterGroup& grp, int64_t T, int chain) {
-  const bool mine = threadIdx.x < kWgThreads;
   __syncthreads();  // the stages become this block's partial
-  if (mine) wg_store_partial<NX>(d, part_base, int(threadIdx.x));
-  wg_add_partials<NX>(part_base, s, tl, grp, T, chain, mine ? int(threadIdx.x) : -1);
+  wg_store_partial<NX>(d, part_base);
+  wg_add_partials<NX>(part_base, s, tl, grp, T, chain);
 }
 #endif
 
