@@ -113,12 +113,17 @@ __global__ void __launch_bounds__(32 * kSplit)
   constexpr int RW = Tiles::kGateUpRW, HALF = RW / 2;
   extern __shared__ uint4 ring[];
   __shared__ uint32_t lut[256];
+  if constexpr (fp4_format(F)) fp4_fill_lut<F == QFmt::Mxfp4>(lut);  // needs no input: before the wait
+  // Launched with PDL after the grouping: resident while it runs, reading
+  // its tiles only past the wait. The trigger comes after the wait, because
+  // the down product reads the tiles before its own wait: it may launch only
+  // once every block of ours has seen the grouping complete.
+  pdl_wait();
   pdl_launch_dependents();  // the down product may start streaming its codes; it waits for our A
   if (int(blockIdx.y) >= *ntiles) return;
   const int e = tiles[3 * blockIdx.y], g0 = tiles[3 * blockIdx.y + 1], nr = tiles[3 * blockIdx.y + 2];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const int64_t Hm = w.K, i0 = int64_t(blockIdx.x) * Tiles::kRows;
-  if constexpr (fp4_format(F)) fp4_fill_lut<F == QFmt::Mxfp4>(lut);
   float acc[RW][1][4];
   const int64_t base[2] = {i0, I + i0};
   expert_rows<F, ALIGNED, BLOCK, RW, Tiles::kGateUpStages, 2>(
@@ -358,9 +363,8 @@ cudaError_t launch_gate_up(cudaStream_t s, const __nv_bfloat16* u, int64_t I, co
   constexpr size_t smem = quant_ring_bytes<F, Tiles::kGateUpRW, 1, Tiles::kGateUpStages>();
   constexpr auto kernel = quant_gate_up_kernel<F, ALIGNED, BLOCK>;
   if (cudaError_t e = allow_dynamic_smem<kernel>(int(smem)); e != cudaSuccess) return e;
-  kernel<<<dim3(blocks_for(I, Tiles::kRows), unsigned(max_tiles)), 32 * kSplit, smem, s>>>(u, K, gu, I, order, tiles,
-                                                                                           ntiles, A);
-  return cudaGetLastError();
+  return launch_pdl<kernel>(s, dim3(blocks_for(I, Tiles::kRows), unsigned(max_tiles)), dim3(32 * kSplit), smem, u, K,
+                            gu, I, order, tiles, ntiles, A);
 }
 
 template <QFmt F, bool ALIGNED, bool BLOCK>
@@ -369,9 +373,9 @@ cudaError_t launch_down(cudaStream_t s, const QuantDev& dn, const int32_t* tiles
   using Tiles = ExpertTiles<F>;
   // Programmatic dependent launch: down's blocks may start while gate/up's
   // last ones finish and stream their expert's codes (the grouping tiles they
-  // read first were complete before gate/up began); they read A only after
-  // griddepcontrol.wait (in the ring). gate/up itself is an ordinary launch:
-  // it needs the grouping's tiles to know which expert to stream.
+  // read first were complete before we launched: every gate/up block
+  // triggers us only past its own wait for the grouping); they read A only
+  // after griddepcontrol.wait (in the ring).
   return launch_pdl<quant_down_kernel<F, ALIGNED, BLOCK>>(
       s, dim3(blocks_for(dn.N, Tiles::kRows), unsigned(max_tiles)), dim3(32 * kSplit),
       quant_ring_bytes<F, Tiles::kDownRW, 1, Tiles::kDownStages>(), A, dn, tiles, ntiles, Y);
