@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "muse/backends/cuda/cuda_mma.cuh"
 
@@ -297,8 +298,8 @@ __device__ __forceinline__ const uint8_t* fp4_copy_base(const QTile& t, int64_t 
 // The copies of granule k0 (its first k, in 32 bits like the copies'
 // offsets) of RW tiles into a ring slot (see the layout above). K: the row
 // length in codes; cbase[r]: fp4_copy_base of tile r (kept by the caller
-// across granules).
-template <bool MX, bool ALIGNED, int RW>
+// across granules). ONLY >= 0: tile ONLY's copies alone.
+template <bool MX, bool ALIGNED, int RW, int ONLY = -1>
 __device__ __forceinline__ void fp4_copy_granule(uint4* slot, const QTile (&tile)[RW], const uint8_t* const (&cbase)[RW],
                                                  int64_t K, int k0, int lane) {
   // The copies: chunk cc of rows 2m + cr; its place in the slot's tile.
@@ -309,6 +310,7 @@ __device__ __forceinline__ void fp4_copy_granule(uint4* slot, const QTile (&tile
   const int code_ld = int(K / 2), scale_ld = int(K / (MX ? 32 : 16));  // scale_ld: the aligned path's canonical blocks
 #pragma unroll
   for (int r = 0; r < RW; ++r) {
+    if (ONLY >= 0 && r != ONLY) continue;
 #pragma unroll
     for (int m = 0; m < 8; ++m) {
       const int row = 2 * m + cr;
@@ -342,8 +344,9 @@ __device__ __forceinline__ void fp4_copy_granule(uint4* slot, const QTile (&tile
 // r) · x rows (tile c). srow[r][h]: scale row of weight row g + 8h of tile
 // r (not offset; the unaligned path reads its scales there); xr[c]:
 // activation row 8c + g, offset by 128·tq; !wok / !xok rows read as zeros
-// (their pointers stay valid). bc: the scale block (k).
-template <bool MX, bool ALIGNED, int RW, int NT>
+// (their pointers stay valid). bc: the scale block (k). ONLY >= 0: tile
+// ONLY's products alone (the others' accumulators untouched).
+template <bool MX, bool ALIGNED, int RW, int NT, int ONLY = -1>
 __device__ __forceinline__ void fp4_granule_mma(const uint4* slot, const uint32_t* lut,
                                                 const uint8_t* const (&srow)[RW][2], const bool (&wok)[RW][2],
                                                 const __nv_bfloat16* const (&xr)[NT], const bool (&xok)[NT],
@@ -361,6 +364,7 @@ __device__ __forceinline__ void fp4_granule_mma(const uint4* slot, const uint32_
     for (int r = 0; r < RW; ++r)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
+        if (ONLY >= 0 && r != ONLY) continue;
         const uint8_t* row = reinterpret_cast<const uint8_t*>(slot + RW * 256 + r * 32) + (g + 8 * h) * (MX ? 16 : 32);
         if (MX) sc[r][h] = make_uint2(reinterpret_cast<const uint32_t*>(row)[tq], 0u);
         else sc[r][h] = reinterpret_cast<const uint2*>(row)[tq];
@@ -375,6 +379,7 @@ __device__ __forceinline__ void fp4_granule_mma(const uint4* slot, const uint32_
     for (int r = 0; r < RW; ++r)
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
+        if (ONLY >= 0 && r != ONLY) continue;
         cv[r][h] = slot[r * 256 + 128 * h + rbase + (j ^ rs)];
 #pragma unroll
         for (int q = 0; q < 2; ++q) {
@@ -410,6 +415,7 @@ __device__ __forceinline__ void fp4_granule_mma(const uint4* slot, const uint32_
       }
 #pragma unroll
       for (int r = 0; r < RW; ++r) {
+        if (ONLY >= 0 && r != ONLY) continue;
         uint32_t p[2][4];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -461,6 +467,39 @@ __device__ __forceinline__ void fp4_accumulate(uint4* ring, const uint32_t* lut,
   const uint8_t* cbase[RW];
 #pragma unroll
   for (int r = 0; r < RW; ++r) cbase[r] = fp4_copy_base(tile[r], K, lane);
+  if constexpr (STAGES == 1 && RW == 2) {
+    // One slot, two tiles (the experts' gate and up): each tile is its own
+    // copy group, and a tile's slot part is refilled with the next granule
+    // as soon as its products are done, so the gate's next copy is in
+    // flight while the up tile's products run, and the up's while the
+    // gate's next products run. Each accumulator sees the same products
+    // in the same order: the same bits as the whole-slot turn.
+    auto issue_tile = [&](auto r, int i) {
+      if (i < mine)
+        fp4_copy_granule<MX, ALIGNED, RW, decltype(r)::value>(my, tile, cbase, K, (s + i * kSplit) * kFp4Granule,
+                                                             lane);
+      cp_async_commit();
+    };
+    issue_tile(std::integral_constant<int, 0>{}, 0);
+    issue_tile(std::integral_constant<int, 1>{}, 0);
+    pdl_wait();  // x may come from the kernel before (the weights do not)
+    for (int i = 0; i < mine; ++i) {
+      const int64_t k0 = (int64_t(s) + int64_t(i) * kSplit) * kFp4Granule;
+      cp_async_wait<1>();  // pending: tile 0 then tile 1 of granule i; tile 0 has landed
+      __syncwarp();        // the other lanes' copies are visible
+      fp4_granule_mma<MX, ALIGNED, RW, NT, 0>(my, lut, srow, wok, xr, xok, K, bc, k0, lane, acc);
+      __syncwarp();  // every lane is past tile 0's part of the slot
+      issue_tile(std::integral_constant<int, 0>{}, i + 1);
+      cp_async_wait<1>();  // pending: tile 1 of granule i, tile 0 of i + 1
+      __syncwarp();
+      fp4_granule_mma<MX, ALIGNED, RW, NT, 1>(my, lut, srow, wok, xr, xok, K, bc, k0, lane, acc);
+      __syncwarp();
+      issue_tile(std::integral_constant<int, 1>{}, i + 1);
+    }
+    pdl_streaming_done();
+    cp_async_wait<0>();
+    return;
+  }
   auto issue = [&](int i) {
     fp4_copy_granule<MX, ALIGNED, RW>(my + (i % STAGES) * SLOT, tile, cbase, K, (s + i * kSplit) * kFp4Granule, lane);
   };
