@@ -19,12 +19,15 @@ namespace {
 // stages: few, for more blocks an SM (the rings once took up to ~74 KB, three
 // blocks an SM). The kernels are latency-bound on their decode, and more
 // warps hide it better than deeper rings: FP4 gate/up one stage (~37 KB,
-// five blocks by registers), down two (six); FP8 two and three; INT4 two and
+// four blocks by registers), down two (six); FP8 two and three; INT4 two and
 // three (four and five blocks, by registers). Spark slice, batch 16 / 64
 // (H200, 2026-12-04, against the deeper rings in the same call): NVFP4 59.1
 // / 52.3% of HBM against 53.1 / 45.9, MXFP4 61.3 / 54.0 against 57.2 / 50.3
 // (12 layers), FP8 77.1 / 64.8 against 68.7 / 57.5 (8 layers), INT4 47.4 /
 // 34.0 against 46.3 / 33.3 (12 layers); batch 1 within 2%, FP8 +1.5%.
+// The FP4 gate/up slot holds the gate and the up tile as two copy groups,
+// each refilled as soon as its products are done (fp4_accumulate), so one
+// stage still overlaps copies and products (128 registers: four blocks).
 template <QFmt F>
 struct ExpertTiles {
   static constexpr int kGateUpRW = F == QFmt::Int4 ? 4 : 2;
