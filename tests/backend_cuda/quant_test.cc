@@ -361,6 +361,9 @@ TEST_F(QuantTest, ExpertsMatchReferenceAndCpuBackendAndAreBatchInvariant) {
       {1, 8, 4, 512, 256}, {16, 8, 4, 512, 384}, {33, 16, 8, 256, 128}, {64, 8, 8, 1024, 512}, {5, 4, 2, 1152, 256},
       {3, 4, 2, 96, 48},  // K % 128 != 0: the unaligned paths
       {4, 4, 2, 512, 96},  // aligned gate/up, unaligned down (FP8: block scales in one product only)
+      // Gate/up K-slices of two granules (the FP4 ring's refills across
+      // granules: Spark's latent width 4096), and of two and one (3072).
+      {2, 4, 2, 4096, 128}, {3, 4, 2, 3072, 64},
   };
   uint32_t seed = 900;
   for (const QSpec& q : kSpecs) {
