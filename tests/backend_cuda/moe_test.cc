@@ -3,6 +3,7 @@
 #include <set>
 
 #include "cuda_test_util.h"
+#include "muse/model/weights.h"
 
 namespace muse::cuda_testing {
 namespace {
@@ -212,6 +213,101 @@ TEST_P(Moe, ExpertParallelHalvesSkipTheOtherRanksSlots) {
     const auto& other = t % 2 ? rl : rh;
     EXPECT_EQ(0, std::memcmp(mine.data() + size_t(t) * row, rw.data() + size_t(t) * row, row)) << "token " << t;
     EXPECT_EQ(0, std::memcmp(other.data() + size_t(t) * row, zero.data(), row)) << "token " << t << ": not skipped";
+  }
+}
+
+// The grouped wgmma GEMM (CudaBackendOptions::expert_gemm 2 and 3: tiles of
+// 256 and 128 pairs) gives the per-tile kernels' bits (1): widths that are
+// not whole 64-k units or 64-row weight tiles, experts with more pairs than
+// a tile, top-k up to 8, and one rank of two under expert parallelism (the
+// other rank's pairs left out of the grouping).
+TEST_P(Moe, GroupedGemmGivesThePerTileBits) {
+  if (act() != DType::BF16) GTEST_SKIP() << "the grouped GEMM takes BF16 activations";
+  struct Case {
+    int64_t T, E, K, Hm, I, base;  // base >= 0: this rank holds experts [base, base + E / 2)
+  };
+  const Case cases[] = {{1, 2, 1, 64, 64, -1}, {1, 2, 1, 128, 64, -1}, {1, 2, 1, 64, 128, -1}, {1, 2, 1, 64, 32, -1},
+                        {1, 2, 1, 32, 64, -1}, {8, 2, 1, 64, 64, -1}, {3, 4, 2, 64, 64, -1}, {300, 16, 4, 160, 96, -1}, {520, 8, 3, 256, 224, -1}, {1000, 64, 8, 128, 64, -1},
+                        {700, 4, 2, 96, 320, -1},  {400, 16, 4, 128, 96, 8}};
+  std::unique_ptr<Backend> be[3];
+  for (int k = 0; k < 3; ++k) {
+    CudaBackendOptions o;
+    o.expert_gemm = k + 1;
+    auto r = create_cuda_backend(o);
+    ASSERT_TRUE(r.ok()) << r.message();
+    be[k] = std::move(r).value();
+  }
+  uint32_t seed = 6000;
+  for (const Case& c : cases) {
+    const int64_t E = c.base >= 0 ? c.E / 2 : c.E;  // experts this rank holds
+    auto u = random_floats(size_t(c.T * c.Hm), ++seed);
+    auto gu = random_floats(size_t(E * 2 * c.I * c.Hm), ++seed, 0.1f);
+    auto dn = random_floats(size_t(E * c.Hm * c.I), ++seed, 0.1f);
+    auto gain = random_floats(size_t(c.Hm), ++seed, 0.3f, 1.0f);
+    const auto ids = random_ids(c.T, c.E, c.K, ++seed);
+    auto w = random_floats(size_t(c.T * c.K), ++seed, 0.2f, 0.5f);
+    auto bf = [](const std::vector<float>& v) {
+      std::vector<uint16_t> h(v.size());
+      for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_bf16(v[i]);
+      return h;
+    };
+    const auto ub = bf(u), gub = bf(gu), dnb = bf(dn);
+    std::vector<char> got[3];
+    for (int k = 0; k < 3; ++k) {
+      Backend& b = *be[k];
+      ModelWeights own;
+      struct Release {
+        Backend& be;
+        ModelWeights& w;
+        ~Release() { release_weights(be, w); }
+      } release{b, own};
+      auto tu = b.import_weight(DType::BF16, {c.T, c.Hm}, ub.data(), false);
+      auto tgu = b.import_weight(DType::BF16, {E, 2 * c.I, c.Hm}, gub.data(), false);
+      auto tdn = b.import_weight(DType::BF16, {E, c.Hm, c.I}, dnb.data(), false);
+      auto tg = b.import_weight(DType::F32, {c.Hm}, gain.data(), false);
+      auto tw = b.import_weight(DType::F32, {c.T, c.K}, w.data(), false);
+      auto ti = b.import_weight(DType::I32, {c.T, c.K}, ids.data(), false);
+      auto out = b.alloc(DType::F32, {c.T, c.Hm});
+      ASSERT_TRUE(tu.ok() && tgu.ok() && tdn.ok() && tg.ok() && tw.ok() && ti.ok() && out.ok());
+      for (const Tensor& t : {*tu, *tgu, *tdn, *tg, *tw, *ti, *out}) own.owned.push_back(t);
+      b.moe_experts(*out, *tu, *tgu, *tdn, *tg, *ti, *tw, 1e-6f, c.base >= 0 ? c.base : -1);
+      Status s = b.execute();
+      ASSERT_TRUE(s.ok()) << s.message();
+      got[k].resize(out->bytes());
+      ASSERT_TRUE(b.download(*out, got[k].data()).ok());
+    }
+    for (int k = 1; k < 3; ++k)
+      EXPECT_EQ(0, std::memcmp(got[0].data(), got[k].data(), got[0].size()))
+          << "T " << c.T << " E " << c.E << " top " << c.K << " Hm " << c.Hm << " I " << c.I << " base " << c.base
+          << ": the grouped GEMM in tiles of " << (k == 1 ? 256 : 128) << " pairs differs from the per-tile kernels: "
+          << describe_f32_difference(got[0], got[k]) << [&] {
+               // Which tokens differ, and their experts (a failure's pattern).
+               std::string w;
+               const size_t row = size_t(c.Hm) * sizeof(float);
+               int shown = 0, tokens = 0;
+               for (int64_t t = 0; t < c.T; ++t) {
+                 if (std::memcmp(got[0].data() + t * row, got[k].data() + t * row, row) == 0) continue;
+                 ++tokens;
+                 if (shown++ < 6) {
+                   w += "; token " + std::to_string(t) + " experts";
+                   for (int64_t j = 0; j < c.K; ++j) w += " " + std::to_string(ids[size_t(t * c.K + j)]);
+                 }
+               }
+               return "; " + std::to_string(tokens) + " tokens differ" + w;
+             }();
+    if (c.base < 0) {  // and both against the double reference (bf16 inputs, a stored in bf16)
+      const ExpertCase ec{c.T, c.E, c.K, c.Hm, c.I, DType::BF16};
+      std::vector<double> want, tol;
+      experts_ref(ec, as_stored(u, DType::BF16), as_stored(gu, DType::BF16), as_stored(dn, DType::BF16), gain, ids, w,
+                  1e-6, want, tol, true);
+      for (int k = 0; k < 3; ++k) {
+        std::vector<float> f(got[k].size() / sizeof(float));
+        std::memcpy(f.data(), got[k].data(), got[k].size());
+        expect_close("moe_experts grouped", f, want, tol, false,
+                     "expert_gemm " + std::to_string(k + 1) + " T " + std::to_string(c.T) + " Hm " +
+                         std::to_string(c.Hm) + " I " + std::to_string(c.I));
+      }
+    }
   }
 }
 

@@ -259,7 +259,11 @@ int bench_cuda(const BenchOptions& o) {
                  (std::string(o.product_kernel ? "; every bf16 product through kernel " + std::to_string(o.product_kernel) : "") +
                   (o.expert_kernel == 1 ? "; FP4 expert down product in per-tile blocks"
                    : o.expert_kernel == 2 ? "; FP4 expert down product streamed"
-                                          : ""))
+                                          : "") +
+                  (o.expert_gemm == 1   ? "; BF16 experts in per-tile kernels"
+                   : o.expert_gemm >= 2 ? "; BF16 experts in the grouped GEMM, tiles of " +
+                                              std::to_string(o.expert_gemm == 2 ? 256 : 128) + " pairs"
+                                        : ""))
                      .c_str());
   std::string skipped;
   for (const auto& n : o.skip_ops) {
@@ -279,6 +283,7 @@ int bench_cuda(const BenchOptions& o) {
   eo.backend.device = Device::Cuda;
   eo.backend.gpu_product_kernel = o.product_kernel;
   eo.backend.gpu_expert_kernel = o.expert_kernel;
+  eo.backend.gpu_expert_gemm = o.expert_gemm;
   eo.backend.gpu_skip_ops = o.skip_ops;
   eo.backend.gpu_graphs = !o.enforce_eager;
   eo.max_sequences = max_batch;
@@ -304,6 +309,7 @@ int bench_cuda(const BenchOptions& o) {
   out.set("quantization", quant == QuantKind::None ? "none" : quant_kind_name(quant));
   out.set("product_kernel", o.product_kernel);
   out.set("expert_kernel", o.expert_kernel);
+  out.set("expert_gemm", o.expert_gemm);
   out.set("skipped_ops", skipped);
   out.set("parameters", params);
   out.set("weight_bytes", int64_t(traffic.dense_bytes + traffic.head_bytes) +

@@ -110,6 +110,10 @@ int bench_command(int argc, char** argv) {
               "--device cuda: the FP4 expert down product's kernel, for A/B timing (the same bits): 1 a block per "
               "grouping tile and 16 rows, 2 streaming wherever the layout is aligned; 0 (default) the rule: "
               "streaming for launches of up to 96 waves (batch 16 on the Spark slice)");
+  args.option("--expert-gemm", &o.expert_gemm, "N",
+              "--device cuda: the BF16 experts' products, for A/B timing (the same bits): 1 the per-tile kernels, "
+              "2 / 3 the grouped wgmma GEMM in tiles of 256 / 128 pairs wherever it applies; 0 (default) the rule: "
+              "the grouped GEMM from 8 pairs an expert on average (tiles of 256 from 256 pairs an expert)");
   std::string skip_ops;
   args.option("--skip-ops", &skip_ops, "LIST",
               "--device cuda: do not launch these ops (names as --profile prints them, e.g. residual_norm,swiglu): "
@@ -146,6 +150,10 @@ int bench_command(int argc, char** argv) {
     return fail("bench", "--expert-kernel is 0 (the rule), 1 (per-tile blocks) or 2 (streaming), not " +
                              std::to_string(o.expert_kernel));
   if (o.expert_kernel != 0 && o.device != "cuda") return fail("bench", "--expert-kernel needs --device cuda");
+  if (o.expert_gemm < 0 || o.expert_gemm > 3)
+    return fail("bench", "--expert-gemm is 0 (the rule), 1 (per-tile kernels), 2 or 3 (the grouped GEMM in tiles of "
+                         "256 or 128 pairs), not " + std::to_string(o.expert_gemm));
+  if (o.expert_gemm != 0 && o.device != "cuda") return fail("bench", "--expert-gemm needs --device cuda");
   for (size_t at = 0; !skip_ops.empty() && at <= skip_ops.size();) {
     const size_t end = std::min(skip_ops.find(',', at), skip_ops.size());
     const std::string name = skip_ops.substr(at, end - at);

@@ -51,6 +51,7 @@ CudaBackend::CudaBackend(const CudaBackendOptions& o)
       profile_(o.profile),
       gemv_variant_(o.gemv_variant),
       expert_kernel_(o.expert_kernel),
+      expert_gemm_(o.expert_gemm),
       skip_ops_(o.skip_ops),
       graphs_on_(o.graphs),
       max_graphs_(size_t(std::max(1, o.max_graphs))) {}

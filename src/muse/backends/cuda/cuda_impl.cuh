@@ -299,6 +299,7 @@ class CudaBackend final : public Backend {
   bool profile_ = false;
   int gemv_variant_ = 0;  // CudaBackendOptions::gemv_variant
   int expert_kernel_ = 0;  // CudaBackendOptions::expert_kernel
+  int expert_gemm_ = 0;    // CudaBackendOptions::expert_gemm
   std::vector<std::string> skip_ops_;  // not launched (CudaBackendOptions::skip_ops)
   std::string name_;
   cudaStream_t stream_ = nullptr;

@@ -14,11 +14,14 @@
 // the router weights in the order of `ids`, and stored once. A pair's
 // values never depend on which other pairs share its tile, so a token's
 // result is the same alone or in any batch. With BF16 activations and
-// experts the two products run on the tensor cores instead (below).
+// experts the two products run on the tensor cores instead (below), and in
+// steps with many pairs an expert (prefill) as one grouped wgmma GEMM of
+// up to 256 pairs a tile (cuda_moe_wgmma.cu), with the same bits.
 #include <algorithm>
 
 #include "muse/backends/cuda/cuda_dot.cuh"
 #include "muse/backends/cuda/cuda_mma.cuh"
+#include "muse/backends/cuda/cuda_moe_wgmma.h"
 #include "muse/backends/cuda/cuda_quant.cuh"
 
 namespace muse::cuda {
@@ -145,8 +148,13 @@ __global__ void moe_route_kernel(int32_t* ids, float* weights, const float* logi
 // else the weights hold experts [base, base + E) and ids are offset by base.
 __device__ __forceinline__ int local_expert(int id, int base) { return base < 0 ? id : id - base; }
 
+//
+// big > 0 (the grouped GEMM, cuda_moe_wgmma.cu): also each expert's first
+// grouped row, starts_out[E + 1], and its first tile of `big` rows,
+// tile_starts_out[E + 1].
 __global__ void moe_group_kernel(const int32_t* ids, int R, int E, int base, int32_t* order, int32_t* slot_of,
-                                 int32_t* tiles, int32_t* ntiles, DeviceError* err, int op) {
+                                 int32_t* tiles, int32_t* ntiles, DeviceError* err, int op, int big,
+                                 int32_t* starts_out, int32_t* tile_starts_out) {
   pdl_launch_dependents();  // light: the experts' product may launch; it waits for us
   pdl_wait();
   extern __shared__ int32_t cnt[];  // count[E], start[E + 1]
@@ -166,33 +174,37 @@ __global__ void moe_group_kernel(const int32_t* ids, int R, int E, int base, int
   // one thread over 256 experts took ~10 of this kernel's 17 µs). The same
   // order, starts and tiles as that loop.
   {
-    __shared__ int wc[32], wt[32];
+    __shared__ int wc[32], wt[32], wb[32];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
     const int per = (E + int(blockDim.x) - 1) / int(blockDim.x);
     const int e0 = min(E, int(threadIdx.x) * per), e1 = min(E, e0 + per);
-    int c = 0, n = 0;
-    for (int e = e0; e < e1; ++e) c += cnt[e], n += (cnt[e] + kRT - 1) / kRT;
-    int ci = c, ni = n;  // inclusive scan within the warp
+    const int bt = big > 0 ? big : 1;
+    int c = 0, n = 0, b = 0;
+    for (int e = e0; e < e1; ++e) c += cnt[e], n += (cnt[e] + kRT - 1) / kRT, b += (cnt[e] + bt - 1) / bt;
+    int ci = c, ni = n, bi = b;  // inclusive scan within the warp
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
-      const int uc = __shfl_up_sync(0xffffffffu, ci, o), un = __shfl_up_sync(0xffffffffu, ni, o);
-      if (lane >= o) ci += uc, ni += un;
+      const int uc = __shfl_up_sync(0xffffffffu, ci, o), un = __shfl_up_sync(0xffffffffu, ni, o),
+                ub = __shfl_up_sync(0xffffffffu, bi, o);
+      if (lane >= o) ci += uc, ni += un, bi += ub;
     }
-    if (lane == 31) wc[warp] = ci, wt[warp] = ni;
+    if (lane == 31) wc[warp] = ci, wt[warp] = ni, wb[warp] = bi;
     __syncthreads();
-    int cb = 0, nb = 0;
-    for (int w = 0; w < warp; ++w) cb += wc[w], nb += wt[w];
-    int g = cb + ci - c, nt = nb + ni - n;  // exclusive
+    int cb = 0, nb = 0, bb = 0;
+    for (int w = 0; w < warp; ++w) cb += wc[w], nb += wt[w], bb += wb[w];
+    int g = cb + ci - c, nt = nb + ni - n, btile = bb + bi - b;  // exclusive
     for (int e = e0; e < e1; ++e) {
       start[e] = g;
+      if (big > 0) starts_out[e] = g, tile_starts_out[e] = btile, btile += (cnt[e] + bt - 1) / bt;
       for (int g0 = g; g0 < g + cnt[e]; g0 += kRT)
         tiles[3 * nt] = e, tiles[3 * nt + 1] = g0, tiles[3 * nt + 2] = min(kRT, g + cnt[e] - g0), ++nt;
       g += cnt[e];
     }
     if (threadIdx.x == blockDim.x - 1) {
-      int tc = 0, tn = 0;
-      for (int w = 0; w < nw; ++w) tc += wc[w], tn += wt[w];
+      int tc = 0, tn = 0, tb = 0;
+      for (int w = 0; w < nw; ++w) tc += wc[w], tn += wt[w], tb += wb[w];
       start[E] = tc, *ntiles = tn;
+      if (big > 0) starts_out[E] = tc, tile_starts_out[E] = tb;
     }
   }
   __syncthreads();
@@ -449,6 +461,15 @@ cudaError_t launch_experts_mma(cudaStream_t s, const Tensor& u, const Tensor& ga
 
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
+// The grouped GEMM's rule: from 8 pairs an expert on average (an 8-pair
+// tile per expert is what the per-tile kernels stream its weights for), in
+// tiles of 128 pairs, or 256 from 256 pairs an expert on average. Spark
+// slice, 2 layers, H100, 2026-12-06 (per-tile / 256 / 128, s): 512-token
+// prefill 0.044 / 0.039 / 0.028, 2048 0.143 / 0.051 / 0.040, 8192 0.566 /
+// 0.131 / 0.138.
+constexpr int64_t kMoeGemmMinPairs = 8;
+constexpr int64_t kMoeGemmWidePairs = 256;
+
 template <typename XT, typename WT>
 void launch_experts(cudaStream_t s, const Tensor& u, const Tensor& gate_up, const Tensor& down, int K,
                     const int32_t* order, const int32_t* tiles, const int32_t* ntiles, int max_tiles, float* A,
@@ -535,14 +556,25 @@ void CudaBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& 
   if (!check(R < (int64_t(1) << 24), "moe_experts", "too many (token, expert) pairs in one step")) return;
   const int max_tiles = int(R / kRT + std::min<int64_t>(E, R) + 1);
   if (!check(max_tiles < 65535, "moe_experts", "too many expert tiles in one step")) return;
-  // Scratch: order, slot_of, tiles, tile count, A [R, I], Y [R, Hm].
+  // Scratch: order, slot_of, tiles, tile count, the grouped GEMM's expert
+  // and tile starts, A [R, I], Y [R, Hm]. The grouped GEMM keeps its
+  // permuted a (bf16) in A and the gathered u (bf16) in Y, which only its
+  // last product writes.
   const size_t o_order = 0, o_slot = align256(size_t(R) * 4), o_tiles = o_slot + align256(size_t(R) * 4),
-               o_nt = o_tiles + align256(size_t(max_tiles) * 12), o_a = o_nt + 256,
+               o_nt = o_tiles + align256(size_t(max_tiles) * 12), o_st = o_nt + 256,
+               o_tst = o_st + align256(size_t(E + 1) * 4), o_a = o_tst + align256(size_t(E + 1) * 4),
                o_y = o_a + align256(size_t(R) * size_t(I) * 4), total = o_y + align256(size_t(R) * size_t(Hm) * 4);
   reserve_scratch(total);
   const int op = op_index();
   const bool mma = !quant && mma_gemv_built() && u.dtype == DType::BF16 && gate_up.dtype == DType::BF16 && Hm % 8 == 0 &&
                    I % 8 == 0 && aligned16(u.data) && aligned16(gate_up.data) && aligned16(down.data);
+  // The grouped GEMM where there are enough pairs an expert to fill its
+  // tiles (the rule), or as forced (CudaBackendOptions::expert_gemm).
+  const bool gemm = mma && expert_gemm_ != 1 && moe_gemm_applies(Hm, I, u.data, gate_up.data, down.data) &&
+                    (expert_gemm_ >= 2 || R >= kMoeGemmMinPairs * E);
+  const int gemm_rows = expert_gemm_ == 3   ? 128
+                        : expert_gemm_ == 2 ? 256
+                        : R >= kMoeGemmWidePairs * E ? 256 : 128;
   enqueue("moe_experts", [=, this](cudaStream_t s) {
     char* base = static_cast<char*>(scratch());
     auto* order = reinterpret_cast<int32_t*>(base + o_order);
@@ -551,13 +583,25 @@ void CudaBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& 
     auto* ntiles = reinterpret_cast<int32_t*>(base + o_nt);
     auto* A = reinterpret_cast<float*>(base + o_a);
     auto* Y = reinterpret_cast<float*>(base + o_y);
+    auto* starts = reinterpret_cast<int32_t*>(base + o_st);
+    auto* tile_starts = reinterpret_cast<int32_t*>(base + o_tst);
     if (cudaError_t e = launch_pdl<moe_group_kernel>(s, dim3(1), dim3(1024), size_t(2 * E + 1) * 4,
                                                      static_cast<const int32_t*>(ids.data), int(R), int(E),
-                                                     int(expert_base), order, slot_of, tiles, ntiles, dev_error(), op);
+                                                     int(expert_base), order, slot_of, tiles, ntiles, dev_error(), op,
+                                                     gemm ? gemm_rows : 0, starts, tile_starts);
         e != cudaSuccess)
       return e;
     const bool xb = u.dtype == DType::BF16, wb = gate_up.dtype == DType::BF16;
-    if (quant) {
+    if (gemm) {
+      MoeGemmArgs a;
+      a.u = static_cast<const __nv_bfloat16*>(u.data);
+      a.gate_up = static_cast<const __nv_bfloat16*>(gate_up.data);
+      a.down = static_cast<const __nv_bfloat16*>(down.data);
+      a.order = order, a.starts = starts, a.tile_starts = tile_starts;
+      a.Hm = Hm, a.I = I, a.R = R, a.E = int(E), a.topk = int(K), a.nx = gemm_rows;
+      a.xg = reinterpret_cast<__nv_bfloat16*>(Y), a.ap = reinterpret_cast<__nv_bfloat16*>(A), a.Y = Y;
+      if (cudaError_t e = launch_moe_gemm(s, a); e != cudaSuccess) return e;
+    } else if (quant) {
       cudaError_t e = launch_quant_experts(s, u, gate_up, down, int(K), order, tiles, ntiles, max_tiles,
                                            reinterpret_cast<__nv_bfloat16*>(A), Y, expert_kernel_);
       if (e != cudaSuccess) return e;

@@ -59,6 +59,7 @@ Result<std::unique_ptr<Backend>> create_backend(const BackendOptions& options) {
       o.profile = options.gpu_profile || options.cpu.profile;
       o.gemv_variant = options.gpu_product_kernel;
       o.expert_kernel = options.gpu_expert_kernel;
+      o.expert_gemm = options.gpu_expert_gemm;
       o.skip_ops = options.gpu_skip_ops;
       o.graphs = options.gpu_graphs;
       auto b = create_cuda_backend(o);
