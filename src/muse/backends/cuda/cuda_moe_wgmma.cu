@@ -191,9 +191,7 @@ __global__ void __launch_bounds__(kWgThreads, NX == 128 ? 2 : 1)  // what the sh
     tma_load(stage, &maps.x, k, t0, bar);
   };
   if (threadIdx.x == 0) {
-#pragma unroll
-    for (int i = 0; i < STAGES; ++i) mbar_init(full + 8 * i, 1), mbar_init(empty + 8 * i, kWgWarps);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    wg_init_barriers<STAGES>(full, empty);
     for (int u = 0; u < STAGES && u < units; ++u) load(u);
   }
   __syncthreads();  // the barriers are initialized

@@ -246,6 +246,15 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, i
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
       : "memory");
 }
+// Thread 0, before the first copy: each stage's `full` barrier (one
+// arrival, with the copy engine's bytes) and `empty` barrier (the eight
+// warps handing the stage back).
+template <int STAGES>
+__device__ __forceinline__ void wg_init_barriers(uint32_t full, uint32_t empty) {
+#pragma unroll
+  for (int i = 0; i < STAGES; ++i) mbar_init(full + 8 * i, 1), mbar_init(empty + 8 * i, kWgWarps);
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
 #endif
 
 // cuTensorMapEncodeTiled from the driver, or null (cuda_wgmma_gemm.cu).
