@@ -246,12 +246,7 @@ TEST_P(Moe, GroupedGemmGivesThePerTileBits) {
     auto gain = random_floats(size_t(c.Hm), ++seed, 0.3f, 1.0f);
     const auto ids = random_ids(c.T, c.E, c.K, ++seed);
     auto w = random_floats(size_t(c.T * c.K), ++seed, 0.2f, 0.5f);
-    auto bf = [](const std::vector<float>& v) {
-      std::vector<uint16_t> h(v.size());
-      for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_bf16(v[i]);
-      return h;
-    };
-    const auto ub = bf(u), gub = bf(gu), dnb = bf(dn);
+    const auto ub = muse::testing::to_bf16(u), gub = muse::testing::to_bf16(gu), dnb = muse::testing::to_bf16(dn);
     std::vector<char> got[3];
     for (int k = 0; k < 3; ++k) {
       Backend& b = *be[k];

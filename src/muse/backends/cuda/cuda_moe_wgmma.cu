@@ -46,11 +46,7 @@ __global__ void moe_gather_permute_kernel(const __nv_bfloat16* __restrict__ u, i
   uint4 in[4];
 #pragma unroll
   for (int tq = 0; tq < 4; ++tq) in[tq] = *reinterpret_cast<const uint4*>(src + 8 * tq);
-  uint4* dst = reinterpret_cast<uint4*>(xg + g * Hm + k0);
-  dst[0] = make_uint4(in[0].x, in[1].x, in[2].x, in[3].x);
-  dst[1] = make_uint4(in[0].y, in[1].y, in[2].y, in[3].y);
-  dst[2] = make_uint4(in[0].z, in[1].z, in[2].z, in[3].z);
-  dst[3] = make_uint4(in[0].w, in[1].w, in[2].w, in[3].w);
+  wg_store_permuted32(in, reinterpret_cast<uint4*>(xg + g * Hm + k0));
 }
 
 struct MoeMaps {
@@ -177,7 +173,6 @@ __global__ void __launch_bounds__(kWgThreads, NX == 128 ? 2 : 1)  // what the sh
   const uint32_t base = (raw + 1023u) & ~1023u;  // the 128-byte swizzle wants 1024-byte stages
   const uint32_t full = smem_addr(bars), empty = full + 8 * STAGES;
   const int s = int(cg::this_cluster().block_rank());  // this block's K-slice
-  const int lane = threadIdx.x & 31;
   const int units = wg_units(K, s);
   const int r0 = GATE_UP ? int(tl.e * 2 * I + int64_t(tl.wt) * 64) : int(tl.e * Hm + int64_t(tl.wt) * 128);
   const int r1 = GATE_UP ? int(r0 + I) : r0 + 64;
@@ -197,24 +192,7 @@ __global__ void __launch_bounds__(kWgThreads, NX == 128 ? 2 : 1)  // what the sh
   __syncthreads();  // the barriers are initialized
 
   float d[NX / 2];
-#pragma unroll
-  for (int i = 0; i < NX / 2; ++i) d[i] = 0.0f;
-  uint32_t a_off[2];
-  wg_a_offsets<NX>(a_off);
-  for (int u = 0; u < units; ++u) {
-    const int st = u % STAGES;
-    const uint32_t stage = base + uint32_t(st) * kStage;
-    mbar_wait(full + 8 * st, uint32_t((u / STAGES) & 1));
-    uint32_t a[4][4];
-    wg_unit_start<NX>(d, a, stage, a_off);
-    if (threadIdx.x == 0 && u >= 1 && u - 1 + STAGES < units) {
-      mbar_wait(empty + 8 * ((u - 1) % STAGES), uint32_t(((u - 1) / STAGES) & 1));  // every warp is past unit u - 1
-      load(u - 1 + STAGES);
-    }
-    wg_unit_end<NX>(d, a);
-    __syncwarp();
-    if (lane == 0) mbar_arrive(empty + 8 * st);
-  }
+  wg_tma_units<NX, STAGES>(d, base, full, empty, units, load);
   pdl_streaming_done();
   uint8_t* part_base = wg_raw + (base - raw);
   if constexpr (GATE_UP) {

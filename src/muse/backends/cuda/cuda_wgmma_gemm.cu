@@ -75,11 +75,7 @@ __global__ void wgmma_permute_x_kernel(const __nv_bfloat16* __restrict__ x, int6
 #pragma unroll
   for (int tq = 0; tq < 4; ++tq)
     in[tq] = k0 + 8 * tq < K ? *reinterpret_cast<const uint4*>(x + row * K + k0 + 8 * tq) : make_uint4(0, 0, 0, 0);
-  uint4* dst = reinterpret_cast<uint4*>(xp + row * Kp + k0);
-  dst[0] = make_uint4(in[0].x, in[1].x, in[2].x, in[3].x);
-  dst[1] = make_uint4(in[0].y, in[1].y, in[2].y, in[3].y);
-  dst[2] = make_uint4(in[0].z, in[1].z, in[2].z, in[3].z);
-  dst[3] = make_uint4(in[0].w, in[1].w, in[2].w, in[3].w);
+  wg_store_permuted32(in, reinterpret_cast<uint4*>(xp + row * Kp + k0));
 }
 
 template <int NX>
@@ -230,7 +226,6 @@ __global__ void __launch_bounds__(kWgThreads, NX >= 256 ? 1 : STAGES <= 3 ? 3 : 
   const uint32_t base = (raw + 1023u) & ~1023u;  // the 128-byte swizzle wants 1024-byte stages
   const uint32_t full = smem_addr(bars), empty = full + 8 * STAGES;
   const int s = int(cg::this_cluster().block_rank());  // this block's K-slice
-  const int lane = threadIdx.x & 31;
   const WgTile tl = wg_tile<NX>(grp, T, t_group);
   const int units = wg_units(K, s);
   const CUtensorMap* wm = &maps.w[tl.j];
@@ -252,29 +247,7 @@ __global__ void __launch_bounds__(kWgThreads, NX >= 256 ? 1 : STAGES <= 3 ? 3 : 
   __syncthreads();  // the barriers are initialized
 
   float d[NX / 2];
-#pragma unroll
-  for (int i = 0; i < NX / 2; ++i) d[i] = 0.0f;
-  uint32_t a_off[2];
-  wg_a_offsets<NX>(a_off);
-  // Unit u: wait for its bytes, run its four k16 steps, hand its stage
-  // back. The group is waited for before the next unit's A fragments are
-  // loaded (a wgmma in flight reads its A registers: ptxas would serialize
-  // the steps, C7513); the copies of the units after it are in flight
-  // meanwhile, which is what keeps HBM busy.
-  for (int u = 0; u < units; ++u) {
-    const int st = u % STAGES;
-    const uint32_t stage = base + uint32_t(st) * kStage;
-    mbar_wait(full + 8 * st, uint32_t((u / STAGES) & 1));
-    uint32_t a[4][4];
-    wg_unit_start<NX>(d, a, stage, a_off);
-    if (threadIdx.x == 0 && u >= 1 && u - 1 + STAGES < units) {
-      mbar_wait(empty + 8 * ((u - 1) % STAGES), uint32_t(((u - 1) / STAGES) & 1));  // every warp is past unit u - 1
-      load(u - 1 + STAGES, true, true);
-    }
-    wg_unit_end<NX>(d, a);
-    __syncwarp();
-    if (lane == 0) mbar_arrive(empty + 8 * st);
-  }
+  wg_tma_units<NX, STAGES>(d, base, full, empty, units, [&](int u) { load(u, true, true); });
   pdl_streaming_done();
   wg_finish<NX>(d, wg_raw + (base - raw), s, tl, grp, T, chain);
 #elif defined(__CUDA_ARCH__)

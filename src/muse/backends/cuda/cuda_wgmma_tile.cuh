@@ -51,6 +51,17 @@ __device__ __forceinline__ uint4 lds128(uint32_t addr) {
   return v;
 }
 
+// One 32-k block of an activation row into the mma's order: in[tq] holds
+// k 8·tq .. 8·tq + 7 (four 4-byte pairs); dst[p] gets pair p of each piece,
+// so pair m = 4·tq + p of memory sits at slot 4·p + tq (wgmma_permute_x's
+// and the experts' gather's layout).
+__device__ __forceinline__ void wg_store_permuted32(const uint4 (&in)[4], uint4* dst) {
+  dst[0] = make_uint4(in[0].x, in[1].x, in[2].x, in[3].x);
+  dst[1] = make_uint4(in[0].y, in[1].y, in[2].y, in[3].y);
+  dst[2] = make_uint4(in[0].z, in[1].z, in[2].z, in[3].z);
+  dst[3] = make_uint4(in[0].w, in[1].w, in[2].w, in[3].w);
+}
+
 // The tile a cluster computes: weight rows n0 .. n0 + 127 of product j ×
 // activation rows t0 .. t0 + NX - 1. Groups of t_group activation tiles,
 // every weight tile over each group in turn (the group's rows of x stay in
@@ -254,6 +265,40 @@ __device__ __forceinline__ void wg_init_barriers(uint32_t full, uint32_t empty) 
 #pragma unroll
   for (int i = 0; i < STAGES; ++i) mbar_init(full + 8 * i, 1), mbar_init(empty + 8 * i, kWgWarps);
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+// A K-slice's units through the copy engine's stages (both TMA kernels),
+// into d from 0.0f. Unit u: wait for its bytes (`full`), run its four k16
+// steps, hand its stage back (`empty`). The group is waited for before the
+// next unit's A fragments are loaded (a wgmma in flight reads its A
+// registers: ptxas would serialize the steps, C7513); the copies of the
+// units after it are in flight meanwhile, which is what keeps HBM busy.
+// refill(v): thread 0 copies unit v into its stage; it is called for unit
+// u − 1 + STAGES while unit u's steps run, once every warp is past unit
+// u − 1 (the first STAGES units are the caller's).
+template <int NX, int STAGES, class Refill>
+__device__ __forceinline__ void wg_tma_units(float (&d)[NX / 2], uint32_t base, uint32_t full, uint32_t empty,
+                                             int units, Refill&& refill) {
+  constexpr uint32_t kStage = uint32_t(wg_stage_bytes<NX>());
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int i = 0; i < NX / 2; ++i) d[i] = 0.0f;
+  uint32_t a_off[2];
+  wg_a_offsets<NX>(a_off);
+  for (int u = 0; u < units; ++u) {
+    const int st = u % STAGES;
+    const uint32_t stage = base + uint32_t(st) * kStage;
+    mbar_wait(full + 8 * st, uint32_t((u / STAGES) & 1));
+    uint32_t a[4][4];
+    wg_unit_start<NX>(d, a, stage, a_off);
+    if (threadIdx.x == 0 && u >= 1 && u - 1 + STAGES < units) {
+      mbar_wait(empty + 8 * ((u - 1) % STAGES), uint32_t(((u - 1) / STAGES) & 1));  // every warp is past unit u - 1
+      refill(u - 1 + STAGES);
+    }
+    wg_unit_end<NX>(d, a);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty + 8 * st);
+  }
 }
 #endif
 
