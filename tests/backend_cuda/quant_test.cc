@@ -489,6 +489,91 @@ TEST_F(QuantTest, StreamingDownProductGivesThePerTileBits) {
   }
 }
 
+// The grouped wgmma GEMM with the FP4 codes decoded in registers
+// (CudaBackendOptions::expert_gemm 2 and 3: tiles of 256 and 128 pairs)
+// gives the per-tile kernels' bits (1): one granule (three K-slices with
+// nothing), three and five granules (unequal slices), Spark's latent width
+// (two granules a slice), experts with more pairs than a tile, top-k up to
+// 8, and one rank of two under expert parallelism; and it stays within the
+// double reference's bound.
+TEST_F(QuantTest, GroupedGemmGivesThePerTileBits) {
+  struct Case {
+    int64_t T, E, K, Hm, I, base;  // base >= 0: this rank holds experts [base, base + E / 2)
+  };
+  const Case cases[] = {{1, 2, 1, 512, 512, -1},     {8, 2, 1, 1024, 512, -1},  {300, 16, 4, 512, 1024, -1},
+                        {520, 8, 3, 1536, 512, -1},  {1000, 64, 8, 512, 512, -1}, {200, 4, 2, 4096, 512, -1},
+                        {64, 8, 8, 2560, 1536, -1},  {400, 16, 4, 512, 512, 8}};
+  std::unique_ptr<Backend> be[3];
+  ModelWeights own[3];
+  for (int k = 0; k < 3; ++k) {
+    CudaBackendOptions o;
+    o.expert_gemm = k + 1;
+    auto r = create_cuda_backend(o);
+    ASSERT_TRUE(r.ok()) << r.message();
+    be[k] = std::move(r).value();
+  }
+  struct Release {  // on every exit, before the backends go
+    std::unique_ptr<Backend> (&be)[3];
+    ModelWeights (&w)[3];
+    ~Release() {
+      for (int k = 0; k < 3; ++k) release_weights(*be[k], w[k]);
+    }
+  } release{be, own};
+  uint32_t seed = 7100;
+  for (const QSpec& q : {kSpecs[1], kSpecs[2]}) {  // NVFP4 with two globals, MXFP4
+    if (!runs(q)) continue;
+    for (const Case& c : cases) {
+      const int64_t E = c.base >= 0 ? c.E / 2 : c.E;  // experts this rank holds
+      const HostQuantWeight hg = random_quant(q, E, 2 * c.I, c.Hm, ++seed), hd = random_quant(q, E, c.Hm, c.I, ++seed);
+      const auto u = as_stored(random_floats(size_t(c.T * c.Hm), ++seed), DType::BF16);
+      const auto gain = random_floats(size_t(c.Hm), ++seed, 0.3f, 1.0f);
+      const auto ids = random_ids(c.T, c.E, c.K, ++seed);
+      const auto wts = random_floats(size_t(c.T * c.K), ++seed, 0.2f, 0.5f);
+      std::vector<uint16_t> ub(u.size());
+      for (size_t i = 0; i < u.size(); ++i) ub[i] = f32_to_bf16(u[i]);
+      std::vector<uint8_t> got[3];
+      for (int k = 0; k < 3; ++k) {
+        Backend& b = *be[k];
+        auto gg = import_quantized(b, {E, 2 * c.I, c.Hm}, quant_view(hg), false, own[k]);
+        auto gd = import_quantized(b, {E, c.Hm, c.I}, quant_view(hd), false, own[k]);
+        ASSERT_TRUE(gg.ok() && gd.ok()) << q.name;
+        auto tu = b.import_weight(DType::BF16, {c.T, c.Hm}, ub.data(), false);
+        auto tg = b.import_weight(DType::F32, {c.Hm}, gain.data(), false);
+        auto tw = b.import_weight(DType::F32, {c.T, c.K}, wts.data(), false);
+        auto ti = b.import_weight(DType::I32, {c.T, c.K}, ids.data(), false);
+        auto out = b.alloc(DType::F32, {c.T, c.Hm});
+        ASSERT_TRUE(tu.ok() && tg.ok() && tw.ok() && ti.ok() && out.ok());
+        for (const Tensor& t : {*tu, *tg, *tw, *ti, *out}) own[k].owned.push_back(t);
+        b.moe_experts(*out, *tu, *gg, *gd, *tg, *ti, *tw, 1e-6f, c.base >= 0 ? c.base : -1);
+        Status st = b.execute();
+        ASSERT_TRUE(st.ok()) << q.name << ": " << st.message();
+        got[k].resize(out->bytes());
+        ASSERT_TRUE(b.download(*out, got[k].data()).ok());
+        release_weights(b, own[k]);
+      }
+      const std::string what = std::string(q.name) + " T " + std::to_string(c.T) + " E " + std::to_string(c.E) +
+                               " top " + std::to_string(c.K) + " Hm " + std::to_string(c.Hm) + " I " +
+                               std::to_string(c.I) + " base " + std::to_string(c.base);
+      for (int k = 1; k < 3; ++k) {
+        std::vector<char> a(got[0].begin(), got[0].end()), g(got[k].begin(), got[k].end());
+        EXPECT_EQ(0, std::memcmp(got[0].data(), got[k].data(), got[0].size()))
+            << what << ": the grouped GEMM in tiles of " << (k == 1 ? 256 : 128)
+            << " pairs differs from the per-tile kernels: " << describe_f32_difference(a, g);
+      }
+      if (c.base < 0 && c.T * c.K * c.Hm * c.I <= (int64_t(1) << 28)) {  // the double reference, where it is quick
+        const auto gud = dequantize(hg, E, 2 * c.I, c.Hm), dnd = dequantize(hd, E, c.Hm, c.I);
+        ExpertCase ec{c.T, E, c.K, c.Hm, c.I, DType::BF16};
+        std::vector<double> want, tol;
+        experts_ref(ec, u, gud, dnd, gain, ids, wts, 1e-6, want, tol, true);
+        std::vector<float> f(got[2].size() / sizeof(float));
+        std::memcpy(f.data(), got[2].data(), got[2].size());
+        expect_close(std::string("moe_experts grouped ") + q.name, f, want, tol, false, what);
+      }
+      if (HasFailure()) return;
+    }
+  }
+}
+
 // Layouts the kernels do not take are refused at enqueue, by name.
 TEST_F(QuantTest, UnsupportedInputsAreRefusedByName) {
   const QSpec q = kSpecs[0];

@@ -570,8 +570,13 @@ void CudaBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& 
                    I % 8 == 0 && aligned16(u.data) && aligned16(gate_up.data) && aligned16(down.data);
   // The grouped GEMM where there are enough pairs an expert to fill its
   // tiles (the rule), or as forced (CudaBackendOptions::expert_gemm).
-  const bool gemm = mma && expert_gemm_ != 1 && moe_gemm_applies(Hm, I, u.data, gate_up.data, down.data) &&
-                    (expert_gemm_ >= 2 || R >= kMoeGemmMinPairs * E);
+  // NVFP4 / MXFP4 experts in their aligned layouts take the same rule
+  // (cuda_moe_wgmma_fp4.cu: the codes decoded in registers).
+  const QuantKind qkind = quant ? gate_up.quant->format.kind : QuantKind::None;
+  const bool fp4 = qkind == QuantKind::Nvfp4 || qkind == QuantKind::Mxfp4;
+  const bool gemm = expert_gemm_ != 1 && (expert_gemm_ >= 2 || R >= kMoeGemmMinPairs * E) &&
+                    (mma ? moe_gemm_applies(Hm, I, u.data, gate_up.data, down.data)
+                         : fp4 && moe_fp4_gemm_applies(quant_dev(gate_up), quant_dev(down), Hm, I, u.data));
   const int gemm_rows = expert_gemm_ == 3   ? 128
                         : expert_gemm_ == 2 ? 256
                         : R >= kMoeGemmWidePairs * E ? 256 : 128;
@@ -595,12 +600,18 @@ void CudaBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& 
     if (gemm) {
       MoeGemmArgs a;
       a.u = static_cast<const __nv_bfloat16*>(u.data);
-      a.gate_up = static_cast<const __nv_bfloat16*>(gate_up.data);
-      a.down = static_cast<const __nv_bfloat16*>(down.data);
+      if (!quant) {
+        a.gate_up = static_cast<const __nv_bfloat16*>(gate_up.data);
+        a.down = static_cast<const __nv_bfloat16*>(down.data);
+      }
       a.order = order, a.starts = starts, a.tile_starts = tile_starts;
       a.Hm = Hm, a.I = I, a.R = R, a.E = int(E), a.topk = int(K), a.nx = gemm_rows;
       a.xg = reinterpret_cast<__nv_bfloat16*>(Y), a.ap = reinterpret_cast<__nv_bfloat16*>(A), a.Y = Y;
-      if (cudaError_t e = launch_moe_gemm(s, a); e != cudaSuccess) return e;
+      if (cudaError_t e = quant ? launch_moe_fp4_gemm(s, a, quant_dev(gate_up), quant_dev(down),
+                                                      qkind == QuantKind::Mxfp4)
+                                : launch_moe_gemm(s, a);
+          e != cudaSuccess)
+        return e;
     } else if (quant) {
       cudaError_t e = launch_quant_experts(s, u, gate_up, down, int(K), order, tiles, ntiles, max_tiles,
                                            reinterpret_cast<__nv_bfloat16*>(A), Y, expert_kernel_);

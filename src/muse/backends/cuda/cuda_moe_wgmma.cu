@@ -25,7 +25,7 @@
 
 #include <algorithm>
 
-#include "muse/backends/cuda/cuda_wgmma_tile.cuh"
+#include "muse/backends/cuda/cuda_moe_wgmma.cuh"
 
 namespace muse::cuda {
 namespace {
@@ -54,93 +54,27 @@ struct MoeMaps {
   CUtensorMap w;  // the experts' weights as one matrix of rows, boxes of 64 k × 64 rows
 };
 
-// What one cluster computes: pairs g0 .. g0 + rows − 1 (one expert) against
-// weight tile wt. Clusters are numbered expert by expert; within an expert,
-// weight tile by weight tile, and within that its pair tiles, so the tiles
-// of one expert read each weight tile at nearly the same time (once from
-// HBM) and its activation rows stay in L2.
-struct MoeTile {
-  int e, wt;
-  int64_t g0;
-  int rows;
-};
-template <int NX>
-__device__ __forceinline__ bool moe_tile(const int32_t* starts, const int32_t* tile_starts, int E, int tn,
-                                         int64_t c, MoeTile& t) {
-  if (c >= int64_t(tn) * tile_starts[E]) return false;
-  int lo = 0, hi = E - 1;  // the last e with tn · tile_starts[e] <= c (its tiles are not empty)
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (int64_t(tn) * tile_starts[mid] <= c) lo = mid;
-    else hi = mid - 1;
-  }
-  const int64_t nb = tile_starts[lo + 1] - tile_starts[lo], local = c - int64_t(tn) * tile_starts[lo];
-  t.e = lo;
-  t.wt = int(local / nb);
-  t.g0 = starts[lo] + (local % nb) * NX;
-  t.rows = int(min(int64_t(NX), int64_t(starts[lo + 1]) - t.g0));
-  return true;
-}
-
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// gate/up's finish: block s adds activation rows s·NX/4 .. of the tile's
-// 64 gate rows (tile rows 0..63) and their up rows (64..127), P0 + P1 + P2
-// + P3 each, and stores a = bf16(silu(γ) · υ) in the down product's
-// permuted order (row stride I, I % 32 == 0): elements i, i + 1 of a quad
-// are one word, i + 2, i + 3 the word four words on.
+// gate/up's finish: block s's share of the cluster's sums (moe_cluster_quads:
+// activation rows s·NX/4 .. of the tile's 64 gate rows and their up rows),
+// stored as a = bf16(silu(γ) · υ) in the down product's permuted order (row
+// stride I, I % 32 == 0): elements i, i + 1 of a quad are one word, i + 2,
+// i + 3 the word four words on.
 template <int NX>
 __device__ __forceinline__ void moe_swiglu_finish(const float (&d)[NX / 2], uint8_t* part_base, int s,
                                                   const MoeTile& tl, int64_t I, __nv_bfloat16* ap) {
-  __syncthreads();  // the stages become this block's partial
-  wg_store_partial<NX>(d, part_base);
-  cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();  // every block's partial is in its shared memory
-  constexpr int kRowsEach = NX / kSplit, kQuads = 16, kTotal = kRowsEach * kQuads;
-  constexpr int kEach = kTotal / kWgThreads;
-  static_assert(kTotal % kWgThreads == 0, "whole quads a thread");
+  using Q = MoeQuads<NX, 16>;
+  float4 v[2][Q::kEach];
+  moe_cluster_quads<NX, 16, 2>(d, part_base, s, v);
   const int tid = int(threadIdx.x);
-  const float* part = reinterpret_cast<const float*>(part_base);
-  const float* parts[kSplit];
 #pragma unroll
-  for (int q = 0; q < kSplit; ++q) parts[q] = cluster.map_shared_rank(part, q);
-  float4 gv[kEach], uv[kEach];
-#pragma unroll
-  for (int j = 0; j < kEach; ++j) {
+  for (int j = 0; j < Q::kEach; ++j) {
     const int e = tid + j * kWgThreads;
-    const int at = (s * kRowsEach + e / kQuads) * kWgPartStride + 4 * (e % kQuads);
-    gv[j] = *reinterpret_cast<const float4*>(parts[0] + at);
-    uv[j] = *reinterpret_cast<const float4*>(parts[0] + at + 64);
-  }
-#pragma unroll
-  for (int q = 1; q < kSplit; ++q)
-#pragma unroll
-    for (int j = 0; j < kEach; ++j) {
-      const int e = tid + j * kWgThreads;
-      const int at = (s * kRowsEach + e / kQuads) * kWgPartStride + 4 * (e % kQuads);
-      const float4 pg = *reinterpret_cast<const float4*>(parts[q] + at);
-      const float4 pu = *reinterpret_cast<const float4*>(parts[q] + at + 64);
-      gv[j].x = __fadd_rn(gv[j].x, pg.x), gv[j].y = __fadd_rn(gv[j].y, pg.y);
-      gv[j].z = __fadd_rn(gv[j].z, pg.z), gv[j].w = __fadd_rn(gv[j].w, pg.w);
-      uv[j].x = __fadd_rn(uv[j].x, pu.x), uv[j].y = __fadd_rn(uv[j].y, pu.y);
-      uv[j].z = __fadd_rn(uv[j].z, pu.z), uv[j].w = __fadd_rn(uv[j].w, pu.w);
-    }
-  cluster_arrive();  // every partial this block adds is in its registers
-  // a in bf16, as the per-tile kernel forms it, as the low or high half of
-  // a word. (Packed through __nv_bfloat162 and memcpy, the fourth element
-  // of each quad came out wrong on the H100 — a value of another thread's
-  // quad — while the same sums stored as floats were right: 2026-12-06.
-  // The halves are now put together as integers and stored as one word.)
-  auto silu_mul = [](float g, float u) {
-    return uint32_t(__bfloat16_as_ushort(__float2bfloat16_rn(g / (1.0f + expf(-g)) * u)));
-  };
-#pragma unroll
-  for (int j = 0; j < kEach; ++j) {
-    const int e = tid + j * kWgThreads;
-    const int t = s * kRowsEach + e / kQuads;
-    const int64_t i = int64_t(tl.wt) * 64 + 4 * (e % kQuads);
+    const int t = s * Q::kRowsEach + e / 16;
+    const int64_t i = int64_t(tl.wt) * 64 + 4 * (e % 16);
     if (t >= tl.rows || i >= I) continue;
-    const uint32_t lo = silu_mul(gv[j].x, uv[j].x) | (silu_mul(gv[j].y, uv[j].y) << 16);
-    const uint32_t hi = silu_mul(gv[j].z, uv[j].z) | (silu_mul(gv[j].w, uv[j].w) << 16);
+    const uint32_t lo = moe_silu_mul(v[0][j].x, v[1][j].x) | (moe_silu_mul(v[0][j].y, v[1][j].y) << 16);
+    const uint32_t hi = moe_silu_mul(v[0][j].z, v[1][j].z) | (moe_silu_mul(v[0][j].w, v[1][j].w) << 16);
     // Element k of a 32-k block sits at 2·(4·p + tq) + b, k = 8·tq + 2·p + b.
     const int kk = int(i % 32), tq = kk / 8, p = (kk % 8) / 2;
     uint32_t* row = reinterpret_cast<uint32_t*>(ap + (tl.g0 + t) * I + (i - kk));

@@ -1,5 +1,6 @@
 // The latent experts' grouped GEMM for steps with many pairs (prefill):
-// cuda_moe_wgmma.cu (sm_90a). moe_experts (cuda_moe.cu) groups the pairs,
+// cuda_moe_wgmma.cu (BF16 weights) and cuda_moe_wgmma_fp4.cu (NVFP4 /
+// MXFP4), sm_90a. moe_experts (cuda_moe.cu) groups the pairs,
 // then calls launch_moe_gemm in place of the per-tile kernels; the bits are
 // theirs.
 #pragma once
@@ -11,10 +12,12 @@
 
 namespace muse::cuda {
 
+struct QuantDev;
+
 struct MoeGemmArgs {
   const __nv_bfloat16* u = nullptr;        // [T, Hm] the tokens' latent rows
-  const __nv_bfloat16* gate_up = nullptr;  // [E, 2I, Hm]
-  const __nv_bfloat16* down = nullptr;     // [E, Hm, I]
+  const __nv_bfloat16* gate_up = nullptr;  // [E, 2I, Hm] (BF16 weights)
+  const __nv_bfloat16* down = nullptr;     // [E, Hm, I] (BF16 weights)
   const int32_t* order = nullptr;          // pair of each grouped row (the grouping's)
   const int32_t* starts = nullptr;         // [E + 1] each expert's first grouped row
   const int32_t* tile_starts = nullptr;    // [E + 1] each expert's first tile of nx rows
@@ -30,5 +33,12 @@ struct MoeGemmArgs {
 bool moe_gemm_applies(int64_t Hm, int64_t I, const void* u, const void* gate_up, const void* down);
 // gather → gate/up (a) → down (Y), three launches on `s`.
 cudaError_t launch_moe_gemm(cudaStream_t s, const MoeGemmArgs& a);
+
+// The same with NVFP4 / MXFP4 experts (`mx`), the codes decoded in
+// registers: their aligned layouts (QuantDev::aligned) with Hm and I
+// multiples of 512. MoeGemmArgs' gate_up and down are not read.
+bool moe_fp4_gemm_applies(const QuantDev& gu, const QuantDev& dn, int64_t Hm, int64_t I, const void* u);
+cudaError_t launch_moe_fp4_gemm(cudaStream_t s, const MoeGemmArgs& a, const QuantDev& gu, const QuantDev& dn,
+                                bool mx);
 
 }  // namespace muse::cuda
