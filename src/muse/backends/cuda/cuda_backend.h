@@ -38,8 +38,9 @@ struct CudaBackendOptions {
   int expert_kernel = 0;
   // The latent experts' products, BF16 or NVFP4 / MXFP4 in their aligned
   // layouts: 0 the rule (the grouped wgmma GEMM, cuda_moe_wgmma.cu and
-  // cuda_moe_wgmma_fp4.cu, from 8 pairs an expert on average, in tiles of 128
-  // pairs, 256 from 256 pairs an expert; else the per-tile kernels); 1 the
+  // cuda_moe_wgmma_fp4.cu: BF16 from 8 pairs an expert on average, in tiles
+  // of 128 pairs, 256 from 256 pairs an expert; FP4 from 32 pairs an expert,
+  // in tiles of 128; else the per-tile kernels); 1 the
   // per-tile kernels always; 2 / 3 the grouped GEMM wherever it applies, in
   // tiles of 256 / 128 pairs. The same bits; `muse bench --expert-gemm`
   // compares their speed.

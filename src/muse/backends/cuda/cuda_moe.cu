@@ -469,6 +469,13 @@ size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 // 0.131 / 0.138.
 constexpr int64_t kMoeGemmMinPairs = 8;
 constexpr int64_t kMoeGemmWidePairs = 256;
+// NVFP4 / MXFP4 experts (the per-tile kernels stream a quarter of BF16's
+// bytes, so the grouped GEMM pays later): from 32 pairs an expert, always
+// in tiles of 128. NVFP4 Spark slice, 2 layers, H100, 2026-12-06 (per-tile
+// / 256 / 128, s): 512 tokens (16 pairs an expert) 0.021 / 0.050 / 0.023,
+// 2048 (64) 0.081 / 0.062 / 0.034-0.035, 8192 0.335 / 0.148 / 0.126-0.128.
+// 32 lies between the two measured counts; it was not measured itself.
+constexpr int64_t kFp4GemmMinPairs = 32;
 
 template <typename XT, typename WT>
 void launch_experts(cudaStream_t s, const Tensor& u, const Tensor& gate_up, const Tensor& down, int K,
@@ -570,16 +577,17 @@ void CudaBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& 
                    I % 8 == 0 && aligned16(u.data) && aligned16(gate_up.data) && aligned16(down.data);
   // The grouped GEMM where there are enough pairs an expert to fill its
   // tiles (the rule), or as forced (CudaBackendOptions::expert_gemm).
-  // NVFP4 / MXFP4 experts in their aligned layouts take the same rule
-  // (cuda_moe_wgmma_fp4.cu: the codes decoded in registers).
+  // NVFP4 / MXFP4 experts in their aligned layouts (cuda_moe_wgmma_fp4.cu:
+  // the codes decoded in registers) by their own rule.
   const QuantKind qkind = quant ? gate_up.quant->format.kind : QuantKind::None;
   const bool fp4 = qkind == QuantKind::Nvfp4 || qkind == QuantKind::Mxfp4;
-  const bool gemm = expert_gemm_ != 1 && (expert_gemm_ >= 2 || R >= kMoeGemmMinPairs * E) &&
+  const bool gemm = expert_gemm_ != 1 &&
+                    (expert_gemm_ >= 2 || R >= (quant ? kFp4GemmMinPairs : kMoeGemmMinPairs) * E) &&
                     (mma ? moe_gemm_applies(Hm, I, u.data, gate_up.data, down.data)
                          : fp4 && moe_fp4_gemm_applies(quant_dev(gate_up), quant_dev(down), Hm, I, u.data));
   const int gemm_rows = expert_gemm_ == 3   ? 128
                         : expert_gemm_ == 2 ? 256
-                        : R >= kMoeGemmWidePairs * E ? 256 : 128;
+                        : !quant && R >= kMoeGemmWidePairs * E ? 256 : 128;
   enqueue("moe_experts", [=, this](cudaStream_t s) {
     char* base = static_cast<char*>(scratch());
     auto* order = reinterpret_cast<int32_t*>(base + o_order);
