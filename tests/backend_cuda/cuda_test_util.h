@@ -51,6 +51,17 @@ inline std::unique_ptr<Backend> backend_with_product_kernel(int variant) {
   return r.ok() ? std::move(r).value() : nullptr;
 }
 
+// A CUDA backend whose latent experts take CudaBackendOptions::expert_gemm
+// `mode` (1 the per-tile kernels, 2 / 3 the grouped GEMM in tiles of 256 /
+// 128 pairs), or null with a test failure saying why.
+inline std::unique_ptr<Backend> backend_with_expert_gemm(int mode) {
+  CudaBackendOptions o;
+  o.expert_gemm = mode;
+  auto r = create_cuda_backend(o);
+  EXPECT_TRUE(r.ok()) << r.message();
+  return r.ok() ? std::move(r).value() : nullptr;
+}
+
 // Two downloads of F32 outputs that should hold the same bits, told apart in
 // a line (a bit-equality failure's message: how many elements differ, the
 // first, and the largest difference relative to the largest |value|).

@@ -231,11 +231,8 @@ TEST_P(Moe, GroupedGemmGivesThePerTileBits) {
                         {700, 4, 2, 96, 320, -1},  {400, 16, 4, 128, 96, 8}};
   std::unique_ptr<Backend> be[3];
   for (int k = 0; k < 3; ++k) {
-    CudaBackendOptions o;
-    o.expert_gemm = k + 1;
-    auto r = create_cuda_backend(o);
-    ASSERT_TRUE(r.ok()) << r.message();
-    be[k] = std::move(r).value();
+    be[k] = backend_with_expert_gemm(k + 1);
+    ASSERT_TRUE(be[k]);
   }
   uint32_t seed = 6000;
   for (const Case& c : cases) {

@@ -506,11 +506,8 @@ TEST_F(QuantTest, GroupedGemmGivesThePerTileBits) {
   std::unique_ptr<Backend> be[3];
   ModelWeights own[3];
   for (int k = 0; k < 3; ++k) {
-    CudaBackendOptions o;
-    o.expert_gemm = k + 1;
-    auto r = create_cuda_backend(o);
-    ASSERT_TRUE(r.ok()) << r.message();
-    be[k] = std::move(r).value();
+    be[k] = backend_with_expert_gemm(k + 1);
+    ASSERT_TRUE(be[k]);
   }
   struct Release {  // on every exit, before the backends go
     std::unique_ptr<Backend> (&be)[3];
