@@ -489,11 +489,11 @@ TEST_F(QuantTest, StreamingDownProductGivesThePerTileBits) {
   }
 }
 
-// The grouped wgmma GEMM with the FP4 codes decoded in registers
+// The grouped wgmma GEMM with the FP4 / FP8 codes decoded in registers
 // (CudaBackendOptions::expert_gemm 2 and 3: tiles of 256 and 128 pairs)
-// gives the per-tile kernels' bits (1): one granule (three K-slices with
-// nothing), three and five granules (unequal slices), Spark's latent width
-// (two granules a slice), experts with more pairs than a tile, top-k up to
+// gives the per-tile kernels' bits (1): one FP4 granule (three K-slices
+// with nothing), three and five (unequal slices), Spark's latent width (two
+// FP4 granules a slice), experts with more pairs than a tile, top-k up to
 // 8, and one rank of two under expert parallelism; and it stays within the
 // double reference's bound.
 TEST_F(QuantTest, GroupedGemmGivesThePerTileBits) {
@@ -517,7 +517,8 @@ TEST_F(QuantTest, GroupedGemmGivesThePerTileBits) {
     }
   } release{be, own};
   uint32_t seed = 7100;
-  for (const QSpec& q : {kSpecs[1], kSpecs[2]}) {  // NVFP4 with two globals, MXFP4
+  // NVFP4 with two globals, MXFP4, FP8 per tensor and per channel.
+  for (const QSpec& q : {kSpecs[1], kSpecs[2], kSpecs[3], kSpecs[4]}) {
     if (!runs(q)) continue;
     for (const Case& c : cases) {
       const int64_t E = c.base >= 0 ? c.E / 2 : c.E;  // experts this rank holds

@@ -36,11 +36,11 @@ struct CudaBackendOptions {
   // wherever aligned. The same bits; `muse bench --expert-kernel` compares
   // their speed.
   int expert_kernel = 0;
-  // The latent experts' products, BF16 or NVFP4 / MXFP4 in their aligned
-  // layouts: 0 the rule (the grouped wgmma GEMM, cuda_moe_wgmma.cu and
-  // cuda_moe_wgmma_fp4.cu: BF16 from 8 pairs an expert on average, in tiles
-  // of 128 pairs, 256 from 256 pairs an expert; FP4 from 32 pairs an expert,
-  // in tiles of 128; else the per-tile kernels); 1 the
+  // The latent experts' products, BF16 or NVFP4 / MXFP4 / FP8 in their
+  // aligned layouts: 0 the rule (the grouped wgmma GEMM, cuda_moe_wgmma.cu
+  // and cuda_moe_wgmma_quant.cu: BF16 from 8 pairs an expert on average, in
+  // tiles of 128 pairs, 256 from 256 pairs an expert; FP4 from 32 pairs an
+  // expert, in tiles of 128; FP8 never yet; else the per-tile kernels); 1 the
   // per-tile kernels always; 2 / 3 the grouped GEMM wherever it applies, in
   // tiles of 256 / 128 pairs. The same bits; `muse bench --expert-gemm`
   // compares their speed.

@@ -577,14 +577,16 @@ void CudaBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& 
                    I % 8 == 0 && aligned16(u.data) && aligned16(gate_up.data) && aligned16(down.data);
   // The grouped GEMM where there are enough pairs an expert to fill its
   // tiles (the rule), or as forced (CudaBackendOptions::expert_gemm).
-  // NVFP4 / MXFP4 experts in their aligned layouts (cuda_moe_wgmma_fp4.cu:
-  // the codes decoded in registers) by their own rule.
+  // Quantized experts in their aligned layouts (cuda_moe_wgmma_quant.cu: the
+  // codes decoded in registers): NVFP4 / MXFP4 by their own rule, FP8 only
+  // where forced (not yet measured).
   const QuantKind qkind = quant ? gate_up.quant->format.kind : QuantKind::None;
   const bool fp4 = qkind == QuantKind::Nvfp4 || qkind == QuantKind::Mxfp4;
   const bool gemm = expert_gemm_ != 1 &&
-                    (expert_gemm_ >= 2 || R >= (quant ? kFp4GemmMinPairs : kMoeGemmMinPairs) * E) &&
+                    (expert_gemm_ >= 2 || (!quant && R >= kMoeGemmMinPairs * E) ||
+                     (fp4 && R >= kFp4GemmMinPairs * E)) &&
                     (mma ? moe_gemm_applies(Hm, I, u.data, gate_up.data, down.data)
-                         : fp4 && moe_fp4_gemm_applies(quant_dev(gate_up), quant_dev(down), Hm, I, u.data));
+                         : quant && moe_q_gemm_applies(qkind, quant_dev(gate_up), quant_dev(down), Hm, I, u.data));
   const int gemm_rows = expert_gemm_ == 3   ? 128
                         : expert_gemm_ == 2 ? 256
                         : !quant && R >= kMoeGemmWidePairs * E ? 256 : 128;
@@ -615,8 +617,7 @@ void CudaBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& 
       a.order = order, a.starts = starts, a.tile_starts = tile_starts;
       a.Hm = Hm, a.I = I, a.R = R, a.E = int(E), a.topk = int(K), a.nx = gemm_rows;
       a.xg = reinterpret_cast<__nv_bfloat16*>(Y), a.ap = reinterpret_cast<__nv_bfloat16*>(A), a.Y = Y;
-      if (cudaError_t e = quant ? launch_moe_fp4_gemm(s, a, quant_dev(gate_up), quant_dev(down),
-                                                      qkind == QuantKind::Mxfp4)
+      if (cudaError_t e = quant ? launch_moe_q_gemm(s, a, quant_dev(gate_up), quant_dev(down), qkind)
                                 : launch_moe_gemm(s, a);
           e != cudaSuccess)
         return e;

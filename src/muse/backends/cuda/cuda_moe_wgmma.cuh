@@ -1,5 +1,5 @@
 // What the experts' grouped GEMMs share (cuda_moe_wgmma.cu: BF16 weights;
-// cuda_moe_wgmma_fp4.cu: NVFP4 / MXFP4 codes decoded in registers): which
+// cuda_moe_wgmma_quant.cu: NVFP4 / MXFP4 / FP8 codes decoded in registers): which
 // tile a cluster computes, and the K-slices' partials added across the
 // cluster for a finish that is not a plain store. Only for code built for
 // sm_90a.

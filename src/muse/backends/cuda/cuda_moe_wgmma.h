@@ -1,6 +1,6 @@
 // The latent experts' grouped GEMM for steps with many pairs (prefill):
-// cuda_moe_wgmma.cu (BF16 weights) and cuda_moe_wgmma_fp4.cu (NVFP4 /
-// MXFP4), sm_90a. moe_experts (cuda_moe.cu) groups the pairs,
+// cuda_moe_wgmma.cu (BF16 weights) and cuda_moe_wgmma_quant.cu (NVFP4 /
+// MXFP4 / FP8), sm_90a. moe_experts (cuda_moe.cu) groups the pairs,
 // then calls launch_moe_gemm in place of the per-tile kernels; the bits are
 // theirs.
 #pragma once
@@ -9,6 +9,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+#include "muse/backends/tensor.h"
 
 namespace muse::cuda {
 
@@ -34,11 +36,14 @@ bool moe_gemm_applies(int64_t Hm, int64_t I, const void* u, const void* gate_up,
 // gather → gate/up (a) → down (Y), three launches on `s`.
 cudaError_t launch_moe_gemm(cudaStream_t s, const MoeGemmArgs& a);
 
-// The same with NVFP4 / MXFP4 experts (`mx`), the codes decoded in
-// registers: their aligned layouts (QuantDev::aligned) with Hm and I
-// multiples of 512. MoeGemmArgs' gate_up and down are not read.
-bool moe_fp4_gemm_applies(const QuantDev& gu, const QuantDev& dn, int64_t Hm, int64_t I, const void* u);
-cudaError_t launch_moe_fp4_gemm(cudaStream_t s, const MoeGemmArgs& a, const QuantDev& gu, const QuantDev& dn,
-                                bool mx);
+// The same with NVFP4 / MXFP4 / FP8 experts (cuda_moe_wgmma_quant.cu), the
+// codes decoded in registers: their aligned layouts (QuantDev::aligned),
+// Hm and I multiples of the format's granule (FP4 512, FP8 128), FP8 with
+// per-tensor or per-channel scales. MoeGemmArgs' gate_up and down are not
+// read.
+bool moe_q_gemm_applies(QuantKind kind, const QuantDev& gu, const QuantDev& dn, int64_t Hm, int64_t I,
+                        const void* u);
+cudaError_t launch_moe_q_gemm(cudaStream_t s, const MoeGemmArgs& a, const QuantDev& gu, const QuantDev& dn,
+                              QuantKind kind);
 
 }  // namespace muse::cuda
