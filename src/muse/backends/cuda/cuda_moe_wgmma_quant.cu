@@ -133,7 +133,7 @@ struct QRows {
 };
 template <QFmt F>
 __device__ __forceinline__ float q_row_factor(const QRows& w, int e, int64_t n) {
-  if constexpr (fp8_fmt(F)) {
+  if constexpr (fp8_fmt(F)) {  // per tensor / per channel: moe_q_gemm_applies refuses block scales
     return reinterpret_cast<const float*>(w.scales + e * w.scales_stride)[n / w.block_rows];
   } else {
     if (!w.global) return kFp4Unbias;
