@@ -260,8 +260,8 @@ int bench_cuda(const BenchOptions& o) {
                   (o.expert_kernel == 1 ? "; FP4 expert down product in per-tile blocks"
                    : o.expert_kernel == 2 ? "; FP4 expert down product streamed"
                                           : "") +
-                  (o.expert_gemm == 1   ? "; BF16 experts in per-tile kernels"
-                   : o.expert_gemm >= 2 ? "; BF16 experts in the grouped GEMM, tiles of " +
+                  (o.expert_gemm == 1   ? "; experts in per-tile kernels"
+                   : o.expert_gemm >= 2 ? "; experts in the grouped GEMM, tiles of " +
                                               std::to_string(o.expert_gemm == 2 ? 256 : 128) + " pairs"
                                         : ""))
                      .c_str());

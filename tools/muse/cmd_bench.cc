@@ -111,9 +111,10 @@ int bench_command(int argc, char** argv) {
               "grouping tile and 16 rows, 2 streaming wherever the layout is aligned; 0 (default) the rule: "
               "streaming for launches of up to 96 waves (batch 16 on the Spark slice)");
   args.option("--expert-gemm", &o.expert_gemm, "N",
-              "--device cuda: the BF16 experts' products, for A/B timing (the same bits): 1 the per-tile kernels, "
-              "2 / 3 the grouped wgmma GEMM in tiles of 256 / 128 pairs wherever it applies; 0 (default) the rule: "
-              "the grouped GEMM from 8 pairs an expert on average (tiles of 256 from 256 pairs an expert)");
+              "--device cuda: the experts' products, for A/B timing (the same bits): 1 the per-tile kernels, "
+              "2 / 3 the grouped wgmma GEMM in tiles of 256 / 128 pairs wherever it applies (BF16, NVFP4, MXFP4, "
+              "FP8 per tensor / channel); 0 (default) the rule: BF16 from 8 pairs an expert on average (tiles of "
+              "256 from 256), NVFP4 / MXFP4 from 32 (tiles of 128), FP8 never");
   std::string skip_ops;
   args.option("--skip-ops", &skip_ops, "LIST",
               "--device cuda: do not launch these ops (names as --profile prints them, e.g. residual_norm,swiglu): "

@@ -16,7 +16,8 @@
 // result is the same alone or in any batch. With BF16 activations and
 // experts the two products run on the tensor cores instead (below), and in
 // steps with many pairs an expert (prefill) as one grouped wgmma GEMM of
-// up to 256 pairs a tile (cuda_moe_wgmma.cu), with the same bits.
+// up to 256 pairs a tile (cuda_moe_wgmma.cu; quantized experts:
+// cuda_moe_wgmma_quant.cu), with the same bits.
 #include <algorithm>
 
 #include "muse/backends/cuda/cuda_dot.cuh"
@@ -582,11 +583,12 @@ void CudaBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& 
   // where forced (not yet measured).
   const QuantKind qkind = quant ? gate_up.quant->format.kind : QuantKind::None;
   const bool fp4 = qkind == QuantKind::Nvfp4 || qkind == QuantKind::Mxfp4;
+  const QuantDev gu_dev = quant ? quant_dev(gate_up) : QuantDev{}, dn_dev = quant ? quant_dev(down) : QuantDev{};
   const bool gemm = expert_gemm_ != 1 &&
                     (expert_gemm_ >= 2 || (!quant && R >= kMoeGemmMinPairs * E) ||
                      (fp4 && R >= kFp4GemmMinPairs * E)) &&
                     (mma ? moe_gemm_applies(Hm, I, u.data, gate_up.data, down.data)
-                         : quant && moe_q_gemm_applies(qkind, quant_dev(gate_up), quant_dev(down), Hm, I, u.data));
+                         : quant && moe_q_gemm_applies(qkind, gu_dev, dn_dev, Hm, I, u.data));
   const int gemm_rows = expert_gemm_ == 3   ? 128
                         : expert_gemm_ == 2 ? 256
                         : !quant && R >= kMoeGemmWidePairs * E ? 256 : 128;
@@ -617,7 +619,7 @@ void CudaBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& 
       a.order = order, a.starts = starts, a.tile_starts = tile_starts;
       a.Hm = Hm, a.I = I, a.R = R, a.E = int(E), a.topk = int(K), a.nx = gemm_rows;
       a.xg = reinterpret_cast<__nv_bfloat16*>(Y), a.ap = reinterpret_cast<__nv_bfloat16*>(A), a.Y = Y;
-      if (cudaError_t e = quant ? launch_moe_q_gemm(s, a, quant_dev(gate_up), quant_dev(down), qkind)
+      if (cudaError_t e = quant ? launch_moe_q_gemm(s, a, gu_dev, dn_dev, qkind)
                                 : launch_moe_gemm(s, a);
           e != cudaSuccess)
         return e;

@@ -52,6 +52,8 @@ constexpr uint32_t q_stage_bytes() {  // x (1024-byte aligned), codes (FP8: 1024
 }
 template <QFmt F>
 constexpr int q_granule() { return fp8_fmt(F) ? kQGranule : kFp4Granule; }
+template <QFmt F>
+constexpr int q_gather_run() { return fp8_fmt(F) ? 64 : 32; }  // positions a gather thread writes
 
 // The activation order of a granule (512 k): position 128·j + 32·w + 16·h +
 // 8·hi + 2·tq + b holds k = 128·tq + 32·j + 8·w + 2·h + hi + 4·b, the k of
@@ -95,7 +97,7 @@ __global__ void moe_q_gather_kernel(const __nv_bfloat16* __restrict__ u, int64_t
                                     int64_t R, __nv_bfloat16* __restrict__ xg) {
   pdl_wait();  // the grouping (and u) come from the kernels before
   pdl_launch_dependents();
-  constexpr int kRun = fp8_fmt(F) ? 64 : 32, kRunsGran = q_granule<F>() / kRun;
+  constexpr int kRun = q_gather_run<F>(), kRunsGran = q_granule<F>() / kRun;
   const int64_t runs = Hm / kRun, i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= R * runs) return;
   const int64_t g = i / runs, r = i % runs, k0 = (r / kRunsGran) * q_granule<F>(), jw = r % kRunsGran;
@@ -450,8 +452,8 @@ cudaError_t launch_q_products(cudaStream_t s, const MoeGemmArgs& a, const QuantD
   // expert that has pairs; clusters past the grouping's count return at once.
   const int64_t max_tiles = R / NX + std::min<int64_t>(a.E, R) + 1;
   const int tn_gu = int((I + 63) / 64), tn_dn = int((Hm + 127) / 128);
-  constexpr int kRun = fp8_fmt(F) ? 64 : 32;
-  if (cudaError_t e = launch_pdl<moe_q_gather_kernel<F>>(s, dim3(blocks_for(R * (Hm / kRun), 256)), dim3(256), 0,
+  if (cudaError_t e = launch_pdl<moe_q_gather_kernel<F>>(s, dim3(blocks_for(R * (Hm / q_gather_run<F>()), 256)),
+                                                         dim3(256), 0,
                                                          a.u, Hm, a.topk, a.order, a.starts, a.E, R, a.xg);
       e != cudaSuccess)
     return e;
