@@ -517,8 +517,9 @@ TEST_F(QuantTest, GroupedGemmGivesThePerTileBits) {
     }
   } release{be, own};
   uint32_t seed = 7100;
-  // NVFP4 with two globals, MXFP4, FP8 per tensor and per channel.
-  for (const QSpec& q : {kSpecs[1], kSpecs[2], kSpecs[3], kSpecs[4]}) {
+  // NVFP4 with two globals, MXFP4, FP8 per tensor and per channel, INT4
+  // with zero points and symmetric.
+  for (const QSpec& q : {kSpecs[1], kSpecs[2], kSpecs[3], kSpecs[4], kSpecs[6], kSpecs[7]}) {
     if (!runs(q)) continue;
     for (const Case& c : cases) {
       const int64_t E = c.base >= 0 ? c.E / 2 : c.E;  // experts this rank holds
@@ -568,6 +569,86 @@ TEST_F(QuantTest, GroupedGemmGivesThePerTileBits) {
         expect_close(std::string("moe_experts grouped ") + q.name, f, want, tol, false, what);
       }
       if (HasFailure()) return;
+    }
+  }
+}
+
+// The dense products' wgmma GEMM (cuda_quant_wgmma.cu: at every row count
+// under variant 11; the rule's formats above 64 rows) gives the per-tile
+// kernels' bits (any other variant), F32 and BF16 outputs, tile edges in
+// both N and T; FP8 with block scales, unaligned K and INT4 zero points
+// with N % 32 != 0 stay on the per-tile kernels under every variant.
+TEST_F(QuantTest, ProjectGemmGivesThePerTileBits) {
+  struct Case {
+    int64_t N, K;
+    std::vector<int64_t> Ts;
+  };
+  const Case cases[] = {{1000, 4096, {1, 17, 64, 65, 300}}, {4099, 1536, {1, 130, 257}}, {77, 512, {3, 128, 129}},
+                        {300, 2560, {520}},                 {129, 1056, {200}},            {1024, 1536, {1, 100, 300}}};
+  const int variants[3] = {3, 11, 0};  // the per-tile kernels, the GEMM, the rule
+  std::unique_ptr<Backend> be[3];
+  ModelWeights own[3];
+  for (int k = 0; k < 3; ++k) {
+    be[k] = backend_with_product_kernel(variants[k]);
+    ASSERT_TRUE(be[k]);
+  }
+  struct Release {  // on every exit, before the backends go
+    std::unique_ptr<Backend> (&be)[3];
+    ModelWeights (&w)[3];
+    ~Release() {
+      for (int k = 0; k < 3; ++k) release_weights(*be[k], w[k]);
+    }
+  } release{be, own};
+  uint32_t seed = 7700;
+  for (const QSpec& q : kSpecs) {
+    if (!runs(q)) continue;
+    for (const Case& c : cases) {
+      if (q.kind == QuantKind::Fp8 && q.grid == Fp8Grid::Block && c.K % 128) continue;
+      // Two NVFP4 globals: two equal halves; INT4: N % 8 == 0 (with zero points the GEMM takes N % 32 == 0 only).
+      const int64_t N = q.kind == QuantKind::Int4 ? (c.N + 7) / 8 * 8 : c.N + (q.parts == 2 && c.N % 2 ? 1 : 0);
+      const int64_t K = c.K;
+      const HostQuantWeight hw = random_quant(q, 1, N, K, ++seed);
+      for (int64_t T : c.Ts) {
+        const auto x = as_stored(random_floats(size_t(T * K), ++seed), DType::BF16);
+        std::vector<uint16_t> xb(x.size());
+        for (size_t i = 0; i < x.size(); ++i) xb[i] = f32_to_bf16(x[i]);
+        std::vector<uint8_t> got[3][2];
+        for (int k = 0; k < 3; ++k) {
+          Backend& b = *be[k];
+          auto tw = import_quantized(b, {N, K}, quant_view(hw), false, own[k]);
+          ASSERT_TRUE(tw.ok()) << q.name << ": " << tw.message();
+          auto tx = b.import_weight(DType::BF16, {T, K}, xb.data(), false);
+          auto of = b.alloc(DType::F32, {T, N});
+          auto ob = b.alloc(DType::BF16, {T, N});
+          ASSERT_TRUE(tx.ok() && of.ok() && ob.ok());
+          for (const Tensor& t : {*tx, *of, *ob}) own[k].owned.push_back(t);
+          b.matmul(*of, *tx, *tw);
+          b.matmul(*ob, *tx, *tw);
+          Status st = b.execute();
+          ASSERT_TRUE(st.ok()) << q.name << ": " << st.message();
+          got[k][0].resize(of->bytes());
+          got[k][1].resize(ob->bytes());
+          ASSERT_TRUE(b.download(*of, got[k][0].data()).ok() && b.download(*ob, got[k][1].data()).ok());
+          release_weights(b, own[k]);
+        }
+        const std::string what =
+            std::string(q.name) + " N " + std::to_string(N) + " K " + std::to_string(K) + " T " + std::to_string(T);
+        for (int k = 1; k < 3; ++k)
+          for (int o = 0; o < 2; ++o) {
+            std::vector<char> a(got[0][o].begin(), got[0][o].end()), g(got[k][o].begin(), got[k][o].end());
+            EXPECT_EQ(0, std::memcmp(got[0][o].data(), got[k][o].data(), got[0][o].size()))
+                << what << (o ? " (bf16 out)" : " (f32 out)") << ": product kernel " << variants[k]
+                << " differs from the per-tile kernel: " << (o ? std::string("bf16 bytes differ") : describe_f32_difference(a, g));
+          }
+        if (T * N * K <= (int64_t(1) << 30)) {  // the double reference, where it is quick
+          std::vector<double> want, scale;
+          project_ref(x, dequantize(hw, 1, N, K), T, N, K, want, scale);
+          std::vector<float> f(got[1][0].size() / sizeof(float));
+          std::memcpy(f.data(), got[1][0].data(), got[1][0].size());
+          expect_close(std::string("project gemm ") + q.name, f, want, fp32_tol(scale, project_chain(K)), false, what);
+        }
+        if (HasFailure()) return;
+      }
     }
   }
 }

@@ -27,7 +27,11 @@ struct CudaBackendOptions {
   // 13 the form of 12 that reads x permuted into scratch first (above 16
   // rows), 14 the same with its 32-row TMA tiles from one row on;
   // each forced for every row count. All give the same bits; the timing
-  // tests and `muse bench --product-kernel` compare their speed.
+  // tests and `muse bench --product-kernel` compare their speed. Quantized
+  // weights (NVFP4 / MXFP4 / FP8 / INT4 in the layouts it takes) go through
+  // their wgmma GEMM (cuda_quant_wgmma.cu) at every row count under 11,
+  // above 64 rows under the rule in the formats it names
+  // (quant_gemm_by_rule, cuda_matmul.cu), else their per-tile kernels.
   int gemv_variant = 0;
   // The latent experts' FP4 down product (NVFP4, MXFP4): 0 the rule (the
   // streaming kernel where the layout is aligned, K % 512 == 0, and the
@@ -36,13 +40,14 @@ struct CudaBackendOptions {
   // wherever aligned. The same bits; `muse bench --expert-kernel` compares
   // their speed.
   int expert_kernel = 0;
-  // The latent experts' products, BF16 or NVFP4 / MXFP4 / FP8 in their
-  // aligned layouts: 0 the rule (the grouped wgmma GEMM, cuda_moe_wgmma.cu
-  // and cuda_moe_wgmma_quant.cu: BF16 from 8 pairs an expert on average, in
-  // tiles of 128 pairs, 256 from 256 pairs an expert; FP4 from 32 pairs an
-  // expert, in tiles of 128; FP8 never yet; else the per-tile kernels); 1 the
-  // per-tile kernels always; 2 / 3 the grouped GEMM wherever it applies, in
-  // tiles of 256 / 128 pairs. The same bits; `muse bench --expert-gemm`
+  // The latent experts' products, BF16 or NVFP4 / MXFP4 / FP8 / INT4 in
+  // their aligned layouts: 0 the rule (the grouped wgmma GEMM,
+  // cuda_moe_wgmma.cu and cuda_quant_wgmma.cu: BF16 from 8 pairs an expert
+  // on average, in tiles of 128 pairs, 256 from 256 pairs an expert; FP4
+  // from 32 pairs an expert, in tiles of 128; FP8 and INT4 never yet; else
+  // the per-tile kernels); 1 the per-tile kernels always; 2 / 3 the grouped
+  // GEMM wherever it applies, in tiles of 256 / 128 pairs (INT4 always
+  // 128). The same bits; `muse bench --expert-gemm`
   // compares their speed.
   int expert_gemm = 0;
   // Ops (by the names --profile prints) whose kernels are not launched: a

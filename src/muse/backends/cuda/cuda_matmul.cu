@@ -37,6 +37,7 @@
 #include "muse/backends/cuda/cuda_dot.cuh"
 #include "muse/backends/cuda/cuda_mma.cuh"
 #include "muse/backends/cuda/cuda_quant.cuh"
+#include "muse/backends/cuda/cuda_quant_wgmma.h"
 
 namespace muse::cuda {
 namespace {
@@ -608,6 +609,13 @@ cudaError_t CudaBackend::launch_cublaslt(cudaStream_t s, const Tensor& x, const 
 constexpr int64_t kCublasLtAboveRows = 0;  // 0: never
 
 namespace {
+// The formats whose dense products the rule gives the quantized wgmma GEMM
+// above 64 rows (the others: only under variant 11). None until the GEMM's
+// bits have been checked on a GPU (QuantTest.ProjectGemmGivesThePerTileBits).
+bool quant_gemm_by_rule(QuantKind) { return false; }
+}  // namespace
+
+namespace {
 // The product kernel for T rows of K: the forced one, else the rule's.
 int product_variant(int forced, int64_t T, int64_t K) { return forced ? forced : gemv_rule(T, K); }
 // Whether that kernel reads x permuted into scratch: the prefill GEMM, the
@@ -691,6 +699,23 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
   // algorithm changes with T; it stays off until a chunk-invariant tensor-core
   // GEMM replaces both (bench/NOTES.md).
   const bool lt = kCublasLtAboveRows > 0 && x.rows() > kCublasLtAboveRows;
+  // Quantized weights above 64 rows in the rule's formats (any format, at
+  // any T, where the prefill GEMM is forced, variant 11): the wgmma GEMM of
+  // cuda_quant_wgmma.cu where it takes the layout, from x permuted once into
+  // scratch per format order; else the per-tile kernels. The same bits
+  // either way.
+  std::vector<int> qgemm(outs.size(), 0);  // quant_gemm_order of a GEMM product, 0: the per-tile kernel
+  if (gemv_variant_ == 11 || (gemv_variant_ == 0 && x.rows() > 64)) {
+    bool any = false;
+    for (size_t i = 0; i < outs.size(); ++i) {
+      const Tensor& w = outs[i].weight;
+      if (w.quant && (gemv_variant_ == 11 || quant_gemm_by_rule(w.quant->format.kind)) &&
+          quant_gemm_applies(w.quant->format.kind, quant_dev(w), x.data))
+        qgemm[i] = quant_gemm_order(w.quant->format.kind), any = true;
+    }
+    if (any && !try_reserve_scratch(size_t(x.rows() * x.cols()) * sizeof(__nv_bfloat16)))
+      std::fill(qgemm.begin(), qgemm.end(), 0);
+  }
   // Runs of outputs the chainable decode kernels take (BF16, T <= 64, not
   // the prefill GEMM) launch as a chain that overlaps (kChainNext /
   // kChainXReady, cuda_mma.cuh); each product's bits are its own launch's.
@@ -720,8 +745,8 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
   // All of them in one cluster launch where the rule says so (each row's
   // bits are still its own product's).
   const int grouped = all ? grouped_rule(gemv_variant_, x.rows(), x.cols(), outs.size(), min_n) : 0;
-  enqueue("project", [this, x, outs, lt, chainable, grouped, wg_all, variant, xperm, permuted,
-                       xoff](cudaStream_t s) {
+  enqueue("project", [this, x, outs, lt, chainable, grouped, wg_all, variant, xperm, permuted, xoff,
+                       qgemm](cudaStream_t s) {
     if (wg_all) {
       const bool ready = permuted && xperm_valid();
       void* xp = xperm ? static_cast<char*>(scratch()) + (ready ? xoff : 0) : nullptr;
@@ -742,10 +767,23 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
       for (size_t i = 0; i < outs.size(); ++i) ws[i] = outs[i].weight, os[i] = outs[i].out;
       return launch_mma_cluster(s, x, {ws, outs.size()}, {os, outs.size()}, grouped, 0);
     }
+    int xq_order = 0;  // the order x stands in in scratch
     for (size_t i = 0; i < outs.size(); ++i) {
       const Projection& p = outs[i];
       cudaError_t e;
-      if (chainable[i]) {
+      if (qgemm[i]) {
+        const QuantKind kind = p.weight.quant->format.kind;
+        auto* xq = static_cast<__nv_bfloat16*>(scratch());
+        if (xq_order != qgemm[i]) {
+          if (cudaError_t pe = launch_quant_gemm_permute(s, kind, static_cast<const __nv_bfloat16*>(x.data), x.rows(),
+                                                         x.cols(), xq);
+              pe != cudaSuccess)
+            return pe;
+          xq_order = qgemm[i];
+        }
+        e = launch_quant_gemm(s, kind, xq, x.rows(), quant_dev(p.weight), p.out.data, dt_code(p.out.dtype),
+                              p.out.cols());
+      } else if (chainable[i]) {
         const int chain = (i > 0 && chainable[i - 1] ? kChainXReady : 0) |
                           (i + 1 < outs.size() && chainable[i + 1] ? kChainNext : 0);
         e = launch_mma_gemv(s, x, p.weight, p.out, gemv_variant_, chain);

@@ -17,12 +17,12 @@
 // experts the two products run on the tensor cores instead (below), and in
 // steps with many pairs an expert (prefill) as one grouped wgmma GEMM of
 // up to 256 pairs a tile (cuda_moe_wgmma.cu; quantized experts:
-// cuda_moe_wgmma_quant.cu), with the same bits.
+// cuda_quant_wgmma.cu), with the same bits.
 #include <algorithm>
 
 #include "muse/backends/cuda/cuda_dot.cuh"
 #include "muse/backends/cuda/cuda_mma.cuh"
-#include "muse/backends/cuda/cuda_moe_wgmma.h"
+#include "muse/backends/cuda/cuda_quant_wgmma.h"
 #include "muse/backends/cuda/cuda_quant.cuh"
 
 namespace muse::cuda {
@@ -578,7 +578,7 @@ void CudaBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& 
                    I % 8 == 0 && aligned16(u.data) && aligned16(gate_up.data) && aligned16(down.data);
   // The grouped GEMM where there are enough pairs an expert to fill its
   // tiles (the rule), or as forced (CudaBackendOptions::expert_gemm).
-  // Quantized experts in their aligned layouts (cuda_moe_wgmma_quant.cu: the
+  // Quantized experts in their aligned layouts (cuda_quant_wgmma.cu: the
   // codes decoded in registers): NVFP4 / MXFP4 by their own rule, FP8 only
   // where forced (not yet measured).
   const QuantKind qkind = quant ? gate_up.quant->format.kind : QuantKind::None;

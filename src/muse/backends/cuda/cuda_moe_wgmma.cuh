@@ -1,5 +1,5 @@
 // What the experts' grouped GEMMs share (cuda_moe_wgmma.cu: BF16 weights;
-// cuda_moe_wgmma_quant.cu: NVFP4 / MXFP4 / FP8 codes decoded in registers): which
+// cuda_quant_wgmma.cu: NVFP4 / MXFP4 / FP8 codes decoded in registers): which
 // tile a cluster computes, and the K-slices' partials added across the
 // cluster for a finish that is not a plain store. Only for code built for
 // sm_90a.
@@ -51,13 +51,13 @@ struct MoeQuads {
 // The four K-slices' partials of this block's quads, P0 + P1 + P2 + P3 (the
 // decode kernels' order), into v[part][j]. Ends with the cluster barrier's
 // arrive: the caller stores its sums, then calls cluster_wait() (no block
-// may leave while another reads its partial).
-template <int NX, int QUADS, int PARTS>
+// may leave while another reads its partial). PAIRED: wg_store_partial's.
+template <int NX, int QUADS, int PARTS, bool PAIRED = false>
 __device__ __forceinline__ void moe_cluster_quads(const float (&d)[NX / 2], uint8_t* part_base, int s,
                                                   float4 (&v)[PARTS][MoeQuads<NX, QUADS>::kEach]) {
   using Q = MoeQuads<NX, QUADS>;
   __syncthreads();  // the stages become this block's partial
-  wg_store_partial<NX>(d, part_base);
+  wg_store_partial<NX, PAIRED>(d, part_base);
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();  // every block's partial is in its shared memory
   const int tid = int(threadIdx.x);

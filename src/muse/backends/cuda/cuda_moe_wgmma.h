@@ -1,8 +1,8 @@
 // The latent experts' grouped GEMM for steps with many pairs (prefill):
-// cuda_moe_wgmma.cu (BF16 weights) and cuda_moe_wgmma_quant.cu (NVFP4 /
-// MXFP4 / FP8), sm_90a. moe_experts (cuda_moe.cu) groups the pairs,
-// then calls launch_moe_gemm in place of the per-tile kernels; the bits are
-// theirs.
+// cuda_moe_wgmma.cu (BF16 weights) and cuda_quant_wgmma.cu (NVFP4 / MXFP4 /
+// FP8, declared in cuda_quant_wgmma.h), sm_90a. moe_experts (cuda_moe.cu)
+// groups the pairs, then calls launch_moe_gemm in place of the per-tile
+// kernels; the bits are theirs.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -13,8 +13,6 @@
 #include "muse/backends/tensor.h"
 
 namespace muse::cuda {
-
-struct QuantDev;
 
 struct MoeGemmArgs {
   const __nv_bfloat16* u = nullptr;        // [T, Hm] the tokens' latent rows
@@ -35,15 +33,5 @@ struct MoeGemmArgs {
 bool moe_gemm_applies(int64_t Hm, int64_t I, const void* u, const void* gate_up, const void* down);
 // gather → gate/up (a) → down (Y), three launches on `s`.
 cudaError_t launch_moe_gemm(cudaStream_t s, const MoeGemmArgs& a);
-
-// The same with NVFP4 / MXFP4 / FP8 experts (cuda_moe_wgmma_quant.cu), the
-// codes decoded in registers: their aligned layouts (QuantDev::aligned),
-// Hm and I multiples of the format's granule (FP4 512, FP8 128), FP8 with
-// per-tensor or per-channel scales. MoeGemmArgs' gate_up and down are not
-// read.
-bool moe_q_gemm_applies(QuantKind kind, const QuantDev& gu, const QuantDev& dn, int64_t Hm, int64_t I,
-                        const void* u);
-cudaError_t launch_moe_q_gemm(cudaStream_t s, const MoeGemmArgs& a, const QuantDev& gu, const QuantDev& dn,
-                              QuantKind kind);
 
 }  // namespace muse::cuda

@@ -134,16 +134,19 @@ __device__ __forceinline__ void wg_unit_end(float (&d)[NX / 2], uint32_t (&a)[4]
 // first), and block s adds activation rows s·NX/4 .. of every weight row,
 // P0 + P1 + P2 + P3, four weight rows a thread. Every thread of the block
 // (kWgThreads) holds accumulators and runs both halves (wg_finish).
-template <int NX>
+// PAIRED: the warps' A rows g and g + 8 are weight rows r and r + 1 of the
+// INT4 word groups (cuda_quant_wgmma.cu, int4_row), not ra and ra + 8.
+template <int NX, bool PAIRED = false>
 __device__ __forceinline__ void wg_store_partial(const float (&d)[NX / 2], uint8_t* part_base) {
   const int lane = threadIdx.x & 31, wg = (threadIdx.x >> 7) & 1, warp = threadIdx.x >> 5;
   const int g = lane >> 2, tq = lane & 3;
-  const int ra = 64 * wg + 16 * (warp & 3) + g;
-  // d[i]: weight row ra + 8·((i >> 1) & 1), activation row 8·(i >> 2) + 2·tq + (i & 1) of the tile.
+  const int ra = PAIRED ? 64 * wg + 32 * ((warp & 3) >> 1) + 4 * g + 2 * (warp & 1) : 64 * wg + 16 * (warp & 3) + g;
+  constexpr int kSecond = PAIRED ? 1 : 8;
+  // d[i]: weight row ra + kSecond·((i >> 1) & 1), activation row 8·(i >> 2) + 2·tq + (i & 1) of the tile.
   float* part = reinterpret_cast<float*>(part_base);  // [NX][kWgPartStride]
 #pragma unroll
   for (int i = 0; i < NX / 2; ++i)
-    part[(8 * (i >> 2) + 2 * tq + (i & 1)) * kWgPartStride + ra + 8 * ((i >> 1) & 1)] = d[i];
+    part[(8 * (i >> 2) + 2 * tq + (i & 1)) * kWgPartStride + ra + kSecond * ((i >> 1) & 1)] = d[i];
 }
 // Four sums to out[i .. i + 3] (of them the first `left`): one 8- or
 // 16-byte store where they are all there and aligned, so a warp writes 256
@@ -258,7 +261,7 @@ __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap* map, i
       : "memory");
 }
 // The same for 3-, 4- and 5-dimensional maps (the quantized experts' codes
-// and scales, cuda_moe_wgmma_quant.cu).
+// and scales, cuda_quant_wgmma.cu).
 __device__ __forceinline__ void tma_load3(uint32_t dst, const CUtensorMap* map, int c0, int c1, int c2,
                                           uint32_t bar) {
   asm volatile(

@@ -1,6 +1,7 @@
-// The latent experts' two products with NVFP4 / MXFP4 / FP8 weights as a
-// grouped GEMM on Hopper's warpgroup MMA (sm_90a), for steps with many
-// (token, expert) pairs: prefill. Each warp decodes its A fragments (FP4:
+// Products with NVFP4 / MXFP4 / FP8 weights on Hopper's warpgroup MMA
+// (sm_90a), for steps with many rows (prefill): the latent experts' two
+// products as a grouped GEMM over (token, expert) pairs, and the dense
+// projections (q/k/v/o, gate/up/down) as a plain GEMM. Each warp decodes its A fragments (FP4:
 // the codes times their block scales, FP8: the E4M3 codes, both exact in
 // bf16) from the staged codes into registers right before its wgmma steps,
 // so HBM and shared memory carry only the stored bytes.
@@ -11,7 +12,13 @@
 // 2026-12-06), 3.8× the BF16 experts' grouped GEMM (cuda_moe_wgmma.cu), whose
 // shape this follows: a tile is NX pairs of one expert against 128 weight
 // rows, a cluster of four blocks are its four K-slices, and the tiles of one
-// expert run side by side over each weight tile.
+// expert run side by side over each weight tile. The dense projections'
+// per-tile kernel (cuda_quant_matmul.cu) re-streams and re-decodes a
+// weight's codes once per 64 rows of x: Glimmer's 4 layers at 8K took
+// 0.375 s with FP8 weights, 4.4× BF16's wgmma GEMM (H100, 2026-12-06); here
+// they are one expert, every row of x a pair, in tiles grouped as the BF16
+// GEMM's (wg_t_group) so a group's rows of x stay in L2 while the codes
+// stream past them.
 //
 // The bits are the per-tile kernels' (and so decode's): their K-slices, in
 // each granule their mma steps in their order, each step's 16 k in the same
@@ -33,7 +40,7 @@
 #include <algorithm>
 
 #include "muse/backends/cuda/cuda_moe_wgmma.cuh"
-#include "muse/backends/cuda/cuda_moe_wgmma.h"
+#include "muse/backends/cuda/cuda_quant_wgmma.h"
 #include "muse/backends/cuda/cuda_quant_fp8_int4.cuh"
 
 namespace muse::cuda {
@@ -42,25 +49,38 @@ namespace {
 constexpr int kQUnit = 128;                              // k a unit
 constexpr uint32_t kQCodeBytes = uint32_t(kWgW) * 128;   // FP8: 128 rows × a granule's 128 bytes
 constexpr uint32_t kFp4CodeBytes = uint32_t(kWgW) * 64;  // FP4: 128 rows × 4 pieces of 16 bytes
+// INT4: a granule's 16 word rows × 64 columns (weight rows) a box, two
+// boxes; then each box's 64 group scales (128 bytes) and 8 zero words (32
+// bytes, kept 128-byte aligned for the copy engine), padded to 1024.
+constexpr uint32_t kI4BoxBytes = 16 * 64 * 4, kI4Scales = 2 * kI4BoxBytes, kI4Zeros = kI4Scales + 256;
+constexpr uint32_t kI4StageExtra = kI4Scales + 1024;
 constexpr bool fp8_fmt(QFmt F) { return F == QFmt::Fp8; }
+constexpr bool int4_fmt(QFmt F) { return F == QFmt::Int4; }
 template <QFmt F>
 constexpr uint32_t fp4_scale_row() { return F == QFmt::Mxfp4 ? 16 : 32; }  // scale bytes of a granule's row
 template <QFmt F, int NX>
 constexpr uint32_t q_stage_bytes() {  // x (1024-byte aligned), codes (FP8: 1024-aligned, swizzled), FP4 scales
   return uint32_t(2 * NX * kWgRowBytes) +
-         (fp8_fmt(F) ? kQCodeBytes : kFp4CodeBytes + uint32_t(kWgW) * fp4_scale_row<F>());
+         (fp8_fmt(F)    ? kQCodeBytes
+          : int4_fmt(F) ? kI4StageExtra
+                        : kFp4CodeBytes + uint32_t(kWgW) * fp4_scale_row<F>());
 }
 template <QFmt F>
-constexpr int q_granule() { return fp8_fmt(F) ? kQGranule : kFp4Granule; }
+constexpr int q_granule() { return fp4_format(F) ? kFp4Granule : kQGranule; }
 template <QFmt F>
 constexpr int q_gather_run() { return fp8_fmt(F) ? 64 : 32; }  // positions a gather thread writes
+template <QFmt F>
+constexpr int q_lane_span() { return fp4_format(F) ? 128 : 32; }  // k of a granule a lane of a quad owns
 
 // The activation order of a granule (512 k): position 128·j + 32·w + 16·h +
 // 8·hi + 2·tq + b holds k = 128·tq + 32·j + 8·w + 2·h + hi + 4·b, the k of
 // step (j, w, i = 2h) in mma slot 8·hi + 2·tq + b. From the four 8-k runs
 // in[tq] = k 128·tq + 32·j + 8·w .., the 32 positions 128·j + 32·w ..:
 // x_pairs_4apart gives (k + m, k + m + 4), m = 0..3, the words of slots
-// (2·tq, 2·tq + 1) of step h = m / 2, half hi = m % 2.
+// (2·tq, 2·tq + 1) of step h = m / 2, half hi = m % 2. INT4's granule (128
+// k, lane tq owns k 32·tq .., cuda_quant_fp8_int4.cuh) is the same with
+// 32·tq for 128·tq and no j: position 32·j + 16·h + 8·hi + 2·tq + b holds k
+// = 32·tq + 8·j + 2·h + hi + 4·b (step (j, h) of int4_accumulate).
 __device__ __forceinline__ void fp4_permute32(const uint4 (&in)[4], uint4* dst) {
   uint32_t p[4][4];
 #pragma unroll
@@ -90,7 +110,9 @@ __device__ __forceinline__ void fp8_permute64(const uint4 (&in)[4][2], uint4* ds
 
 // x rows gathered and permuted: grouped row g <- u[order[g] / topk] in the
 // format's order (K a multiple of its granule); one thread a run of
-// positions: FP4 32, (j, w) of a granule; FP8 64, piece j of a granule.
+// positions: FP4 32, (j, w) of a granule; FP8 64, piece j of a granule;
+// INT4 32, step j of a granule.
+// order null (the dense products): row g <- u[g], all R rows.
 template <QFmt F>
 __global__ void moe_q_gather_kernel(const __nv_bfloat16* __restrict__ u, int64_t Hm, int topk,
                                     const int32_t* __restrict__ order, const int32_t* __restrict__ starts, int E,
@@ -101,8 +123,8 @@ __global__ void moe_q_gather_kernel(const __nv_bfloat16* __restrict__ u, int64_t
   const int64_t runs = Hm / kRun, i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= R * runs) return;
   const int64_t g = i / runs, r = i % runs, k0 = (r / kRunsGran) * q_granule<F>(), jw = r % kRunsGran;
-  if (g >= starts[E]) return;
-  const __nv_bfloat16* src = u + int64_t(order[g] / topk) * Hm + k0;
+  if (starts && g >= starts[E]) return;
+  const __nv_bfloat16* src = u + (order ? int64_t(order[g] / topk) : g) * Hm + k0;
   __nv_bfloat16* dst = xg + g * Hm + k0 + kRun * jw;
   if constexpr (fp8_fmt(F)) {  // jw = j
     uint4 in[4][2];
@@ -111,10 +133,10 @@ __global__ void moe_q_gather_kernel(const __nv_bfloat16* __restrict__ u, int64_t
 #pragma unroll
       for (int q = 0; q < 2; ++q) in[tq][q] = *reinterpret_cast<const uint4*>(src + 32 * tq + 16 * jw + 8 * q);
     fp8_permute64(in, reinterpret_cast<uint4*>(dst));
-  } else {  // jw = 4·j + w
+  } else {  // FP4: jw = 4·j + w; INT4: jw = j
     uint4 in[4];
 #pragma unroll
-    for (int tq = 0; tq < 4; ++tq) in[tq] = *reinterpret_cast<const uint4*>(src + 8 * jw + 128 * tq);
+    for (int tq = 0; tq < 4; ++tq) in[tq] = *reinterpret_cast<const uint4*>(src + 8 * jw + q_lane_span<F>() * tq);
     fp4_permute32(in, reinterpret_cast<uint4*>(dst));
   }
 }
@@ -123,19 +145,32 @@ struct QMaps {
   CUtensorMap x;       // grouped activations (permuted), boxes of 64 k × NX rows
   CUtensorMap codes;   // FP4: [E][N][K/128][4][16 bytes], box {16, 1, 4, 64, 1}: piece j of 64 rows;
                        // FP8: [E][N][K], box {128, 64, 1}: a granule of 64 rows, 128-byte swizzle
+                       // INT4: [E][K/8][N] words, box {64, 16, 1}: a granule's word rows of 64 columns
   CUtensorMap scales;  // FP4: [E][N][K/512][granule's scale bytes], box {bytes, 1, 64, 1}
+                       // INT4: [E][G][N] F16 / BF16, box {64, 1, 1}
+  CUtensorMap zeros;   // INT4 with zero points: [E][G][N/8] words, box {8, 1, 1}
 };
 
-// What the finishes need of the weight: the row factors.
+// What the kernels need of the weight beyond its maps: the row factors
+// (FP4, FP8) and INT4's group width, zero points and scale type.
 struct QRows {
   const float* global;     // NVFP4: [E · parts], else null
   const uint8_t* scales;   // FP8: per-tensor / per-channel F32 scales
   int64_t N, scales_stride;
   int parts, block_rows;
+  int64_t group;           // INT4: columns a scale group
+  int zero_offset;         // INT4: added to stored zero points (GPTQ v1)
+  bool zeros, bf16_scales;  // INT4: zero points stored; BF16 (else F16) scales
 };
+QRows q_rows(const QuantDev& w) {
+  return QRows{w.global,     w.scales,        w.N,          w.scales_stride,     w.global_parts,
+               int(w.block_rows), w.block_cols, w.zero_offset, w.zeros != nullptr, w.bf16_scales != 0};
+}
 template <QFmt F>
 __device__ __forceinline__ float q_row_factor(const QRows& w, int e, int64_t n) {
-  if constexpr (fp8_fmt(F)) {  // per tensor / per channel: moe_q_gemm_applies refuses block scales
+  if constexpr (int4_fmt(F)) {  // the group scales are applied per granule
+    return 1.0f;
+  } else if constexpr (fp8_fmt(F)) {  // per tensor / per channel: moe_q_gemm_applies refuses block scales
     return reinterpret_cast<const float*>(w.scales + e * w.scales_stride)[n / w.block_rows];
   } else {
     if (!w.global) return kFp4Unbias;
@@ -254,20 +289,99 @@ __device__ __forceinline__ void q_units(float (&d)[NX / 2], uint32_t base, uint3
   }
 }
 
+// INT4's units (a unit is one granule of 128 k). The per-tile kernel
+// (int4_accumulate) gives a warp 32 weight rows, lane g rows 4·g .. 4·g + 3
+// (one 16-byte piece of each word row), and runs two mma tiles, tt = 0 on
+// rows 4·g, 4·g + 1 and tt = 1 on 4·g + 2, 4·g + 3 (as rows g and g + 8 of
+// the tile). Here warp w of a warpgroup takes tile tt = w % 2 of the 32-row
+// group w / 2 of its box: its A row g is box row 32·(w / 2) + 4·g + 2·tt
+// and A row g + 8 the next one (int4_row); the finishes find the rows there
+// (moe_cluster_quads<..., true>). Each granule's eight steps sum into e
+// from 0.0f, then d = fma(e, group scale of the row, d), as the per-tile
+// kernel's part and acc: its bits. A = q − z, exact in bf16.
+__device__ __forceinline__ int int4_row() {
+  const int w = (threadIdx.x >> 5) & 3, g = (threadIdx.x & 31) >> 2;
+  return 32 * (w >> 1) + 4 * g + 2 * (w & 1);
+}
+template <int NX, int STAGES, class Refill>
+__device__ __forceinline__ void q_units_int4(float (&d)[NX / 2], uint32_t base, uint32_t full, uint32_t empty,
+                                             int units, const QRows& rows, Refill&& refill) {
+  constexpr uint32_t kStage = q_stage_bytes<QFmt::Int4, NX>(), kX = uint32_t(2 * NX * kWgRowBytes);
+  const int lane = threadIdx.x & 31, wg = threadIdx.x >> 7, tq = lane & 3;
+  const int row = int4_row();  // of box wg
+  const uint32_t code_off = kX + uint32_t(wg) * kI4BoxBytes + uint32_t(4 * tq * 64 + row) * 4;  // word row 4·tq (+ j)
+  const uint32_t scale_off = kX + kI4Scales + uint32_t(wg) * 128 + uint32_t(row) * 2;
+  const uint32_t zero_off = kX + kI4Zeros + uint32_t(wg) * 128 + uint32_t(row / 8) * 4;
+  const int zshift = 4 * (row % 8);
+#pragma unroll
+  for (int i = 0; i < NX / 2; ++i) d[i] = 0.0f;
+  for (int u = 0; u < units; ++u) {
+    const int st = u % STAGES;
+    const uint32_t stage = base + uint32_t(st) * kStage;
+    mbar_wait(full + 8 * st, uint32_t((u / STAGES) & 1));
+    const uint32_t sw = lds32(stage + scale_off);
+    const float sc[2] = {half_bits_to_float(sw & 0xFFFFu, rows.bf16_scales), half_bits_to_float(sw >> 16, rows.bf16_scales)};
+    uint32_t zb[2] = {0x4308u * 0x10001u, 0x4308u * 0x10001u};  // bf16(128 + 8): no zero points
+    if (rows.zeros) {
+      const uint32_t zw = lds32(stage + zero_off) >> zshift;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) zb[h] = (0x4300u | (((zw >> (4 * h)) & 15u) + uint32_t(rows.zero_offset))) * 0x10001u;
+    }
+    uint32_t a[8][4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const uint2 cw = lds64(stage + code_off + uint32_t(j) * 256);
+      uint32_t p[2][4];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const uint32_t word = h ? cw.y : cw.x;
+        p[h][0] = bf16x2_sub(u4_pair_plus128<0>(word), zb[h]);
+        p[h][1] = bf16x2_sub(u4_pair_plus128<1>(word), zb[h]);
+        p[h][2] = bf16x2_sub(u4_pair_plus128<2>(word), zb[h]);
+        p[h][3] = bf16x2_sub(u4_pair_plus128<3>(word), zb[h]);
+      }
+      a[2 * j][0] = p[0][0], a[2 * j][1] = p[1][0], a[2 * j][2] = p[0][1], a[2 * j][3] = p[1][1];
+      a[2 * j + 1][0] = p[0][2], a[2 * j + 1][1] = p[1][2], a[2 * j + 1][2] = p[0][3], a[2 * j + 1][3] = p[1][3];
+    }
+    float e[NX / 2];
+#pragma unroll
+    for (int i = 0; i < NX / 2; ++i) e[i] = 0.0f;
+    const uint64_t db[2] = {wg_desc(stage), wg_desc(stage + uint32_t(NX * kWgRowBytes))};
+    wg_hold(e);
+    wg_fence();
+#pragma unroll
+    for (int t = 0; t < 8; ++t) wgmma_rs<NX>(e, a[t], db[t >> 2] + 2 * (t & 3));
+    wg_commit();
+    if (threadIdx.x == 0 && u >= 1 && u - 1 + STAGES < units) {
+      mbar_wait(empty + 8 * ((u - 1) % STAGES), uint32_t(((u - 1) / STAGES) & 1));
+      refill(u - 1 + STAGES);
+    }
+    wg_wait<0>();
+    wg_hold(e);
+#pragma unroll
+    for (int t = 0; t < 8; ++t) wg_hold(a[t]);
+#pragma unroll
+    for (int i = 0; i < NX / 2; ++i) d[i] = fmaf(e[i], sc[(i >> 1) & 1], d[i]);
+    __syncwarp();
+    if (lane == 0) mbar_arrive(empty + 8 * st);
+  }
+}
+
 // gate/up's finish: a = bf16(silu(γ·f) · υ·f') in the down product's order.
 // FP4: quads 2m and 2m + 1 of a row (neighbouring lanes) are elements 0..3
 // and 4..7 of one 8-k run, whose words (element c, element c + 4) sit at
 // positions 16·(c / 2) + 8·(c % 2) + 2·tq of the run's 32 (fp4_permute32):
 // the lanes swap two values each and store two words each. FP8: a quad is
 // one 4-k run, words (0, 2) and (1, 3) at positions 2·tq and 8 + 2·tq of
-// its step (fp8_permute64).
+// its step (fp8_permute64). INT4: as FP4, the run's 32 positions at 32·j
+// of its granule of 128 (fp4_permute32's INT4 form).
 template <QFmt F, int NX>
 __device__ __forceinline__ void q_swiglu_finish(const float (&d)[NX / 2], uint8_t* part_base, int s,
                                                 const MoeTile& tl, int64_t I, const QRows& rows,
                                                 __nv_bfloat16* ap) {
   using Q = MoeQuads<NX, 16>;
   float4 v[2][Q::kEach];
-  moe_cluster_quads<NX, 16, 2>(d, part_base, s, v);
+  moe_cluster_quads<NX, 16, 2, int4_fmt(F)>(d, part_base, s, v);
   const int tid = int(threadIdx.x);
   const bool odd = tid & 1;
 #pragma unroll
@@ -297,8 +411,9 @@ __device__ __forceinline__ void q_swiglu_finish(const float (&d)[NX / 2], uint8_
     // 4 + 0, 4 + 1 and gets 2, 3 (every lane shuffles: before any `ok`).
     const uint32_t pw = __shfl_xor_sync(0xffffffffu, odd ? (h0 | (h1 << 16)) : (h2 | (h3 << 16)), 1);
     if (!ok) continue;
-    const int64_t run = i & ~int64_t(7), r = run % 512;
-    const int64_t at = (run - r) + 128 * ((r % 128) / 32) + 32 * ((r % 32) / 8) + 2 * (r / 128);
+    const int64_t run = i & ~int64_t(7), r = run % q_granule<F>();
+    const int64_t at = int4_fmt(F) ? (run - r) + 32 * ((r % 32) / 8) + 2 * (r / 32)
+                                   : (run - r) + 128 * ((r % 128) / 32) + 32 * ((r % 32) / 8) + 2 * (r / 128);
     uint32_t* row = reinterpret_cast<uint32_t*>(ap + (tl.g0 + t) * I + at);
     if (!odd) {
       row[0] = h0 | ((pw & 0xFFFFu) << 16);  // elements 0 and 4
@@ -317,7 +432,7 @@ __device__ __forceinline__ void q_down_finish(const float (&d)[NX / 2], uint8_t*
                                               const MoeTile& tl, int64_t Hm, const QRows& rows, float* Y) {
   using Q = MoeQuads<NX, 32>;
   float4 v[1][Q::kEach];
-  moe_cluster_quads<NX, 32, 1>(d, part_base, s, v);
+  moe_cluster_quads<NX, 32, 1, int4_fmt(F)>(d, part_base, s, v);
   const int tid = int(threadIdx.x);
 #pragma unroll
   for (int j = 0; j < Q::kEach; ++j) {
@@ -333,17 +448,72 @@ __device__ __forceinline__ void q_down_finish(const float (&d)[NX / 2], uint8_t*
   }
   cluster_wait();
 }
+
+// A dense product's finish: out[t, n] = (P0 + P1 + P2 + P3) · f(n) as odt
+// (row stride ldo), rows t < T and n < N only.
+template <QFmt F, int NX>
+__device__ __forceinline__ void q_dense_finish(const float (&d)[NX / 2], uint8_t* part_base, int s,
+                                               const MoeTile& tl, const QRows& rows, void* out, int odt,
+                                               int64_t ldo) {
+  using Q = MoeQuads<NX, 32>;
+  float4 v[1][Q::kEach];
+  moe_cluster_quads<NX, 32, 1, int4_fmt(F)>(d, part_base, s, v);
+  const int tid = int(threadIdx.x);
+#pragma unroll
+  for (int j = 0; j < Q::kEach; ++j) {
+    const int e = tid + j * kWgThreads;
+    const int t = s * Q::kRowsEach + e / 32;
+    const int64_t n = int64_t(tl.wt) * 128 + 4 * (e % 32);
+    if (t >= tl.rows || n >= rows.N) continue;
+    float f[4];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) f[c] = q_row_factor<F>(rows, 0, min(n + c, rows.N - 1));
+    const float4 r = make_float4(v[0][j].x * f[0], v[0][j].y * f[1], v[0][j].z * f[2], v[0][j].w * f[3]);
+    st4(out, odt, (tl.g0 + t) * ldo + n, r, rows.N - n);
+  }
+  cluster_wait();
+}
 #endif
+
+// Which tile a cluster computes.
+enum class QMode { GateUp, Down, Dense };
+struct QGrid {
+  const int32_t* starts = nullptr;       // experts: the grouping's (MoeGemmArgs)
+  const int32_t* tile_starts = nullptr;
+  int E = 1, tn = 0;                     // tn: weight tiles of the product
+  int64_t T = 0, t_group = 1;            // dense: rows of x; activation tiles a group
+};
+// Dense: groups of t_group activation tiles, every weight tile over each
+// group in turn (wg_tile's order), as one expert's tile.
+template <int NX>
+__device__ __forceinline__ bool dense_tile(const QGrid& g, int64_t c, MoeTile& t) {
+  const int64_t tiles_t = (g.T + NX - 1) / NX, per_group = g.t_group * g.tn;
+  if (c >= tiles_t * g.tn) return false;
+  const int64_t first_t = (c / per_group) * g.t_group, local = c % per_group;
+  const int64_t group_size = tiles_t - first_t < g.t_group ? tiles_t - first_t : g.t_group;
+  t.e = 0;
+  t.wt = int(local / group_size);
+  t.g0 = (first_t + local % group_size) * NX;
+  t.rows = int(min(int64_t(NX), g.T - t.g0));
+  return true;
+}
 
 // One cluster tile: K-slice s = this block's rank in its cluster; the
 // weight tile is two boxes of 64 rows (gate rows i0.. and up rows I + i0..
-// of expert e for gate/up, rows n0.. and n0 + 64.. of its down matrix).
-//   GATE_UP: x = u gathered (K = Hm), out = a, permuted, bf16 [R, I];
-//   else:    x = a permuted (K = I), out = Y fp32 [R, Hm].
-template <QFmt F, int NX, int STAGES, bool GATE_UP>
-__global__ void __launch_bounds__(kWgThreads, NX == 128 ? 2 : 1)
-    moe_q_kernel(const __grid_constant__ QMaps maps, QRows rows, const int32_t* starts, const int32_t* tile_starts,
-                 int E, int tn, int64_t K, int64_t I, int64_t Hm, void* out) {
+// of expert e for gate/up, rows n0.. and n0 + 64.. of the down matrix or
+// the dense weight).
+//   GateUp: x = u gathered (K = Hm), out = a, permuted, bf16 [R, I];
+//   Down:   x = a permuted (K = I), out = Y fp32 [R, Hm];
+//   Dense:  x permuted (T rows of K), out [T, N] as odt, row stride ldo.
+// Two blocks an SM at 128 pairs a tile; one at 256, and for INT4, whose
+// second accumulator set (e, q_units_int4) takes 64 more registers.
+template <QFmt F, int NX>
+constexpr int q_min_blocks() { return NX == 128 && !int4_fmt(F) ? 2 : 1; }
+
+template <QFmt F, int NX, int STAGES, QMode M>
+__global__ void __launch_bounds__(kWgThreads, q_min_blocks<F, NX>())
+    q_gemm_kernel(const __grid_constant__ QMaps maps, QRows rows, QGrid grid, int64_t K, int64_t I, int64_t Hm,
+                  void* out, int odt, int64_t ldo) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(NX == 128 || NX == 256, "grouped GEMM tiles");
   constexpr uint32_t kStage = q_stage_bytes<F, NX>(), kX = uint32_t(2 * NX * kWgRowBytes);
@@ -353,20 +523,38 @@ __global__ void __launch_bounds__(kWgThreads, NX == 128 ? 2 : 1)
   __shared__ uint32_t lut[256];
   pdl_wait();  // the grouping decides every tile; x comes from the kernel before
   MoeTile tl;
-  if (!moe_tile<NX>(starts, tile_starts, E, tn, int64_t(blockIdx.x / kSplit), tl)) return;  // the whole cluster
-  if constexpr (!fp8_fmt(F)) fp4_fill_lut<F == QFmt::Mxfp4>(lut);
+  const int64_t c = int64_t(blockIdx.x / kSplit);
+  if (!(M == QMode::Dense ? dense_tile<NX>(grid, c, tl)
+                          : moe_tile<NX>(grid.starts, grid.tile_starts, grid.E, grid.tn, c, tl)))
+    return;  // the whole cluster
+  if constexpr (fp4_format(F)) fp4_fill_lut<F == QFmt::Mxfp4>(lut);
   const uint32_t raw = smem_addr(wg_raw);
   const uint32_t base = (raw + 1023u) & ~1023u;  // the 128-byte swizzle wants 1024-byte stages
   const uint32_t full = smem_addr(bars), empty = full + 8 * STAGES;
   const int s = int(cg::this_cluster().block_rank());  // this block's K-slice
   const int64_t ngran = K / q_granule<F>();
-  const int units = s < ngran ? (fp8_fmt(F) ? 1 : 4) * int((ngran - s + kSplit - 1) / kSplit) : 0;
-  const int r0 = GATE_UP ? tl.wt * 64 : tl.wt * 128;
-  const int r1 = GATE_UP ? int(I + r0) : r0 + 64;
+  const int units = s < ngran ? (fp4_format(F) ? 4 : 1) * int((ngran - s + kSplit - 1) / kSplit) : 0;
+  constexpr bool kGateUp = M == QMode::GateUp;
+  const int r0 = kGateUp ? tl.wt * 64 : tl.wt * 128;
+  const int r1 = kGateUp ? int(I + r0) : r0 + 64;
   const int t0 = int(tl.g0);
   auto load = [&](int u) {  // unit u into its stage (thread 0)
     const uint32_t stage = base + uint32_t(u % STAGES) * kStage, bar = full + 8 * (u % STAGES);
-    if constexpr (fp8_fmt(F)) {
+    if constexpr (int4_fmt(F)) {  // coordinates: column (weight row), word row, expert
+      const int gi = s + u * kSplit, k = gi * kQGranule;
+      const int grp = rows.group >= K ? 0 : int(int64_t(k) / rows.group);
+      mbar_expect_tx(bar, kX + 2 * kI4BoxBytes + 256 + (rows.zeros ? 64u : 0u));
+      tma_load(stage, &maps.x, k, t0, bar);
+      tma_load(stage + uint32_t(NX * kWgRowBytes), &maps.x, k + 64, t0, bar);
+      tma_load3(stage + kX, &maps.codes, r0, k / 8, tl.e, bar);
+      tma_load3(stage + kX + kI4BoxBytes, &maps.codes, r1, k / 8, tl.e, bar);
+      tma_load3(stage + kX + kI4Scales, &maps.scales, r0, grp, tl.e, bar);
+      tma_load3(stage + kX + kI4Scales + 128, &maps.scales, r1, grp, tl.e, bar);
+      if (rows.zeros) {
+        tma_load3(stage + kX + kI4Zeros, &maps.zeros, r0 / 8, grp, tl.e, bar);
+        tma_load3(stage + kX + kI4Zeros + 128, &maps.zeros, r1 / 8, grp, tl.e, bar);
+      }
+    } else if constexpr (fp8_fmt(F)) {
       const int gi = s + u * kSplit, k = gi * kQGranule;
       mbar_expect_tx(bar, kX + kQCodeBytes);
       tma_load(stage, &maps.x, k, t0, bar);
@@ -393,11 +581,13 @@ __global__ void __launch_bounds__(kWgThreads, NX == 128 ? 2 : 1)
   __syncthreads();  // the barriers are initialized
 
   float d[NX / 2];
-  q_units<F, NX, STAGES>(d, base, full, empty, units, lut, load);
+  if constexpr (int4_fmt(F)) q_units_int4<NX, STAGES>(d, base, full, empty, units, rows, load);
+  else q_units<F, NX, STAGES>(d, base, full, empty, units, lut, load);
   pdl_streaming_done();
   uint8_t* part_base = wg_raw + (base - raw);
-  if constexpr (GATE_UP) q_swiglu_finish<F, NX>(d, part_base, s, tl, I, rows, static_cast<__nv_bfloat16*>(out));
-  else q_down_finish<F, NX>(d, part_base, s, tl, Hm, rows, static_cast<float*>(out));
+  if constexpr (kGateUp) q_swiglu_finish<F, NX>(d, part_base, s, tl, I, rows, static_cast<__nv_bfloat16*>(out));
+  else if constexpr (M == QMode::Down) q_down_finish<F, NX>(d, part_base, s, tl, Hm, rows, static_cast<float*>(out));
+  else q_dense_finish<F, NX>(d, part_base, s, tl, rows, out, odt, ldo);
 #elif defined(__CUDA_ARCH__)
   __trap();  // never launched: moe_q_gemm_applies() is false unless this file's sm_90a code runs
 #endif
@@ -413,7 +603,31 @@ bool q_maps(QMaps* m, const QuantDev& w, int64_t E) {
   if (!encode || K % q_granule<F>() != 0 || w.codes_stride % 16 != 0 || w.N <= 0 || w.N >= (int64_t(1) << 31) ||
       E <= 0 || E >= (int64_t(1) << 31) || (!fp8_fmt(F) && w.scales_stride % 16 != 0))
     return false;
-  if constexpr (fp8_fmt(F)) {
+  if constexpr (int4_fmt(F)) {  // N % 8 == 0 (quant_unsupported); zero points: N % 32 == 0 (q_gemm_layout_ok)
+    const int64_t G = w.scale_ld;
+    const cuuint64_t cd[3] = {cuuint64_t(w.N), cuuint64_t(K / 8), cuuint64_t(E)};
+    const cuuint64_t cs[2] = {cuuint64_t(w.N * 4), cuuint64_t(w.codes_stride)};
+    const cuuint32_t cb[3] = {64, 16, 1}, ce[3] = {1, 1, 1};
+    const cuuint64_t sd[3] = {cuuint64_t(w.N), cuuint64_t(G), cuuint64_t(E)};
+    const cuuint64_t ss[2] = {cuuint64_t(w.N * 2), cuuint64_t(w.scales_stride)};
+    const cuuint32_t sbx[3] = {64, 1, 1};
+    bool ok = encode(&m->codes, CU_TENSOR_MAP_DATA_TYPE_UINT32, 3, const_cast<uint8_t*>(w.codes), cd, cs, cb, ce,
+                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS &&
+              encode(&m->scales, CU_TENSOR_MAP_DATA_TYPE_UINT16, 3, const_cast<uint8_t*>(w.scales), sd, ss, sbx, ce,
+                     CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+    if (ok && w.zeros) {
+      const cuuint64_t zd[3] = {cuuint64_t(w.N / 8), cuuint64_t(G), cuuint64_t(E)};
+      const cuuint64_t zs[2] = {cuuint64_t(w.N / 2), cuuint64_t(w.zeros_stride)};
+      const cuuint32_t zb[3] = {8, 1, 1};
+      ok = w.zeros_stride % 16 == 0 &&
+           encode(&m->zeros, CU_TENSOR_MAP_DATA_TYPE_UINT32, 3, const_cast<uint8_t*>(w.zeros), zd, zs, zb, ce,
+                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+    }
+    return ok;
+  } else if constexpr (fp8_fmt(F)) {
     const cuuint64_t cd[3] = {cuuint64_t(K), cuuint64_t(w.N), cuuint64_t(E)};
     const cuuint64_t cs[2] = {cuuint64_t(K), cuuint64_t(w.codes_stride)};
     const cuuint32_t cb[3] = {128, 64, 1}, ce[3] = {1, 1, 1};
@@ -457,42 +671,125 @@ cudaError_t launch_q_products(cudaStream_t s, const MoeGemmArgs& a, const QuantD
                                                          a.u, Hm, a.topk, a.order, a.starts, a.E, R, a.xg);
       e != cudaSuccess)
     return e;
-  const QRows rg{gu.global, gu.scales, gu.N, gu.scales_stride, gu.global_parts, gu.block_rows};
-  const QRows rd{dn.global, dn.scales, dn.N, dn.scales_stride, dn.global_parts, dn.block_rows};
-  if (cudaError_t e = launch_slice_clusters<moe_q_kernel<F, NX, STAGES, true>>(
-          s, max_tiles * tn_gu * kSplit, kWgThreads, smem, mg, rg, a.starts, a.tile_starts, a.E, tn_gu, Hm, I, Hm,
-          static_cast<void*>(a.ap));
+  QGrid grid;
+  grid.starts = a.starts, grid.tile_starts = a.tile_starts, grid.E = a.E, grid.tn = tn_gu;
+  if (cudaError_t e = launch_slice_clusters<q_gemm_kernel<F, NX, STAGES, QMode::GateUp>>(
+          s, max_tiles * tn_gu * kSplit, kWgThreads, smem, mg, q_rows(gu), grid, Hm, I, Hm, static_cast<void*>(a.ap),
+          int(kBF16), I);
       e != cudaSuccess)
     return e;
-  return launch_slice_clusters<moe_q_kernel<F, NX, STAGES, false>>(s, max_tiles * tn_dn * kSplit, kWgThreads, smem,
-                                                                   md, rd, a.starts, a.tile_starts, a.E, tn_dn, I, I,
-                                                                   Hm, static_cast<void*>(a.Y));
+  grid.tn = tn_dn;
+  return launch_slice_clusters<q_gemm_kernel<F, NX, STAGES, QMode::Down>>(
+      s, max_tiles * tn_dn * kSplit, kWgThreads, smem, md, q_rows(dn), grid, I, I, Hm, static_cast<void*>(a.Y),
+      int(kF32), Hm);
 }
 
+// A dense product from x permuted (xq): tiles of NX rows of x in groups of
+// about 24 MB of x (the BF16 GEMM's wg_t_group rule: the group stays in L2
+// while the weight's codes stream past it).
+template <QFmt F, int NX, int STAGES>
+cudaError_t launch_q_dense(cudaStream_t s, const __nv_bfloat16* xq, int64_t T, const QuantDev& w, void* out, int odt,
+                           int64_t ldo) {
+  constexpr size_t smem = size_t(STAGES) * q_stage_bytes<F, NX>() + 1024;
+  static_assert(size_t(NX) * kWgPartStride * sizeof(float) <= size_t(STAGES) * q_stage_bytes<F, NX>(),
+                "the partials fit in the stages");
+  QMaps m{};
+  if (!encode_rows(&m.x, xq, T, w.K, w.K, NX) || !q_maps<F>(&m, w, 1)) return cudaErrorInvalidValue;
+  QGrid grid;
+  grid.tn = int((w.N + 127) / 128);
+  grid.T = T;
+  grid.t_group = std::clamp<int64_t>((int64_t(24) << 20) / (int64_t(NX) * w.K * 2), 1, 16);
+  const int64_t tiles = (T + NX - 1) / NX * grid.tn;
+  return launch_slice_clusters<q_gemm_kernel<F, NX, STAGES, QMode::Dense>>(
+      s, tiles * kSplit, kWgThreads, smem, m, q_rows(w), grid, w.K, int64_t(0), int64_t(0), out, odt, ldo);
+}
+
+// INT4 always in tiles of 128 (one block an SM, four stages of 41 KB).
 template <QFmt F>
 cudaError_t launch_q_format(cudaStream_t s, const MoeGemmArgs& a, const QuantDev& gu, const QuantDev& dn) {
-  return a.nx == 128 ? launch_q_products<F, 128, 2>(s, a, gu, dn) : launch_q_products<F, 256, 2>(s, a, gu, dn);
+  if constexpr (int4_fmt(F)) return launch_q_products<F, 128, 4>(s, a, gu, dn);
+  else return a.nx == 128 ? launch_q_products<F, 128, 2>(s, a, gu, dn) : launch_q_products<F, 256, 2>(s, a, gu, dn);
+}
+
+// Dense products in tiles of 128 rows of x (two blocks an SM; INT4 one, in
+// four stages), as the experts' rule takes them.
+template <QFmt F>
+cudaError_t launch_q_dense_format(cudaStream_t s, const __nv_bfloat16* xq, int64_t T, const QuantDev& w, void* out,
+                                  int odt, int64_t ldo) {
+  if constexpr (int4_fmt(F)) return launch_q_dense<F, 128, 4>(s, xq, T, w, out, odt, ldo);
+  else return launch_q_dense<F, 128, 2>(s, xq, T, w, out, odt, ldo);
+}
+
+bool fp8_kind(QuantKind kind) { return kind == QuantKind::Fp8; }
+bool fp4_kind(QuantKind kind) { return kind == QuantKind::Nvfp4 || kind == QuantKind::Mxfp4; }
+bool a16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// The layouts the GEMMs take: QuantDev's aligned ones, K a multiple of the
+// format's granule, FP8 per tensor or per channel (block scales would need
+// a second accumulator set per granule), INT4 with groups of whole granules
+// and, with zero points, N % 32 == 0 (their rows of words 16-byte strided);
+// at least one 64-row box of rows.
+bool q_layout_ok(QuantKind kind, const QuantDev& w) {
+  if (!w.aligned || w.N < 64 || !wgmma_gemm_usable() || tensor_map_encoder() == nullptr) return false;
+  switch (kind) {
+    case QuantKind::Nvfp4:
+    case QuantKind::Mxfp4: return w.K % kFp4Granule == 0;
+    case QuantKind::Fp8: return w.K % kQGranule == 0 && w.block_cols >= w.K;
+    case QuantKind::Int4:
+      return w.K % kQGranule == 0 && w.N % 8 == 0 && (w.block_cols >= w.K || w.block_cols % kQGranule == 0) &&
+             a16(w.codes) && a16(w.scales) && (!w.zeros || (w.N % 32 == 0 && a16(w.zeros)));
+    default: return false;
+  }
 }
 
 }  // namespace
 
 bool moe_q_gemm_applies(QuantKind kind, const QuantDev& gu, const QuantDev& dn, int64_t Hm, int64_t I,
                         const void* u) {
-  const bool fp4 = kind == QuantKind::Nvfp4 || kind == QuantKind::Mxfp4, fp8 = kind == QuantKind::Fp8;
-  const int64_t gran = fp8 ? kQGranule : kFp4Granule;
-  return (fp4 || (fp8 && gu.block_cols >= gu.K && dn.block_cols >= dn.K)) && wgmma_gemm_usable() &&
-         tensor_map_encoder() != nullptr && gu.aligned && dn.aligned && gu.K == Hm && dn.K == I && gu.N == 2 * I &&
-         dn.N == Hm && Hm % gran == 0 && I % gran == 0 && reinterpret_cast<uintptr_t>(u) % 16 == 0;
+  const int64_t gran = fp4_kind(kind) ? kFp4Granule : kQGranule;
+  return q_layout_ok(kind, gu) && q_layout_ok(kind, dn) && gu.K == Hm && dn.K == I && gu.N == 2 * I && dn.N == Hm &&
+         Hm % gran == 0 && I % gran == 0 && a16(u);
 }
 
 // Two blocks an SM at 128 pairs a tile (2 stages of 44 KB; MXFP4 42, FP8
-// 48), one at 256 (2 of 76 KB; FP8 80).
+// 48), one at 256 (2 of 76 KB; FP8 80); INT4 one at 128 (4 of 41 KB).
 cudaError_t launch_moe_q_gemm(cudaStream_t s, const MoeGemmArgs& a, const QuantDev& gu, const QuantDev& dn,
                               QuantKind kind) {
   switch (kind) {
     case QuantKind::Nvfp4: return launch_q_format<QFmt::Nvfp4>(s, a, gu, dn);
     case QuantKind::Mxfp4: return launch_q_format<QFmt::Mxfp4>(s, a, gu, dn);
     case QuantKind::Fp8: return launch_q_format<QFmt::Fp8>(s, a, gu, dn);
+    case QuantKind::Int4: return launch_q_format<QFmt::Int4>(s, a, gu, dn);
+    default: return cudaErrorNotSupported;
+  }
+}
+
+bool quant_gemm_applies(QuantKind kind, const QuantDev& w, const void* x) { return q_layout_ok(kind, w) && a16(x); }
+
+int quant_gemm_order(QuantKind kind) {
+  return fp4_kind(kind) ? 1 : fp8_kind(kind) ? 2 : kind == QuantKind::Int4 ? 3 : 0;
+}
+
+cudaError_t launch_quant_gemm_permute(cudaStream_t s, QuantKind kind, const __nv_bfloat16* x, int64_t T, int64_t K,
+                                      __nv_bfloat16* xq) {
+  auto run = [&]<QFmt F>() {
+    return launch_pdl<moe_q_gather_kernel<F>>(s, dim3(blocks_for(T * (K / q_gather_run<F>()), 256)), dim3(256), 0, x,
+                                              K, 1, static_cast<const int32_t*>(nullptr),
+                                              static_cast<const int32_t*>(nullptr), 0, T, xq);
+  };
+  if (fp8_kind(kind)) return run.template operator()<QFmt::Fp8>();
+  if (fp4_kind(kind)) return run.template operator()<QFmt::Nvfp4>();  // MXFP4's order is NVFP4's
+  if (kind == QuantKind::Int4) return run.template operator()<QFmt::Int4>();
+  return cudaErrorNotSupported;
+}
+
+cudaError_t launch_quant_gemm(cudaStream_t s, QuantKind kind, const __nv_bfloat16* xq, int64_t T, const QuantDev& w,
+                              void* out, int odt, int64_t ldo) {
+  switch (kind) {
+    case QuantKind::Nvfp4: return launch_q_dense_format<QFmt::Nvfp4>(s, xq, T, w, out, odt, ldo);
+    case QuantKind::Mxfp4: return launch_q_dense_format<QFmt::Mxfp4>(s, xq, T, w, out, odt, ldo);
+    case QuantKind::Fp8: return launch_q_dense_format<QFmt::Fp8>(s, xq, T, w, out, odt, ldo);
+    case QuantKind::Int4: return launch_q_dense_format<QFmt::Int4>(s, xq, T, w, out, odt, ldo);
     default: return cudaErrorNotSupported;
   }
 }
