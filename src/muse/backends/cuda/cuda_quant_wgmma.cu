@@ -392,7 +392,9 @@ cudaError_t launch_q_dense(cudaStream_t s, const __nv_bfloat16* xq, int64_t T, c
 // INT4 always in tiles of 128 (one block an SM, four stages of 41 KB).
 template <QFmt F>
 cudaError_t launch_q_format(cudaStream_t s, const MoeGemmArgs& a, const QuantDev& gu, const QuantDev& dn) {
-  if constexpr (int4_fmt(F)) return launch_q_products<F, 128, 4>(s, a, gu, dn);
+  if constexpr (int4_fmt(F)) {  // the grouping's tiles must be of 128 pairs (moe_experts)
+    return a.nx == 128 ? launch_q_products<F, 128, 4>(s, a, gu, dn) : cudaErrorInvalidValue;
+  }
   else return a.nx == 128 ? launch_q_products<F, 128, 2>(s, a, gu, dn) : launch_q_products<F, 256, 2>(s, a, gu, dn);
 }
 
