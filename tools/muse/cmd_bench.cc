@@ -114,7 +114,7 @@ int bench_command(int argc, char** argv) {
               "--device cuda: the experts' products, for A/B timing (the same bits): 1 the per-tile kernels, "
               "2 / 3 the grouped wgmma GEMM in tiles of 256 / 128 pairs wherever it applies (BF16, NVFP4, MXFP4, "
               "FP8 per tensor / channel, INT4 always in tiles of 128); 0 (default) the rule: BF16 from 8 pairs an "
-              "expert on average (tiles of 256 from 256), NVFP4 / MXFP4 / FP8 from 32 (tiles of 128), INT4 never");
+              "expert on average (tiles of 256 from 256), NVFP4 / MXFP4 / FP8 / INT4 from 32 (tiles of 128)");
   std::string skip_ops;
   args.option("--skip-ops", &skip_ops, "LIST",
               "--device cuda: do not launch these ops (names as --profile prints them, e.g. residual_norm,swiglu): "

@@ -43,9 +43,9 @@ struct CudaBackendOptions {
   // The latent experts' products, BF16 or NVFP4 / MXFP4 / FP8 / INT4 in
   // their aligned layouts: 0 the rule (the grouped wgmma GEMM,
   // cuda_moe_wgmma.cu and cuda_quant_wgmma.cu: BF16 from 8 pairs an expert
-  // on average, in tiles of 128 pairs, 256 from 256 pairs an expert; FP4
-  // and FP8 from 32 pairs an expert, in tiles of 128; INT4 never yet; else
-  // the per-tile kernels); 1 the per-tile kernels always; 2 / 3 the grouped
+  // on average, in tiles of 128 pairs, 256 from 256 pairs an expert; the
+  // quantized formats from 32 pairs an expert, in tiles of 128; else the
+  // per-tile kernels); 1 the per-tile kernels always; 2 / 3 the grouped
   // GEMM wherever it applies, in tiles of 256 / 128 pairs (INT4 always
   // 128). The same bits; `muse bench --expert-gemm`
   // compares their speed.

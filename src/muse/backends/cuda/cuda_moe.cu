@@ -476,9 +476,10 @@ constexpr int64_t kMoeGemmWidePairs = 256;
 // / 256 / 128, s): 512 tokens (16 pairs an expert) 0.021 / 0.050 / 0.023,
 // 2048 (64) 0.081 / 0.062 / 0.034-0.035, 8192 0.335 / 0.148 / 0.126-0.128.
 // 32 lies between the two measured counts; it was not measured itself.
-// FP8 (per tensor / channel) takes the same count: its per-tile kernels
-// stream twice FP4's bytes; at 8192 tokens 0.355 s per-tile against 0.198
-// grouped (tiles of 128; H100, 2026-12-06); 512 and 2048 not measured.
+// FP8 (per tensor / channel) and INT4 take the same count (H100,
+// 2026-12-06, per-tile / grouped in tiles of 128, s): FP8 512 tokens 0.020 /
+// 0.025, 2048 0.069 / 0.037, 8192 0.355 / 0.198; INT4 2048 0.057 / 0.046,
+// 8192 0.248 / 0.166.
 constexpr int64_t kQuantGemmMinPairs = 32;
 
 template <typename XT, typename WT>
@@ -582,15 +583,12 @@ void CudaBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& 
   // The grouped GEMM where there are enough pairs an expert to fill its
   // tiles (the rule), or as forced (CudaBackendOptions::expert_gemm).
   // Quantized experts in their aligned layouts (cuda_quant_wgmma.cu: the
-  // codes decoded in registers): NVFP4 / MXFP4 / FP8 by their own rule,
-  // INT4 only where forced (its grouped GEMM's bits not yet checked on a
-  // GPU for more than one tile an expert).
+  // codes decoded in registers): every format by its own count.
   const QuantKind qkind = quant ? gate_up.quant->format.kind : QuantKind::None;
-  const bool q_rule = qkind == QuantKind::Nvfp4 || qkind == QuantKind::Mxfp4 || qkind == QuantKind::Fp8;
   const QuantDev gu_dev = quant ? quant_dev(gate_up) : QuantDev{}, dn_dev = quant ? quant_dev(down) : QuantDev{};
   const bool gemm = expert_gemm_ != 1 &&
                     (expert_gemm_ >= 2 || (!quant && R >= kMoeGemmMinPairs * E) ||
-                     (q_rule && R >= kQuantGemmMinPairs * E)) &&
+                     (quant && R >= kQuantGemmMinPairs * E)) &&
                     (mma ? moe_gemm_applies(Hm, I, u.data, gate_up.data, down.data)
                          : quant && moe_q_gemm_applies(qkind, gu_dev, dn_dev, Hm, I, u.data));
   // INT4 runs in tiles of 128 pairs only (its second accumulator set).
