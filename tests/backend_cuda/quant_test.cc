@@ -496,6 +496,22 @@ TEST_F(QuantTest, StreamingDownProductGivesThePerTileBits) {
 // FP4 granules a slice), experts with more pairs than a tile, top-k up to
 // 8, and one rank of two under expert parallelism; and it stays within the
 // double reference's bound.
+// Three CUDA backends made by make(k), k = 0..2, each with the weights it
+// imports (released on every exit, before the backends go).
+struct ThreeBackends {
+  std::unique_ptr<Backend> be[3];
+  ModelWeights own[3];
+  template <class Make>
+  explicit ThreeBackends(Make&& make) {
+    for (int k = 0; k < 3; ++k) be[k] = make(k);
+  }
+  bool ok() const { return be[0] && be[1] && be[2]; }
+  ~ThreeBackends() {
+    for (int k = 0; k < 3; ++k)
+      if (be[k]) release_weights(*be[k], own[k]);
+  }
+};
+
 TEST_F(QuantTest, GroupedGemmGivesThePerTileBits) {
   struct Case {
     int64_t T, E, K, Hm, I, base;  // base >= 0: this rank holds experts [base, base + E / 2)
@@ -503,19 +519,10 @@ TEST_F(QuantTest, GroupedGemmGivesThePerTileBits) {
   const Case cases[] = {{1, 2, 1, 512, 512, -1},     {8, 2, 1, 1024, 512, -1},  {300, 16, 4, 512, 1024, -1},
                         {520, 8, 3, 1536, 512, -1},  {1000, 64, 8, 512, 512, -1}, {200, 4, 2, 4096, 512, -1},
                         {64, 8, 8, 2560, 1536, -1},  {400, 16, 4, 512, 512, 8}};
-  std::unique_ptr<Backend> be[3];
-  ModelWeights own[3];
-  for (int k = 0; k < 3; ++k) {
-    be[k] = backend_with_expert_gemm(k + 1);
-    ASSERT_TRUE(be[k]);
-  }
-  struct Release {  // on every exit, before the backends go
-    std::unique_ptr<Backend> (&be)[3];
-    ModelWeights (&w)[3];
-    ~Release() {
-      for (int k = 0; k < 3; ++k) release_weights(*be[k], w[k]);
-    }
-  } release{be, own};
+  ThreeBackends three([](int k) { return backend_with_expert_gemm(k + 1); });
+  ASSERT_TRUE(three.ok());
+  auto& be = three.be;
+  auto& own = three.own;
   uint32_t seed = 7100;
   // NVFP4 with two globals, MXFP4, FP8 per tensor and per channel, INT4
   // with zero points and symmetric.
@@ -586,19 +593,10 @@ TEST_F(QuantTest, ProjectGemmGivesThePerTileBits) {
   const Case cases[] = {{1000, 4096, {1, 17, 64, 65, 300}}, {4099, 1536, {1, 130, 257}}, {77, 512, {3, 128, 129}},
                         {300, 2560, {520}},                 {129, 1056, {200}},            {1024, 1536, {1, 100, 300}}};
   const int variants[3] = {3, 11, 0};  // the per-tile kernels, the GEMM, the rule
-  std::unique_ptr<Backend> be[3];
-  ModelWeights own[3];
-  for (int k = 0; k < 3; ++k) {
-    be[k] = backend_with_product_kernel(variants[k]);
-    ASSERT_TRUE(be[k]);
-  }
-  struct Release {  // on every exit, before the backends go
-    std::unique_ptr<Backend> (&be)[3];
-    ModelWeights (&w)[3];
-    ~Release() {
-      for (int k = 0; k < 3; ++k) release_weights(*be[k], w[k]);
-    }
-  } release{be, own};
+  ThreeBackends three([&](int k) { return backend_with_product_kernel(variants[k]); });
+  ASSERT_TRUE(three.ok());
+  auto& be = three.be;
+  auto& own = three.own;
   uint32_t seed = 7700;
   for (const QSpec& q : kSpecs) {
     if (!runs(q)) continue;

@@ -111,33 +111,11 @@ __device__ __forceinline__ void q_swiglu_finish(const float (&d)[NX / 2], uint8_
   cluster_wait();  // no block leaves while another reads its partial
 }
 
-// down's finish: Y = (P0 + P1 + P2 + P3) · f(n), fp32, row stride Hm.
+// The down product's and a dense product's finish: out[t, n] = (P0 + P1 +
+// P2 + P3) · f(n) as odt (row stride ldo), the tile's rows and n < N only
+// (down: Y, fp32, N = ldo = Hm).
 template <QFmt F, int NX>
-__device__ __forceinline__ void q_down_finish(const float (&d)[NX / 2], uint8_t* part_base, int s,
-                                              const MoeTile& tl, int64_t Hm, const QRows& rows, float* Y) {
-  using Q = MoeQuads<NX, 32>;
-  float4 v[1][Q::kEach];
-  moe_cluster_quads<NX, 32, 1, int4_fmt(F)>(d, part_base, s, v);
-  const int tid = int(threadIdx.x);
-#pragma unroll
-  for (int j = 0; j < Q::kEach; ++j) {
-    const int e = tid + j * kWgThreads;
-    const int t = s * Q::kRowsEach + e / 32;
-    const int64_t n = int64_t(tl.wt) * 128 + 4 * (e % 32);
-    if (t >= tl.rows || n >= Hm) continue;
-    const float4 r = make_float4(v[0][j].x * q_row_factor<F>(rows, tl.e, n),
-                                 v[0][j].y * q_row_factor<F>(rows, tl.e, n + 1),
-                                 v[0][j].z * q_row_factor<F>(rows, tl.e, n + 2),
-                                 v[0][j].w * q_row_factor<F>(rows, tl.e, n + 3));
-    *reinterpret_cast<float4*>(Y + (tl.g0 + t) * Hm + n) = r;  // Hm % 128 == 0: whole, aligned quads
-  }
-  cluster_wait();
-}
-
-// A dense product's finish: out[t, n] = (P0 + P1 + P2 + P3) · f(n) as odt
-// (row stride ldo), rows t < T and n < N only.
-template <QFmt F, int NX>
-__device__ __forceinline__ void q_dense_finish(const float (&d)[NX / 2], uint8_t* part_base, int s,
+__device__ __forceinline__ void q_store_finish(const float (&d)[NX / 2], uint8_t* part_base, int s,
                                                const MoeTile& tl, const QRows& rows, void* out, int odt,
                                                int64_t ldo) {
   using Q = MoeQuads<NX, 32>;
@@ -152,7 +130,7 @@ __device__ __forceinline__ void q_dense_finish(const float (&d)[NX / 2], uint8_t
     if (t >= tl.rows || n >= rows.N) continue;
     float f[4];
 #pragma unroll
-    for (int c = 0; c < 4; ++c) f[c] = q_row_factor<F>(rows, 0, min(n + c, rows.N - 1));
+    for (int c = 0; c < 4; ++c) f[c] = q_row_factor<F>(rows, tl.e, min(n + c, rows.N - 1));
     const float4 r = make_float4(v[0][j].x * f[0], v[0][j].y * f[1], v[0][j].z * f[2], v[0][j].w * f[3]);
     st4(out, odt, (tl.g0 + t) * ldo + n, r, rows.N - n);
   }
@@ -197,8 +175,8 @@ constexpr int q_min_blocks() { return NX == 128 && !int4_fmt(F) ? 2 : 1; }
 
 template <QFmt F, int NX, int STAGES, QMode M>
 __global__ void __launch_bounds__(kWgThreads, q_min_blocks<F, NX>())
-    q_gemm_kernel(const __grid_constant__ QMaps maps, QRows rows, QGrid grid, int64_t K, int64_t I, int64_t Hm,
-                  void* out, int odt, int64_t ldo) {
+    q_gemm_kernel(const __grid_constant__ QMaps maps, QRows rows, QGrid grid, int64_t K, int64_t I, void* out,
+                  int odt, int64_t ldo) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(NX == 128 || NX == 256, "grouped GEMM tiles");
   constexpr uint32_t kStage = q_stage_bytes<F, NX>(), kX = uint32_t(2 * NX * kWgRowBytes);
@@ -271,8 +249,7 @@ __global__ void __launch_bounds__(kWgThreads, q_min_blocks<F, NX>())
   pdl_streaming_done();
   uint8_t* part_base = wg_raw + (base - raw);
   if constexpr (kGateUp) q_swiglu_finish<F, NX>(d, part_base, s, tl, I, rows, static_cast<__nv_bfloat16*>(out));
-  else if constexpr (M == QMode::Down) q_down_finish<F, NX>(d, part_base, s, tl, Hm, rows, static_cast<float*>(out));
-  else q_dense_finish<F, NX>(d, part_base, s, tl, rows, out, odt, ldo);
+  else q_store_finish<F, NX>(d, part_base, s, tl, rows, out, odt, ldo);
 #elif defined(__CUDA_ARCH__)
   __trap();  // never launched: moe_q_gemm_applies() is false unless this file's sm_90a code runs
 #endif
@@ -359,13 +336,13 @@ cudaError_t launch_q_products(cudaStream_t s, const MoeGemmArgs& a, const QuantD
   QGrid grid;
   grid.starts = a.starts, grid.tile_starts = a.tile_starts, grid.E = a.E, grid.tn = tn_gu;
   if (cudaError_t e = launch_slice_clusters<q_gemm_kernel<F, NX, STAGES, QMode::GateUp>>(
-          s, max_tiles * tn_gu * kSplit, kWgThreads, smem, mg, q_rows(gu), grid, Hm, I, Hm, static_cast<void*>(a.ap),
+          s, max_tiles * tn_gu * kSplit, kWgThreads, smem, mg, q_rows(gu), grid, Hm, I, static_cast<void*>(a.ap),
           int(kBF16), I);
       e != cudaSuccess)
     return e;
   grid.tn = tn_dn;
   return launch_slice_clusters<q_gemm_kernel<F, NX, STAGES, QMode::Down>>(
-      s, max_tiles * tn_dn * kSplit, kWgThreads, smem, md, q_rows(dn), grid, I, I, Hm, static_cast<void*>(a.Y),
+      s, max_tiles * tn_dn * kSplit, kWgThreads, smem, md, q_rows(dn), grid, I, I, static_cast<void*>(a.Y),
       int(kF32), Hm);
 }
 
@@ -386,7 +363,7 @@ cudaError_t launch_q_dense(cudaStream_t s, const __nv_bfloat16* xq, int64_t T, c
   grid.t_group = std::clamp<int64_t>((int64_t(24) << 20) / (int64_t(NX) * w.K * 2), 1, 16);
   const int64_t tiles = (T + NX - 1) / NX * grid.tn;
   return launch_slice_clusters<q_gemm_kernel<F, NX, STAGES, QMode::Dense>>(
-      s, tiles * kSplit, kWgThreads, smem, m, q_rows(w), grid, w.K, int64_t(0), int64_t(0), out, odt, ldo);
+      s, tiles * kSplit, kWgThreads, smem, m, q_rows(w), grid, w.K, int64_t(0), out, odt, ldo);
 }
 
 // INT4 always in tiles of 128 (one block an SM, four stages of 41 KB).
