@@ -40,26 +40,27 @@ inline std::vector<float> as_stored(std::vector<float> v, DType dt) {
   return v;
 }
 
-// A CUDA backend whose products all go through kernel `variant`
-// (CudaBackendOptions::gemv_variant; 0: the shape rule), or null with a
-// test failure saying why.
-inline std::unique_ptr<Backend> backend_with_product_kernel(int variant) {
-  CudaBackendOptions o;
-  o.gemv_variant = variant;
+// A CUDA backend with options o, or null with a test failure saying why.
+inline std::unique_ptr<Backend> backend_with(const CudaBackendOptions& o) {
   auto r = create_cuda_backend(o);
   EXPECT_TRUE(r.ok()) << r.message();
   return r.ok() ? std::move(r).value() : nullptr;
 }
+// A CUDA backend whose products all go through kernel `variant`
+// (CudaBackendOptions::gemv_variant; 0: the shape rule).
+inline std::unique_ptr<Backend> backend_with_product_kernel(int variant) {
+  CudaBackendOptions o;
+  o.gemv_variant = variant;
+  return backend_with(o);
+}
 
 // A CUDA backend whose latent experts take CudaBackendOptions::expert_gemm
 // `mode` (1 the per-tile kernels, 2 / 3 the grouped GEMM in tiles of 256 /
-// 128 pairs), or null with a test failure saying why.
+// 128 pairs).
 inline std::unique_ptr<Backend> backend_with_expert_gemm(int mode) {
   CudaBackendOptions o;
   o.expert_gemm = mode;
-  auto r = create_cuda_backend(o);
-  EXPECT_TRUE(r.ok()) << r.message();
-  return r.ok() ? std::move(r).value() : nullptr;
+  return backend_with(o);
 }
 
 // Two downloads of F32 outputs that should hold the same bits, told apart in

@@ -30,8 +30,7 @@ struct CudaBackendOptions {
   // tests and `muse bench --product-kernel` compare their speed. Quantized
   // weights (NVFP4 / MXFP4 / FP8 / INT4 in the layouts it takes) go through
   // their wgmma GEMM (cuda_quant_wgmma.cu) at every row count under 11,
-  // above 64 rows under the rule in the formats it names
-  // (quant_gemm_by_rule, cuda_matmul.cu), else their per-tile kernels.
+  // above 64 rows under the rule, else their per-tile kernels.
   int gemv_variant = 0;
   // The latent experts' FP4 down product (NVFP4, MXFP4): 0 the rule (the
   // streaming kernel where the layout is aligned, K % 512 == 0, and the

@@ -609,18 +609,6 @@ cudaError_t CudaBackend::launch_cublaslt(cudaStream_t s, const Tensor& x, const 
 constexpr int64_t kCublasLtAboveRows = 0;  // 0: never
 
 namespace {
-// The formats whose dense products the rule gives the quantized wgmma GEMM
-// above 64 rows (the others: only under variant 11): all four, whose bits
-// QuantTest.ProjectGemmGivesThePerTileBits checks (H100, 2026-12-06).
-// Glimmer's 4 layers (H100, 2026-12-06, per-tile / GEMM, s): FP8 8K 0.370 /
-// 0.096 (BF16 0.084), 128 tokens 0.008 / 0.004; INT4 8K 0.207 / 0.117. The
-// per-tile kernel re-streams a weight's codes once per 64 rows of x.
-bool quant_gemm_by_rule(QuantKind kind) {
-  return kind == QuantKind::Nvfp4 || kind == QuantKind::Mxfp4 || kind == QuantKind::Fp8 || kind == QuantKind::Int4;
-}
-}  // namespace
-
-namespace {
 // The product kernel for T rows of K: the forced one, else the rule's.
 int product_variant(int forced, int64_t T, int64_t K) { return forced ? forced : gemv_rule(T, K); }
 // Whether that kernel reads x permuted into scratch: the prefill GEMM, the
@@ -704,18 +692,20 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
   // algorithm changes with T; it stays off until a chunk-invariant tensor-core
   // GEMM replaces both (bench/NOTES.md).
   const bool lt = kCublasLtAboveRows > 0 && x.rows() > kCublasLtAboveRows;
-  // Quantized weights above 64 rows in the rule's formats (any format, at
-  // any T, where the prefill GEMM is forced, variant 11): the wgmma GEMM of
-  // cuda_quant_wgmma.cu where it takes the layout, from x permuted once into
-  // scratch per format order; else the per-tile kernels. The same bits
-  // either way.
+  // Quantized weights above 64 rows (at any T where the prefill GEMM is
+  // forced, variant 11): the wgmma GEMM of cuda_quant_wgmma.cu where it
+  // takes the layout, from x permuted once into scratch per format order;
+  // else the per-tile kernels, which re-stream a weight's codes once per 64
+  // rows of x. The same bits either way (QuantTest.ProjectGemmGivesThe-
+  // PerTileBits). Glimmer's 4 layers (H100, 2026-12-06, per-tile / GEMM, s):
+  // FP8 8K 0.370 / 0.096 (BF16 0.084), 128 tokens 0.008 / 0.004; INT4 8K
+  // 0.207 / 0.117, 512 tokens 0.016 / 0.008.
   std::vector<int> qgemm(outs.size(), 0);  // quant_gemm_order of a GEMM product, 0: the per-tile kernel
   if (gemv_variant_ == 11 || (gemv_variant_ == 0 && x.rows() > 64)) {
     bool any = false;
     for (size_t i = 0; i < outs.size(); ++i) {
       const Tensor& w = outs[i].weight;
-      if (w.quant && (gemv_variant_ == 11 || quant_gemm_by_rule(w.quant->format.kind)) &&
-          quant_gemm_applies(w.quant->format.kind, quant_dev(w), x.data))
+      if (w.quant && quant_gemm_applies(w.quant->format.kind, quant_dev(w), x.data))
         qgemm[i] = quant_gemm_order(w.quant->format.kind), any = true;
     }
     if (any && !try_reserve_scratch(size_t(x.rows() * x.cols()) * sizeof(__nv_bfloat16)))
