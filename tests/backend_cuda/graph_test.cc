@@ -9,7 +9,9 @@
 namespace muse {
 namespace {
 
+using cuda_testing::backend_with;
 using cuda_testing::CudaTest;
+using cuda_testing::random_floats;
 
 class Graphs : public CudaTest {
  protected:
@@ -126,6 +128,93 @@ TEST_F(Graphs, ProfilingRunsEagerly) {
   b().set_profiling(false);
   EXPECT_EQ(b().graph_stats().captured, 0) << "a profiled step times each op: no graph";
   EXPECT_NE(b().profile_report().find("softcap"), std::string::npos);
+}
+
+// Side branches (Backend::begin_side) on a second stream give the bits of
+// the same ops in order on one stream (side_stream off, graphs off), eager
+// and recorded: a branch forked from the main ops so far, one whose op needs
+// the scratch (it runs in order, after a join), a branch that reads what a
+// main op wrote after an earlier branch that was never joined, an op after
+// join_side() that reads a branch's output, and a branch left open at
+// execute(). F32 x: the fp32 weights' warp dot takes no scratch, BF16
+// weights the split products, which do.
+class SideBranches : public CudaTest {
+ protected:
+  static constexpr int64_t kRows = 5, kK = 96, kA = 24, kD = 40;
+  struct Step {
+    Tensor x, gain, wf, wb, wf2, h, a, c, d, e, f, g;
+  };
+  Step make(Backend& be) {
+    Step t;
+    t.x = *be.alloc(DType::F32, {kRows, kK});
+    auto w = [&](DType dt, int64_t n, int64_t k, uint32_t seed) {
+      std::vector<float> v = random_floats(size_t(n * k), seed, 0.2f);
+      if (dt == DType::F32) return *be.import_weight(dt, {n, k}, v.data(), false);
+      const std::vector<uint16_t> b = muse::testing::to_bf16(v);
+      return *be.import_weight(dt, {n, k}, b.data(), false);
+    };
+    std::vector<float> g = random_floats(size_t(kK), 3u, 1.0f);
+    t.gain = *be.import_weight(DType::F32, {kK}, g.data(), false);
+    t.wf = w(DType::F32, kA, kK, 11u), t.wb = w(DType::BF16, kD, kK, 12u), t.wf2 = w(DType::F32, kA, kD, 13u);
+    t.h = *be.alloc(DType::F32, {kRows, kK});
+    for (Tensor* o : {&t.a, &t.e, &t.g}) *o = *be.alloc(DType::F32, {kRows, kA});
+    for (Tensor* o : {&t.c, &t.d}) *o = *be.alloc(DType::F32, {kRows, kD});
+    t.f = *be.alloc(DType::F32, {kRows, kK});
+    return t;
+  }
+  static Status run(Backend& be, const Step& t, int salt, uint64_t key) {
+    std::vector<float> x = random_floats(size_t(kRows * kK), uint32_t(200 + salt), 1.5f);
+    be.set_input(t.x, x.data(), x.size() * sizeof(float));
+    be.begin_graph(key);
+    be.rms_norm(t.h, t.x, t.gain, NormGain::After, 1e-6f);
+    be.begin_side();
+    be.matmul(t.a, t.h, t.wf);
+    be.softcap(t.a, 1.0f, 3.0f);
+    be.matmul(t.c, t.h, t.wb);  // scratch: in order from here
+    be.end_side();
+    be.matmul(t.d, t.h, t.wb);
+    be.begin_side();
+    be.matmul(t.g, t.h, t.wf);
+    be.end_side();
+    be.rms_norm(t.f, t.h, t.gain, NormGain::After, 1e-5f);
+    be.begin_side();  // the branch before is still open: this one also waits for d
+    be.matmul(t.e, t.d, t.wf2);
+    be.end_side();
+    be.join_side();
+    be.softcap(t.e, 0.7f, 2.0f);  // after the join: reads the branch's e
+    be.end_graph();
+    be.begin_side();  // open at execute()
+    be.softcap(t.g, 1.1f, 4.0f);
+    be.end_side();
+    return be.execute();
+  }
+  static std::vector<float> down(Backend& be, const Tensor& t) {
+    std::vector<float> v(size_t(t.numel()));
+    EXPECT_TRUE(be.download(t, v.data()).ok());
+    return v;
+  }
+};
+
+TEST_F(SideBranches, GiveTheBitsOfOneStream) {
+  CudaBackendOptions one;
+  one.side_stream = false;
+  one.graphs = false;
+  auto ref = backend_with(one);
+  ASSERT_TRUE(ref);
+  const Step s = make(b()), r = make(*ref);
+  for (int k = 0; k < 5; ++k) {
+    ASSERT_TRUE(run(b(), s, k, 77).ok()) << "step " << k;
+    ASSERT_TRUE(run(*ref, r, k, 77).ok()) << "step " << k;
+    const char* names = "acdefg";
+    int i = 0;
+    for (auto [got, want] : {std::pair{s.a, r.a}, {s.c, r.c}, {s.d, r.d}, {s.e, r.e}, {s.f, r.f}, {s.g, r.g}}) {
+      const std::vector<float> g = down(b(), got), w = down(*ref, want);
+      EXPECT_EQ(0, std::memcmp(g.data(), w.data(), g.size() * sizeof(float)))
+          << "step " << k << ", output " << names[i] << ": the side stream's bits differ from one stream's";
+      ++i;
+    }
+  }
+  EXPECT_GE(b().graph_stats().replayed, 3) << "the region with its branches was recorded and replayed";
 }
 
 }  // namespace

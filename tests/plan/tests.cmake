@@ -68,3 +68,4 @@ muse_plan_cli_test(bench_skip_ops_set_input 2 "bench;--device;cuda;--skip-ops;se
   "\"set_input\" is not an op that may be skipped")
 muse_plan_cli_test(bench_skip_ops_cpu 2 "bench;--skip-ops;swiglu" "--skip-ops needs --device cuda")
 muse_plan_cli_test(bench_enforce_eager_cpu 2 "bench;--enforce-eager" "--enforce-eager needs --device cuda")
+muse_plan_cli_test(bench_one_stream_cpu 2 "bench;--one-stream" "--one-stream needs --device cuda")

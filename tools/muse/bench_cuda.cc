@@ -263,7 +263,8 @@ int bench_cuda(const BenchOptions& o) {
                   (o.expert_gemm == 1   ? "; experts in per-tile kernels"
                    : o.expert_gemm >= 2 ? "; experts in the grouped GEMM, tiles of " +
                                               std::to_string(o.expert_gemm == 2 ? 256 : 128) + " pairs"
-                                        : ""))
+                                        : "") +
+                  (o.one_stream ? "; one stream (no side branch)" : ""))
                      .c_str());
   std::string skipped;
   for (const auto& n : o.skip_ops) {
@@ -286,6 +287,7 @@ int bench_cuda(const BenchOptions& o) {
   eo.backend.gpu_expert_gemm = o.expert_gemm;
   eo.backend.gpu_skip_ops = o.skip_ops;
   eo.backend.gpu_graphs = !o.enforce_eager;
+  eo.backend.gpu_side_stream = !o.one_stream;
   eo.max_sequences = max_batch;
   // Each timed run decodes --tokens more positions on the same sessions.
   eo.max_model_len = std::max(max_ctx, o.prefill) + int64_t(o.runs + 1) * o.tokens + 3;
@@ -311,6 +313,7 @@ int bench_cuda(const BenchOptions& o) {
   out.set("expert_kernel", o.expert_kernel);
   out.set("expert_gemm", o.expert_gemm);
   out.set("skipped_ops", skipped);
+  out.set("one_stream", o.one_stream);
   out.set("parameters", params);
   out.set("weight_bytes", int64_t(traffic.dense_bytes + traffic.head_bytes) +
                               int64_t(double(traffic.expert_bytes) * double(config->num_experts) /

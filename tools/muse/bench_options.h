@@ -51,6 +51,7 @@ struct BenchOptions {
   int expert_gemm = 0;     // --expert-gemm: CudaBackendOptions::expert_gemm (0: the rule)
   std::vector<std::string> skip_ops;  // --skip-ops: CudaBackendOptions::skip_ops (timing probes)
   bool enforce_eager = false;  // --enforce-eager: no CUDA graphs (CudaBackendOptions::graphs off)
+  bool one_stream = false;     // --one-stream: no side branches (CudaBackendOptions::side_stream off)
   // --speculative DIR (bench_spec.cc): a real checkpoint and its drafter,
   // tokens/s with and without speculative decoding on the gate prompts.
   std::string spec_target;

@@ -157,6 +157,19 @@ class Backend {
   // found after a flush included; what was flushed has run by then.
   virtual void flush() {}
 
+  // ---- a side branch (concurrency the caller vouches for) --------------------
+  // The ops enqueued between begin_side() and end_side() read only what ops
+  // enqueued before begin_side() wrote, and write nothing that the ops
+  // enqueued after end_side() read or write, up to join_side(); the ops
+  // enqueued after join_side() may use their results. A backend may run the
+  // branch beside those ops (CUDA: on a second stream, forked and joined by
+  // events; Spark's router and its top-k beside the pre-expert product).
+  // Default: everything in order, which keeps the promise trivially. A
+  // branch left unjoined is joined by execute().
+  virtual void begin_side() {}
+  virtual void end_side() {}
+  virtual void join_side() {}
+
   // ---- recorded regions (CUDA graphs) -----------------------------------------
   // begin_graph(key) ... end_graph() brackets ops of a step that every step
   // begun with the same nonzero `key` enqueues identically: the same ops in

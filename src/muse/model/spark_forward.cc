@@ -21,12 +21,19 @@ void MuseModel::spark_layer(const Step& s, int64_t l, const KvLayerStorage& kv) 
                             {s.h, w.norm_pre_ffn, NormGain::After, eps});
   if (c.is_sparse(l)) {
     // 5: router on h: p = σ(h·Wᵀ·output_multiplier), top-k by p + bias.
+    // A side branch: it reads only h, and only the experts read its ids and
+    // weights, so a backend may run it beside step 6 (CUDA: ~20 µs of
+    // latency-bound fp32 warp dots off the critical path of every sparse
+    // layer at decode).
+    b.begin_side();
     b.matmul(s.router_logits, s.h, w.router);
     b.moe_route(s.expert_ids, s.expert_weights, s.router_logits, w.router_bias, float(c.output_multiplier),
                 float(c.routed_scaling_factor));
+    b.end_side();
     // 6: ũ = rms(h·W_preᵀ)·(1+w_preexp)
     b.matmul(s.latent, s.h, w.pre_expert_proj);
     b.rms_norm(s.latent, s.latent, w.pre_expert_norm, NormGain::After, eps);
+    b.join_side();
     // 7-8: m = Σ_k w_k · rms_1e-8(down_e(silu(γ) ⊙ υ) ⊙ (1+w_postexp)); f = m·W_postᵀ
     // Expert parallelism: each rank runs the slots routed to its experts and
     // the parts are summed at the latent width, before the (replicated)

@@ -53,6 +53,7 @@ CudaBackend::CudaBackend(const CudaBackendOptions& o)
       expert_kernel_(o.expert_kernel),
       expert_gemm_(o.expert_gemm),
       skip_ops_(o.skip_ops),
+      side_on_(o.side_stream),
       graphs_on_(o.graphs),
       max_graphs_(size_t(std::max(1, o.max_graphs))) {}
 
@@ -75,6 +76,9 @@ Status CudaBackend::init() {
   name_ = std::string("cuda (") + prop.name + ", sm_" + std::to_string(prop.major) + std::to_string(prop.minor) +
           ", " + std::to_string(prop.multiProcessorCount) + " SMs)";
   MUSE_CUDA_INIT(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  MUSE_CUDA_INIT(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking));
+  MUSE_CUDA_INIT(cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming));
+  MUSE_CUDA_INIT(cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming));
   MUSE_CUDA_INIT(cudaMalloc(&dev_error_, sizeof(DeviceError)));
   MUSE_CUDA_INIT(cudaMemset(dev_error_, 0, sizeof(DeviceError)));
   MUSE_CUDA_INIT(cudaHostAlloc(reinterpret_cast<void**>(&host_error_), sizeof(DeviceError), cudaHostAllocDefault));
@@ -91,6 +95,7 @@ Status CudaBackend::init() {
 CudaBackend::~CudaBackend() {
   use_device();
   if (stream_) cudaStreamSynchronize(stream_);
+  if (side_) cudaStreamSynchronize(side_);
   drop_graphs();
   for (auto& [key, plan] : lt_plans_) {
     if (plan.op) cublasLtMatmulDescDestroy(plan.op);
@@ -111,6 +116,9 @@ CudaBackend::~CudaBackend() {
   if (dev_error_) cudaFree(dev_error_);
   if (scratch_) cudaFree(scratch_);
   if (lt_workspace_) cudaFree(lt_workspace_);
+  if (fork_event_) cudaEventDestroy(fork_event_);
+  if (join_event_) cudaEventDestroy(join_event_);
+  if (side_) cudaStreamDestroy(side_);
   if (stream_) cudaStreamDestroy(stream_);
 }
 
@@ -225,6 +233,7 @@ void CudaBackend::reserve_scratch(size_t bytes) {
 }
 
 bool CudaBackend::try_reserve_scratch(size_t bytes) {
+  if (side_enqueue_) side_degraded_ = true;  // the main ops use the scratch too: this op runs in order
   if (bytes <= scratch_bytes_) return true;
   use_device();
   // Nothing runs between steps (execute() ends synchronized), so the old
@@ -357,7 +366,68 @@ std::string describe_device_error(const DeviceError& e) {
 }  // namespace
 
 void CudaBackend::quiesce_flushed() {
-  if (launched_ > 0 && cudaStreamSynchronize(stream_) != cudaSuccess) cudaGetLastError();  // execute() reports it
+  if (launched_ > 0 && (join_side_stream(stream_) != cudaSuccess || cudaStreamSynchronize(stream_) != cudaSuccess))
+    cudaGetLastError();  // execute() reports it
+}
+
+// ---------------------------------------------------------------------------
+// Side branches (Backend::begin_side). Why: a Spark sparse layer's router
+// (256 fp32 rows, ~20 µs of latency-bound warp dots) and its top-k wait for
+// nothing but the norm before them, and nothing but the experts wait for
+// them, yet in one stream they sit on the critical path beside the
+// pre-expert product and its norm. Their ops go to side_: the first waits
+// for everything stream_ had at the fork (fork_event_), and the op after
+// join_side() makes stream_ wait for side_ (join_event_). Stream capture
+// follows the events, so a recorded step holds the two branches as graph
+// branches. The kernels and their arguments are the same, so are the bits.
+// Profiling (events between ops on stream_) runs every op in order.
+// ---------------------------------------------------------------------------
+void CudaBackend::enqueue(const char* name, Launch run) {
+  Op op{name, std::move(run)};
+  if (side_enqueue_ && !side_degraded_) {
+    op.side = true, op.fork = side_fork_next_;
+    side_fork_next_ = false, side_any_ = true;
+  } else if (join_next_ || (side_enqueue_ && side_any_)) {
+    // the op after join_side(), or a branch op that needs the scratch:
+    // stream_ waits for the branch so far first
+    op.join = true, join_next_ = false, side_any_ = false;
+  }
+  ops_.push_back(std::move(op));
+  if (graph_mode_ != GraphMode::Off) graph_enqueued(name);
+}
+
+void CudaBackend::begin_side() {
+  if (!side_on_) return;
+  side_enqueue_ = true, side_fork_next_ = true, side_degraded_ = false;
+}
+
+void CudaBackend::end_side() { side_enqueue_ = false; }
+
+void CudaBackend::join_side() {
+  side_enqueue_ = false;
+  if (side_any_) join_next_ = true, side_any_ = false;
+}
+
+cudaError_t CudaBackend::join_side_stream(cudaStream_t main) {
+  if (!side_open_) return cudaSuccess;
+  side_open_ = false;
+  cudaError_t e = cudaEventRecord(join_event_, side_);
+  if (e == cudaSuccess) e = cudaStreamWaitEvent(main, join_event_, 0);
+  return e;
+}
+
+cudaError_t CudaBackend::run_op(size_t i, cudaStream_t main, bool skip) {
+  const Op& op = ops_[i];
+  const bool side = op.side && !profile_;
+  if (op.join || (side && op.fork))
+    if (cudaError_t e = join_side_stream(main); e != cudaSuccess) return e;  // a fork after a fork: in order
+  if (side && !side_open_) {  // a fork: side_ waits for what main has so far
+    cudaError_t e = cudaEventRecord(fork_event_, main);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(side_, fork_event_, 0);
+    if (e != cudaSuccess) return e;
+    side_open_ = true;
+  }
+  return skip ? cudaSuccess : op.run(side ? side_ : main);
 }
 
 // Launches the ops queued so far, after resetting the device error flag
@@ -380,7 +450,7 @@ void CudaBackend::launch_queued(bool timed) {
   for (; launched_ < end; ++launched_) {
     const bool skip = !skip_ops_.empty() && std::find(skip_ops_.begin(), skip_ops_.end(), ops_[launched_].name) !=
                                                 skip_ops_.end();  // a timing probe (CudaBackendOptions::skip_ops)
-    cudaError_t e = skip ? cudaSuccess : ops_[launched_].run(stream_);
+    cudaError_t e = run_op(launched_, stream_, skip);
     if (e == cudaSuccess) e = cudaGetLastError();
     if (e != cudaSuccess) {
       flush_error_ = e, flush_error_name_ = ops_[launched_].name;
@@ -409,6 +479,9 @@ Status CudaBackend::execute() {
     if (events_ok) events_.push_back(ev);
   }
   if (events_ok) launch_queued(profile);
+  if (cudaError_t e = join_side_stream(stream_); e != cudaSuccess && flush_error_ == cudaSuccess)
+    flush_error_ = e, flush_error_name_ = "execute (join the side stream)";
+  side_enqueue_ = side_fork_next_ = side_degraded_ = join_next_ = side_any_ = false;
   auto ops = std::move(ops_);
   ops_.clear();
   const bool started = step_started_;

@@ -53,6 +53,11 @@ struct CudaBackendOptions {
   // timing probe of what each costs a step once PDL overlaps the launches
   // (`muse bench --skip-ops`). The outputs are then not valid.
   std::vector<std::string> skip_ops;
+  // Run the side branches a model marks (Backend::begin_side: Spark's
+  // router and top-k beside the pre-expert product) on a second stream;
+  // off: every op in order on one stream (`muse bench --one-stream`). The
+  // same kernels either way, so the same bits.
+  bool side_stream = true;
   // Replay recorded regions (Backend::begin_graph) as CUDA graphs; off:
   // every op is launched as enqueued (`--enforce-eager`).
   bool graphs = true;

@@ -76,6 +76,10 @@ void CudaBackend::begin_graph(uint64_t caller_key) {
   }
   launch_queued(false);  // the ops before the region (the inputs' uploads) first
   if (!enqueue_error_.empty() || flush_error_ != cudaSuccess) return;
+  if (cudaError_t e = join_side_stream(stream_); e != cudaSuccess) {  // the region may read a side branch's results
+    flush_error_ = e, flush_error_name_ = "begin_graph (join the side stream)";
+    return;
+  }
   if (cudaGraphLaunch(it->second.exec, stream_) != cudaSuccess) {
     // Nothing of the region has run: drop the recording and run it op by op.
     cudaGetLastError();
@@ -147,14 +151,21 @@ void CudaBackend::capture_region() {
   launch_queued(false);  // up to the region (Capture mode)
   if (!enqueue_error_.empty() || flush_error_ != cudaSuccess) return;
   const auto t0 = std::chrono::steady_clock::now();
-  cudaError_t e = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal);
-  const char* failed = "cudaStreamBeginCapture";
+  // A side branch launched before the region is joined outside the capture:
+  // side_ must enter the capture through a fork made inside it.
+  cudaError_t e = join_side_stream(stream_);
+  const char* failed = "join the side stream";
+  if (e == cudaSuccess) e = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), failed = "cudaStreamBeginCapture";
   if (e == cudaSuccess) {
     for (size_t i = region_begin_; i < ops_.size() && e == cudaSuccess; ++i) {
-      e = ops_[i].run(stream_);
+      e = run_op(i, stream_);
       if (e == cudaSuccess) e = cudaGetLastError();
       failed = ops_[i].name;
     }
+    // The capture ends on stream_ with side_ joined (else it is unjoined and fails).
+    if (const cudaError_t j = join_side_stream(stream_); e == cudaSuccess && j != cudaSuccess)
+      e = j, failed = "join the side stream";
+    side_open_ = false;  // a failed capture ran nothing on side_
     cudaGraph_t graph = nullptr;
     const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
     if (e == cudaSuccess) e = end, failed = "cudaStreamEndCapture";

@@ -180,6 +180,10 @@ class CudaBackend final : public Backend {
   void set_input(const Tensor& dst, const void* host, size_t bytes) override;
   Status execute() override;
   void flush() override;
+  // A side branch runs on side_ (cuda_backend.cu, "Side branches").
+  void begin_side() override;
+  void end_side() override;
+  void join_side() override;
   // Recorded regions as CUDA graphs (cuda_graphs.cu).
   void begin_graph(uint64_t key) override;
   void end_graph() override;
@@ -240,10 +244,7 @@ class CudaBackend final : public Backend {
   bool check(bool ok, const char* op, Message&& what) {
     return ok || check(false, op, std::string(what()));
   }
-  void enqueue(const char* name, Launch run) {
-    ops_.push_back({name, std::move(run)});
-    if (graph_mode_ != GraphMode::Off) graph_enqueued(name);
-  }
+  void enqueue(const char* name, Launch run);
   int op_index() const { return int(ops_.size()); }  // the index the next enqueued op gets
   DeviceError* dev_error() const { return dev_error_; }
   // Device scratch of at least `bytes`, valid while the step runs: ops read
@@ -308,9 +309,27 @@ class CudaBackend final : public Backend {
   struct Op {
     const char* name;
     Launch run;
+    bool side = false;  // an op of a side branch (begin_side .. end_side)
+    bool fork = false;  // the first op of its branch: side_ first waits for stream_
+    bool join = false;  // stream_ first waits for side_ (join_side before this op)
   };
   std::vector<Op> ops_;
   size_t launched_ = 0;                     // ops_[0 .. launched_) launched (flush(), execute())
+  // Side branches (Backend::begin_side). At enqueue: whether ops go to the
+  // branch, whether its next op forks, whether the next main op joins.
+  // side_degraded_: an op of the branch needed the scratch (which the main
+  // ops use too), so it and the rest of the branch run in order on stream_,
+  // after a join. At launch: side_open_, side_ has work stream_ has not
+  // waited for.
+  bool side_on_ = true;  // CudaBackendOptions::side_stream
+  bool side_enqueue_ = false, side_fork_next_ = false, side_degraded_ = false, join_next_ = false;
+  bool side_any_ = false;  // the open branch has enqueued a side op
+  bool side_open_ = false;
+  cudaStream_t side_ = nullptr;
+  cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
+  // ops_[i] on its stream, forking / joining first (skip: the fork and join only)
+  cudaError_t run_op(size_t i, cudaStream_t main, bool skip = false);
+  cudaError_t join_side_stream(cudaStream_t main);  // main waits for side_'s work (if any)
   bool step_started_ = false;               // the device error flag is reset for this step
   cudaError_t flush_error_ = cudaSuccess;   // a launch that failed, in flush_error_name_
   const char* flush_error_name_ = "";
