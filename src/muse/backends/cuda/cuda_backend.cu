@@ -420,7 +420,7 @@ cudaError_t CudaBackend::run_op(size_t i, cudaStream_t main, bool skip) {
   const Op& op = ops_[i];
   const bool side = op.side && !profile_;
   if (op.join || (side && op.fork))
-    if (cudaError_t e = join_side_stream(main); e != cudaSuccess) return e;  // a fork after a fork: in order
+    if (cudaError_t e = join_side_stream(main); e != cudaSuccess) return e;  // a new branch joins an open one first
   if (side && !side_open_) {  // a fork: side_ waits for what main has so far
     cudaError_t e = cudaEventRecord(fork_event_, main);
     if (e == cudaSuccess) e = cudaStreamWaitEvent(side_, fork_event_, 0);

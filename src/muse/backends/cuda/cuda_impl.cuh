@@ -323,7 +323,7 @@ class CudaBackend final : public Backend {
   // waited for.
   bool side_on_ = true;  // CudaBackendOptions::side_stream
   bool side_enqueue_ = false, side_fork_next_ = false, side_degraded_ = false, join_next_ = false;
-  bool side_any_ = false;  // the open branch has enqueued a side op
+  bool side_any_ = false;  // side ops enqueued since the last join (a later branch's first op may need one)
   bool side_open_ = false;
   cudaStream_t side_ = nullptr;
   cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
