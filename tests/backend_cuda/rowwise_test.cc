@@ -429,7 +429,11 @@ TEST_P(Rowwise, ReportsTheBackend) {
 // and product bytes as with an op between them (the product permutes x
 // itself), with a flush between producer and product (the model flushes
 // after its first layer) and without; widths whose permuted rows are padded
-// (200: 256) or not (6656), rows 1 (no copy), 17, 64, 65 and 300.
+// (200: 256) or not (6656), rows 1 (no copy), 17, 64, 65 and 300. A side
+// branch between them (Spark's router: an F32 product of x and its top-k)
+// leaves the copy to the product after it; one whose product needs the
+// scratch runs in order and takes the copy itself (then the product after
+// permutes x itself): the same bits every way.
 TEST_P(Rowwise, ProducersPermutedXGivesTheSameBits) {
   if (!bf()) GTEST_SKIP() << "the permuted copy is BF16 (the products' activations)";
   for (int64_t H : {int64_t(200), int64_t(6656)})
@@ -452,26 +456,49 @@ TEST_P(Rowwise, ProducersPermutedXGivesTheSameBits) {
         const int64_t grow = flush && T == 17 ? (H == 200 ? 20000 : 4000) : 0;
         auto xb = random_floats(size_t(std::max<int64_t>(grow, 1) * H), 509);
         Tensor txb = up(act(), {std::max<int64_t>(grow, 1), H}, xb);
-        std::vector<std::vector<uint8_t>> res[2];
-        for (int between = 0; between < 2; ++between) {
+        Tensor twf = up(DType::F32, {N, H}, w), twdf = up(DType::F32, {N, F}, wd);
+        // between: 0 nothing, 1 an op, 2 a side branch, 3 a side branch with
+        // a product that needs the scratch (BF16 weights, above 4 rows)
+        auto op_between = [&](int between, const Tensor& x, const Tensor& wf, const Tensor& wb, const Tensor& out) {
+          if (between == 1) b().swiglu(dummy, dummy, dummy);  // the product permutes x itself
+          if (between < 2) return;
+          b().begin_side();
+          b().matmul(out, x, between == 2 ? wf : wb);
+          if (between == 2) b().softcap(out, 0.9f, 3.0f);
+          b().end_side();
+        };
+        std::vector<std::vector<uint8_t>> res[4], side[4];
+        for (int between = 0; between < 4; ++between) {
           Tensor ts = up(DType::F32, {T, H}, s0), h = poisoned(act(), {T, H}), o = poisoned(DType::F32, {T, N});
           Tensor tga = up(act(), {T, F}, ga), od = poisoned(DType::F32, {T, N});
+          Tensor sb = poisoned(DType::F32, {T, N}), sd = poisoned(DType::F32, {T, N});
           b().residual_norm_then_norm(ts, tu, tg1, NormGain::After, Tensor{}, Tensor{}, 1e-6f,
                                       {h, tg2, NormGain::After, 1e-5f});
           if (flush) b().flush();
-          if (between) b().swiglu(dummy, dummy, dummy);  // an op between: the product permutes x itself
+          op_between(between, h, twf, tw, sb);
           b().matmul(o, h, tw);
+          b().join_side();
           Tensor ob = poisoned(DType::F32, {std::max<int64_t>(grow, 1), N});
           if (grow) b().matmul(ob, txb, tw);
           b().swiglu(tga, tga, tup);
           if (flush) b().flush();
-          if (between) b().swiglu(dummy, dummy, dummy);
+          op_between(between, tga, twdf, twd, sd);
           b().matmul(od, tga, twd);
+          b().join_side();
           run();
           res[between] = {get_bytes(ts), get_bytes(h), get_bytes(o), get_bytes(tga), get_bytes(od)};
+          side[between] = {get_bytes(sb), get_bytes(sd)};
         }
         const char* names[] = {"stream", "norm output", "product", "SwiGLU output", "down product"};
-        for (size_t i = 0; i < 5; ++i) EXPECT_EQ(res[0][i], res[1][i]) << what << ": the " << names[i] << " differs";
+        for (int between = 1; between < 4; ++between)
+          for (size_t i = 0; i < 5; ++i)
+            EXPECT_EQ(res[0][i], res[between][i])
+                << what << ", " << (between == 1 ? "an op" : between == 2 ? "a side branch" : "a side branch in order")
+                << " between: the " << names[i] << " differs";
+        // the in-order branch's products (the first through the copy): the
+        // main products' bits
+        EXPECT_EQ(side[3][0], res[0][2]) << what << ": the side branch's product differs";
+        EXPECT_EQ(side[3][1], res[0][4]) << what << ": the side branch's down product differs";
       }
 }
 

@@ -384,7 +384,11 @@ void CudaBackend::quiesce_flushed() {
 // ---------------------------------------------------------------------------
 void CudaBackend::enqueue(const char* name, Launch run) {
   Op op{name, std::move(run)};
-  if (side_enqueue_ && !side_degraded_) {
+  // A branch op that needs no scratch touches neither the scratch nor what
+  // the main ops after it read (the branch's contract), whichever stream
+  // runs it: a copy offered to the op `after` enqueues on skips it.
+  if (!side_enqueue_ || side_degraded_) ++in_order_ops_;
+  if (side_on_ && side_enqueue_ && !side_degraded_) {
     op.side = true, op.fork = side_fork_next_;
     side_fork_next_ = false, side_any_ = true;
   } else if (join_next_ || (side_enqueue_ && side_any_)) {
@@ -397,7 +401,6 @@ void CudaBackend::enqueue(const char* name, Launch run) {
 }
 
 void CudaBackend::begin_side() {
-  if (!side_on_) return;
   side_enqueue_ = true, side_fork_next_ = true, side_degraded_ = false;
 }
 
@@ -487,7 +490,7 @@ Status CudaBackend::execute() {
   const bool started = step_started_;
   const cudaError_t flush_error = flush_error_;
   launched_ = 0, step_started_ = false, flush_error_ = cudaSuccess;
-  xperm_copy_ = {};  // the next step's op indices start again from 0
+  xperm_copy_ = {}, in_order_ops_ = 0;  // the next step's op counts start again from 0
   arena_used_ = 0;  // the next step writes from the start (this one is synchronized below)
   if (!enqueue_error_.empty() || flush_error != cudaSuccess || !events_ok) {
     std::string e = !enqueue_error_.empty()       ? enqueue_error_

@@ -264,8 +264,10 @@ class CudaBackend final : public Backend {
   // this step (xperm_ready), and only if the scratch the producer wrote is
   // still the scratch when the product launches: a flush may launch the
   // producer before a later op grows the scratch (xperm_written, checked at
-  // launch; else the product permutes x itself).
-  // `after`: the consumer is the op that many enqueues after the producer.
+  // launch; else the product permutes x itself). Side-branch ops that need
+  // no scratch do not count (in_order_ops_): Spark's router branch sits
+  // between its norm and the pre-expert product.
+  // `after`: the consumer is the op that many in-order enqueues after the producer.
   bool offer_xperm(const Tensor& x, size_t offset = 0, int after = 1);  // the copy `offset` bytes into the scratch
   bool xperm_ready(const Tensor& x) const;
   void xperm_written() { xperm_generation_ = scratch_generation_; }  // the producer's launch
@@ -324,6 +326,9 @@ class CudaBackend final : public Backend {
   bool side_on_ = true;  // CudaBackendOptions::side_stream
   bool side_enqueue_ = false, side_fork_next_ = false, side_degraded_ = false, join_next_ = false;
   bool side_any_ = false;  // side ops enqueued since the last join (a later branch's first op may need one)
+  // Ops enqueued this step that may touch the scratch or x: all but the
+  // branch ops that need no scratch (offer_xperm counts its consumer here).
+  int in_order_ops_ = 0;
   bool side_open_ = false;
   cudaStream_t side_ = nullptr;
   cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;

@@ -627,12 +627,12 @@ bool CudaBackend::offer_xperm(const Tensor& x, size_t offset, int after) {
                            !(kCublasLtAboveRows > 0 && T > kCublasLtAboveRows);
   if (!reads_xperm || !try_reserve_scratch(offset + size_t(wgmma_xperm_elements(T, K)) * sizeof(__nv_bfloat16)))
     return false;
-  xperm_copy_ = {x.data, T, K, op_index() + after, offset};
+  xperm_copy_ = {x.data, T, K, in_order_ops_ + after, offset};
   return true;
 }
 
 bool CudaBackend::xperm_ready(const Tensor& x) const {
-  return xperm_copy_.op == op_index() && xperm_copy_.x == x.data && xperm_copy_.rows == x.rows() &&
+  return xperm_copy_.op == in_order_ops_ && xperm_copy_.x == x.data && xperm_copy_.rows == x.rows() &&
          xperm_copy_.cols == x.cols();
 }
 
