@@ -130,6 +130,29 @@ TEST_F(Graphs, ProfilingRunsEagerly) {
   EXPECT_NE(b().profile_report().find("softcap"), std::string::npos);
 }
 
+// A timing probe (CudaBackendOptions::skip_ops) records its steps without
+// the skipped ops: the replays give the bits of the eager steps that skip
+// them too (here: the norm alone, no softcap).
+TEST_F(Graphs, SkipProbesAreRecordedWithoutTheSkippedOps) {
+  CudaBackendOptions probe;
+  probe.skip_ops = {"softcap"};
+  auto pb = backend_with(probe);
+  ASSERT_TRUE(pb);
+  auto ref = eager();
+  ASSERT_TRUE(ref);
+  const Buffers g = buffers(*pb), e = buffers(*ref);
+  for (int s = 0; s < 5; ++s) {
+    ASSERT_TRUE(step(*pb, g.in, g.out, g.gain, s, 13).ok());
+    ASSERT_TRUE(step(*ref, e.in, e.out, e.gain, s, 13, /*full=*/false).ok());
+    std::vector<uint16_t> got(size_t(kRows * kCols)), want(got.size());
+    ASSERT_TRUE(pb->download(g.out, got.data()).ok());
+    ASSERT_TRUE(ref->download(e.out, want.data()).ok());
+    EXPECT_EQ(got, want) << "step " << s << ": the probe ran the softcap it skips";
+  }
+  EXPECT_EQ(pb->graph_stats().captured, 1) << "the probe's steps are recorded";
+  EXPECT_EQ(pb->graph_stats().replayed, 3);
+}
+
 // Side branches (Backend::begin_side) on a second stream give the bits of
 // the same ops in order on one stream (side_stream off, graphs off), eager
 // and recorded: a branch forked from the main ops so far, one whose op needs

@@ -419,6 +419,11 @@ cudaError_t CudaBackend::join_side_stream(cudaStream_t main) {
   return e;
 }
 
+// A timing probe (CudaBackendOptions::skip_ops): ops_[i]'s kernels are not launched.
+bool CudaBackend::skipped(size_t i) const {
+  return !skip_ops_.empty() && std::find(skip_ops_.begin(), skip_ops_.end(), ops_[i].name) != skip_ops_.end();
+}
+
 cudaError_t CudaBackend::run_op(size_t i, cudaStream_t main, bool skip) {
   const Op& op = ops_[i];
   const bool side = op.side && !profile_;
@@ -451,9 +456,7 @@ void CudaBackend::launch_queued(bool timed) {
   // A region being recorded is launched by its capture, at end_graph().
   const size_t end = graph_mode_ == GraphMode::Capture ? region_begin_ : ops_.size();
   for (; launched_ < end; ++launched_) {
-    const bool skip = !skip_ops_.empty() && std::find(skip_ops_.begin(), skip_ops_.end(), ops_[launched_].name) !=
-                                                skip_ops_.end();  // a timing probe (CudaBackendOptions::skip_ops)
-    cudaError_t e = run_op(launched_, stream_, skip);
+    cudaError_t e = run_op(launched_, stream_, skipped(launched_));
     if (e == cudaSuccess) e = cudaGetLastError();
     if (e != cudaSuccess) {
       flush_error_ = e, flush_error_name_ = ops_[launched_].name;

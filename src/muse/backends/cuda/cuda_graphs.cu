@@ -48,8 +48,9 @@ void remember_failed(std::unordered_set<uint64_t>& failed, uint64_t key) {
 }  // namespace
 
 // Graphs off (--enforce-eager), or steps that must run op by op: profiled
-// (events between the ops) or timing probes (--skip-ops).
-bool CudaBackend::graphs_apply() const { return graphs_on_ && !profile_ && skip_ops_.empty(); }
+// (events between the ops). Timing probes (--skip-ops) record their steps
+// without the skipped ops: what an op costs a step as it runs in a graph.
+bool CudaBackend::graphs_apply() const { return graphs_on_ && !profile_; }
 
 void CudaBackend::begin_graph(uint64_t caller_key) {
   if (!graphs_apply() || caller_key == 0 || graph_mode_ != GraphMode::Off || !enqueue_error_.empty() ||
@@ -158,7 +159,7 @@ void CudaBackend::capture_region() {
   if (e == cudaSuccess) e = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), failed = "cudaStreamBeginCapture";
   if (e == cudaSuccess) {
     for (size_t i = region_begin_; i < ops_.size() && e == cudaSuccess; ++i) {
-      e = run_op(i, stream_);
+      e = run_op(i, stream_, skipped(i));
       if (e == cudaSuccess) e = cudaGetLastError();
       failed = ops_[i].name;
     }

@@ -334,6 +334,7 @@ class CudaBackend final : public Backend {
   cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
   // ops_[i] on its stream, forking / joining first (skip: the fork and join only)
   cudaError_t run_op(size_t i, cudaStream_t main, bool skip = false);
+  bool skipped(size_t i) const;  // CudaBackendOptions::skip_ops names ops_[i]
   cudaError_t join_side_stream(cudaStream_t main);  // main waits for side_'s work (if any)
   bool step_started_ = false;               // the device error flag is reset for this step
   cudaError_t flush_error_ = cudaSuccess;   // a launch that failed, in flush_error_name_
