@@ -64,19 +64,35 @@ constexpr int kGemvStages = 8;  // 8 warps × 8 slots × 512 bytes: 32 KB of rin
 // One activation row without the ring (4-byte weights): warp_dot_row's
 // pieces of both operands in flight at once (cuda_dot.cuh).
 constexpr int kRowAhead = 8;
+constexpr int kRowWarps = 2;  // its warps a block
 
-template <typename XT, typename WT, bool VEC, bool RING, int AHEAD = 0>
+// WARPS: warps a block (the one-row warp dot spreads its rows over more SMs).
+template <typename XT, typename WT, bool VEC, bool RING, int AHEAD = 0, int WARPS = kWarps>
 __global__ void __launch_bounds__(256) gemv_kernel(const XT* __restrict__ x, int64_t ldx, int64_t T,
                                                    const WT* __restrict__ w, int64_t N, int64_t K, void* out, int odt,
                                                    int64_t ldo, int rows) {
-  pdl_wait();  // launched with PDL: x from the kernel before us; no early trigger (a heavy product)
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t n_first = (int64_t(blockIdx.x) * WARPS + warp) * rows;
+  if constexpr (VEC && !RING && AHEAD > 0) {
+    // The one-row warp dot reads its rows in batches of AHEAD pieces a lane,
+    // a memory latency each (Spark's router: 32 KB rows, four batches,
+    // 16 µs for 8.4 MB). Its weights depend on no kernel: ask L2 for the
+    // whole rows before the wait, so that one HBM latency covers them and
+    // the batches meet L2. Loads and folds unchanged: the same bits.
+    const int64_t bytes = K * int64_t(sizeof(WT));
+    for (int j = 0; j < rows; ++j) {
+      const int64_t n = n_first + j;
+      if (n >= N) break;
+      const char* row = reinterpret_cast<const char*>(w + n * K);
+      for (int64_t b = int64_t(lane) * 128; b < bytes; b += 32 * 128) asm volatile("prefetch.global.L2 [%0];" ::"l"(row + b));
+    }
+  }
+  pdl_wait();  // launched with PDL: x from the kernel before us; no early trigger (a heavy product)
   const int64_t t0 = int64_t(blockIdx.y) * kRT;
   const int nr = int(T - t0 < kRT ? T - t0 : kRT);
   const XT* xr[kRT];
 #pragma unroll
   for (int r = 0; r < kRT; ++r) xr[r] = x + (t0 + min(r, nr - 1)) * ldx;
-  const int64_t n_first = (int64_t(blockIdx.x) * kWarps + warp) * rows;
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   constexpr bool ring_path = VEC && RING;  // cp.async needs sm_80
 #else
@@ -165,10 +181,13 @@ void launch_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, const Tensor&
       return;
     }
   }
-  // One row (F32 weights: Spark's router): the deep-prefetch warp dot.
+  // One row (F32 weights: Spark's router): the deep-prefetch warp dot, its
+  // rows over two-warp blocks (Spark's 256 router rows on 128 SMs, not 32:
+  // an SM's own requests are the limit when one latency covers all of them).
   if (vec && T == 1)
-    launch_pdl<gemv_kernel<XT, WT, true, false, kRowAhead>>(s, grid, dim3(256), 0, xp, int64_t(K), T, wp, N, K,
-                                                            out.data, odt, out.cols(), rows);
+    launch_pdl<gemv_kernel<XT, WT, true, false, kRowAhead, kRowWarps>>(
+        s, dim3(blocks_for(N, kRowWarps * rows)), dim3(32 * kRowWarps), 0, xp, int64_t(K), T, wp, N, K, out.data, odt,
+        out.cols(), rows);
   else if (vec)
     launch_pdl<gemv_kernel<XT, WT, true, false>>(s, grid, dim3(256), 0, xp, int64_t(K), T, wp, N, K, out.data, odt,
                                                  out.cols(), rows);
@@ -484,7 +503,15 @@ cudaError_t launch_mma_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, co
   auto* wp = static_cast<const __nv_bfloat16*>(w.data);
   const int odt = dt_code(out.dtype);
   const int64_t ldo = out.cols();
-  if (variant == 0) variant = gemv_rule(T, K);
+  if (variant == 0) {
+    variant = gemv_rule(T, K);
+    // A short product on the ring (Spark's pre-expert 4096 rows: 256 blocks,
+    // two an SM) keeps too few bytes in flight with three stages (2 × 32 KB
+    // an SM against ~70 KB of HBM latency at its share of the bandwidth:
+    // 57% of HBM, 2026-12-04 ncu); six stages (96 KB a block) still let every
+    // block be resident at once. The same bits (stages change no arithmetic).
+    if (variant == 3 && (N + 15) / 16 <= 2 * int64_t(sm_count())) variant = 6;
+  }
   if (is_wgmma_variant(variant) && !wgmma_gemm_usable()) variant = 7;  // the same bits, without wgmma
   if (is_wgmma_variant(variant)) return launch_wgmma_gemm(s, x, {&w, 1}, {&out, 1}, variant, nullptr, 0);
   if (variant == 7) return launch_mma_gemm(s, x, w, out);
