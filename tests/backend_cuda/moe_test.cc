@@ -303,6 +303,42 @@ TEST_P(Moe, GroupedGemmGivesThePerTileBits) {
   }
 }
 
+// moe_route groups its ids for moe_experts (the per-tile rule: decode), so
+// that on a side branch the grouping runs beside the pre-expert product.
+// Experts of those ids give the bits of experts that group the same ids
+// themselves (a second route's ids: the grouping is the last route's only),
+// from 1 to 64 rows, on a side branch and not, BF16 and F32 weights, with
+// the experts' tile rows spanning more than one 8-pair tile.
+TEST_P(Moe, RoutesGroupingGivesTheBitsOfTheExpertsOwn) {
+  const ExpertCase cases[] = {{1, 256, 8, 128, 64, DType::BF16}, {5, 16, 4, 72, 40, DType::F32},
+                              {64, 128, 8, 64, 32, DType::BF16}, {17, 256, 8, 64, 32, DType::BF16}};
+  uint32_t seed = 7000;
+  for (const auto& c : cases)
+    for (bool side : {false, true}) {
+      const std::string what = "T " + std::to_string(c.T) + " E " + std::to_string(c.E) + (side ? " side" : "");
+      auto z = random_floats(static_cast<size_t>(c.T * c.E), ++seed, 2.0f);
+      auto u = random_floats(static_cast<size_t>(c.T * c.Hm), ++seed);
+      auto gu = random_floats(static_cast<size_t>(c.E * 2 * c.I * c.Hm), ++seed, 0.1f);
+      auto dn = random_floats(static_cast<size_t>(c.E * c.Hm * c.I), ++seed, 0.1f);
+      auto gain = random_floats(static_cast<size_t>(c.Hm), ++seed, 0.3f, 1.0f);
+      Tensor tz = up(DType::F32, {c.T, c.E}, z), tu = up(act(), {c.T, c.Hm}, u);
+      Tensor tgu = up(c.wdt, {c.E, 2 * c.I, c.Hm}, gu), tdn = up(c.wdt, {c.E, c.Hm, c.I}, dn);
+      Tensor tg = up(DType::F32, {c.Hm}, gain);
+      Tensor own_ids = poisoned(DType::I32, {c.T, c.K}), own_w = poisoned(DType::F32, {c.T, c.K});
+      Tensor ids = poisoned(DType::I32, {c.T, c.K}), w = poisoned(DType::F32, {c.T, c.K});
+      Tensor own = poisoned(act(), {c.T, c.Hm}), planned = poisoned(act(), {c.T, c.Hm});
+      b().moe_route(own_ids, own_w, tz, Tensor{}, 1.0f, 1.0f);
+      if (side) b().begin_side();
+      b().moe_route(ids, w, tz, Tensor{}, 1.0f, 1.0f);
+      if (side) b().end_side(), b().join_side();
+      b().moe_experts(own, tu, tgu, tdn, tg, own_ids, own_w, 1e-6f);  // not the last route's ids: groups them itself
+      b().moe_experts(planned, tu, tgu, tdn, tg, ids, w, 1e-6f);
+      run();
+      EXPECT_EQ(get_bytes(own_ids), get_bytes(ids)) << what;
+      EXPECT_EQ(get_bytes(own), get_bytes(planned)) << what << ": the route's grouping changed the experts' bits";
+    }
+}
+
 TEST_P(Moe, BadExpertIdIsAnError) {
   const ExpertCase c{2, 4, 2, 16, 8, DType::BF16};
   auto u = random_floats(32, 1), gu = random_floats(static_cast<size_t>(4 * 16 * 16), 2), dn = random_floats(static_cast<size_t>(4 * 16 * 8), 3);

@@ -115,6 +115,7 @@ CudaBackend::~CudaBackend() {
   if (host_error_) cudaFreeHost(host_error_);
   if (dev_error_) cudaFree(dev_error_);
   if (scratch_) cudaFree(scratch_);
+  if (plan_buf_) cudaFree(plan_buf_);
   if (lt_workspace_) cudaFree(lt_workspace_);
   if (fork_event_) cudaEventDestroy(fork_event_);
   if (join_event_) cudaEventDestroy(join_event_);
@@ -266,6 +267,25 @@ bool CudaBackend::try_reserve_scratch(size_t bytes) {
   if (!take(had))
     check(false, "scratch", "lost " + std::to_string(had >> 20) + " MiB of op scratch while growing it (GPU memory)");
   return false;
+}
+
+// route_plan_'s buffer: as the scratch grows (the queued ops read plan_buf_
+// when they run; a recording points at the old one: scratch_generation_),
+// but not the scratch, so a side-branch op may take it.
+bool CudaBackend::reserve_plan(size_t bytes) {
+  if (bytes <= plan_bytes_) return true;
+  use_device();
+  quiesce_flushed();
+  void* grown = nullptr;
+  const size_t size = std::max(bytes, plan_bytes_ * 2);
+  if (cudaMalloc(&grown, size) != cudaSuccess) {
+    cudaGetLastError();
+    return false;  // moe_experts groups in its own op
+  }
+  if (plan_buf_) cudaFree(plan_buf_);
+  plan_buf_ = grown, plan_bytes_ = size;
+  ++scratch_generation_;
+  return true;
 }
 
 const float* CudaBackend::inv_freq(double theta, int64_t head_dim) {
@@ -494,6 +514,7 @@ Status CudaBackend::execute() {
   const cudaError_t flush_error = flush_error_;
   launched_ = 0, step_started_ = false, flush_error_ = cudaSuccess;
   xperm_copy_ = {}, in_order_ops_ = 0;  // the next step's op counts start again from 0
+  route_plan_ = {};
   arena_used_ = 0;  // the next step writes from the start (this one is synchronized below)
   if (!enqueue_error_.empty() || flush_error != cudaSuccess || !events_ok) {
     std::string e = !enqueue_error_.empty()       ? enqueue_error_

@@ -354,6 +354,21 @@ class CudaBackend final : public Backend {
   cudaEvent_t stage_done_[2] = {nullptr, nullptr};
   void* scratch_ = nullptr;
   size_t scratch_bytes_ = 0;
+  // The grouping of the last moe_route's ids (cuda_moe.cu): moe_group_kernel
+  // runs in the route's op, so that where the route is on a side branch the
+  // grouping too runs beside the pre-expert product, off the experts'
+  // critical path. For the moe_experts of those ids that takes the per-tile
+  // kernels on every expert (decode). Its own buffer: a side-branch op may
+  // not touch the scratch. Grows as the scratch does (reserve_plan).
+  struct RoutePlan {
+    const void* ids = nullptr;  // none this step
+    int64_t rows = 0, cols = 0, experts = 0;
+    size_t o_slot = 0, o_tiles = 0, o_nt = 0;  // order at 0
+  };
+  RoutePlan route_plan_;
+  void* plan_buf_ = nullptr;
+  size_t plan_bytes_ = 0;
+  bool reserve_plan(size_t bytes);
   std::map<std::pair<double, int64_t>, float*> inv_freq_;
   // cuBLASLt.
   cublasLtHandle_t lt_ = nullptr;

@@ -516,20 +516,40 @@ void CudaBackend::moe_route(const Tensor& ids, const Tensor& weights, const Tens
     return;
   const int64_t T = logits.rows();
   if (T == 0) return;
-  enqueue("moe_route", [=](cudaStream_t s) {
+  // The grouping of these ids for moe_experts (route_plan_), where its rule
+  // takes the per-tile kernels: fewer pairs than the grouped GEMM's least
+  // (BF16's, the lower of the two), unless that GEMM is forced.
+  const int64_t R = T * K;
+  const int max_tiles = int(R / kRT + std::min<int64_t>(E, R) + 1);
+  RoutePlan plan{ids.data, T, K, E};
+  plan.o_slot = align256(size_t(R) * 4), plan.o_tiles = plan.o_slot + align256(size_t(R) * 4);
+  plan.o_nt = plan.o_tiles + align256(size_t(max_tiles) * 12);
+  const bool grouped = expert_gemm_ < 2 && R < kMoeGemmMinPairs * E && reserve_plan(plan.o_nt + 256);
+  route_plan_ = grouped ? plan : RoutePlan{};
+  const int op = op_index();
+  enqueue("moe_route", [=, this](cudaStream_t s) {
     const size_t smem = size_t(E) * 2 * sizeof(float);
     auto* id = static_cast<int32_t*>(ids.data);
     auto* w = static_cast<float*>(weights.data);
     auto* z = static_cast<const float*>(logits.data);
     auto* b = static_cast<const float*>(bias.data);
+    cudaError_t e;
     if (E <= 32 * 8)
-      return launch_pdl<moe_route_kernel<8>>(s, dim3(unsigned(T)), dim3(256), smem, id, w, z, b, int(E), int(K),
-                                             multiplier, scaling);
-    if (E <= kWarpRouteExperts)
-      return launch_pdl<moe_route_kernel<kWarpRouteExperts / 32>>(s, dim3(unsigned(T)), dim3(256), smem, id, w, z, b,
-                                                                  int(E), int(K), multiplier, scaling);
-    return launch_pdl<moe_route_kernel<0>>(s, dim3(unsigned(T)), dim3(256), smem, id, w, z, b, int(E), int(K),
-                                           multiplier, scaling);
+      e = launch_pdl<moe_route_kernel<8>>(s, dim3(unsigned(T)), dim3(256), smem, id, w, z, b, int(E), int(K),
+                                          multiplier, scaling);
+    else if (E <= kWarpRouteExperts)
+      e = launch_pdl<moe_route_kernel<kWarpRouteExperts / 32>>(s, dim3(unsigned(T)), dim3(256), smem, id, w, z, b,
+                                                               int(E), int(K), multiplier, scaling);
+    else
+      e = launch_pdl<moe_route_kernel<0>>(s, dim3(unsigned(T)), dim3(256), smem, id, w, z, b, int(E), int(K),
+                                          multiplier, scaling);
+    if (e != cudaSuccess || !grouped) return e;
+    char* pb = static_cast<char*>(plan_buf_);
+    return launch_pdl<moe_group_kernel>(s, dim3(1), dim3(1024), size_t(2 * E + 1) * 4, static_cast<const int32_t*>(id),
+                                        int(R), int(E), -1, reinterpret_cast<int32_t*>(pb),
+                                        reinterpret_cast<int32_t*>(pb + plan.o_slot),
+                                        reinterpret_cast<int32_t*>(pb + plan.o_tiles),
+                                        reinterpret_cast<int32_t*>(pb + plan.o_nt), dev_error(), op, 0, nullptr, nullptr);
   });
 }
 
@@ -596,22 +616,30 @@ void CudaBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& 
                         : expert_gemm_ == 2                         ? 256
                         : !quant && R >= kMoeGemmWidePairs * E      ? 256
                                                                     : 128;
+  // The route grouped these ids already (route_plan_: the same kernel and
+  // arguments, so the same order and tiles), unless ranks split the experts
+  // or the grouped GEMM runs (its tile starts).
+  const RoutePlan plan = route_plan_;
+  const bool planned = !gemm && expert_base < 0 && plan.ids == ids.data && plan.rows == T && plan.cols == K &&
+                       plan.experts == E;
   enqueue("moe_experts", [=, this](cudaStream_t s) {
     char* base = static_cast<char*>(scratch());
-    auto* order = reinterpret_cast<int32_t*>(base + o_order);
-    auto* slot_of = reinterpret_cast<int32_t*>(base + o_slot);
-    auto* tiles = reinterpret_cast<int32_t*>(base + o_tiles);
-    auto* ntiles = reinterpret_cast<int32_t*>(base + o_nt);
+    char* pb = static_cast<char*>(plan_buf_);
+    auto* order = reinterpret_cast<int32_t*>(planned ? pb : base + o_order);
+    auto* slot_of = reinterpret_cast<int32_t*>(planned ? pb + plan.o_slot : base + o_slot);
+    auto* tiles = reinterpret_cast<int32_t*>(planned ? pb + plan.o_tiles : base + o_tiles);
+    auto* ntiles = reinterpret_cast<int32_t*>(planned ? pb + plan.o_nt : base + o_nt);
     auto* A = reinterpret_cast<float*>(base + o_a);
     auto* Y = reinterpret_cast<float*>(base + o_y);
     auto* starts = reinterpret_cast<int32_t*>(base + o_st);
     auto* tile_starts = reinterpret_cast<int32_t*>(base + o_tst);
-    if (cudaError_t e = launch_pdl<moe_group_kernel>(s, dim3(1), dim3(1024), size_t(2 * E + 1) * 4,
-                                                     static_cast<const int32_t*>(ids.data), int(R), int(E),
-                                                     int(expert_base), order, slot_of, tiles, ntiles, dev_error(), op,
-                                                     gemm ? gemm_rows : 0, starts, tile_starts);
-        e != cudaSuccess)
-      return e;
+    if (!planned)
+      if (cudaError_t e = launch_pdl<moe_group_kernel>(s, dim3(1), dim3(1024), size_t(2 * E + 1) * 4,
+                                                       static_cast<const int32_t*>(ids.data), int(R), int(E),
+                                                       int(expert_base), order, slot_of, tiles, ntiles, dev_error(), op,
+                                                       gemm ? gemm_rows : 0, starts, tile_starts);
+          e != cudaSuccess)
+        return e;
     const bool xb = u.dtype == DType::BF16, wb = gate_up.dtype == DType::BF16;
     if (gemm) {
       MoeGemmArgs a;
