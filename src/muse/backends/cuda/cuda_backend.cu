@@ -282,6 +282,13 @@ bool CudaBackend::reserve_plan(size_t bytes) {
     cudaGetLastError();
     return false;  // moe_experts groups in its own op
   }
+  // Zeros (no tiles): what a moe_experts would read of a route a timing
+  // probe skipped (--skip-ops moe_route) is then no work, not stray ids.
+  if (cudaMemset(grown, 0, size) != cudaSuccess) {
+    cudaGetLastError();
+    cudaFree(grown);
+    return false;
+  }
   if (plan_buf_) cudaFree(plan_buf_);
   plan_buf_ = grown, plan_bytes_ = size;
   ++scratch_generation_;
