@@ -284,14 +284,16 @@ bool CudaBackend::reserve_plan(size_t bytes) {
   }
   // Zeros (no tiles): what a moe_experts would read of a route a timing
   // probe skipped (--skip-ops moe_route) is then no work, not stray ids.
-  if (cudaMemset(grown, 0, size) != cudaSuccess) {
+  // On stream_ (not capturing at an enqueue), before the ops that write it;
+  // the side stream forks from stream_.
+  if (cudaMemsetAsync(grown, 0, size, stream_) != cudaSuccess) {
     cudaGetLastError();
     cudaFree(grown);
     return false;
   }
   if (plan_buf_) cudaFree(plan_buf_);
   plan_buf_ = grown, plan_bytes_ = size;
-  ++scratch_generation_;
+  ++scratch_generation_, ++plan_generation_;
   return true;
 }
 
@@ -412,8 +414,9 @@ void CudaBackend::quiesce_flushed() {
 void CudaBackend::enqueue(const char* name, Launch run) {
   Op op{name, std::move(run)};
   // A branch op that needs no scratch touches neither the scratch nor what
-  // the main ops after it read (the branch's contract), whichever stream
-  // runs it: a copy offered to the op `after` enqueues on skips it.
+  // the main ops enqueued after it and before the join read (the branch's
+  // contract), whichever stream runs it: a copy offered to the op `after`
+  // enqueues on skips it.
   if (!side_enqueue_ || side_degraded_) ++in_order_ops_;
   if (side_on_ && side_enqueue_ && !side_degraded_) {
     op.side = true, op.fork = side_fork_next_;

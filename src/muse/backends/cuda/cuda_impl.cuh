@@ -364,10 +364,14 @@ class CudaBackend final : public Backend {
     const void* ids = nullptr;  // none this step
     int64_t rows = 0, cols = 0, experts = 0;
     size_t o_slot = 0, o_tiles = 0, o_nt = 0;  // order at 0
+    uint64_t generation = 0;  // plan_generation_ when the route was enqueued
   };
   RoutePlan route_plan_;
   void* plan_buf_ = nullptr;
   size_t plan_bytes_ = 0;
+  // +1 at every reallocation of plan_buf_: experts that launch after a later
+  // route grew it (its grouping went to the old buffer) group for themselves.
+  uint64_t plan_generation_ = 0;
   bool reserve_plan(size_t bytes);
   std::map<std::pair<double, int64_t>, float*> inv_freq_;
   // cuBLASLt.

@@ -510,7 +510,10 @@ cudaError_t launch_mma_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, co
     // an SM against ~70 KB of HBM latency at its share of the bandwidth:
     // 57% of HBM, 2026-12-04 ncu); six stages (96 KB a block) still let every
     // block be resident at once. The same bits (stages change no arithmetic).
-    if (variant == 3 && (N + 15) / 16 <= 2 * int64_t(sm_count())) variant = 6;
+    // (Where two such blocks fit an SM: Hopper's 228 KB, not Ampere's 164.)
+    if (variant == 3 && (N + 15) / 16 <= 2 * int64_t(sm_count()) &&
+        smem_per_sm() >= 2 * int(ring_bytes<1, 1, 6>()) + 2048)
+      variant = 6;
   }
   if (is_wgmma_variant(variant) && !wgmma_gemm_usable()) variant = 7;  // the same bits, without wgmma
   if (is_wgmma_variant(variant)) return launch_wgmma_gemm(s, x, {&w, 1}, {&out, 1}, variant, nullptr, 0);

@@ -114,6 +114,17 @@ inline int sm_count() {
   return n;
 }
 
+// Shared memory an SM holds for its blocks (0 if unknown), per device, asked once.
+inline int smem_per_sm() {
+  static std::atomic<int> bytes[64] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
+  int n = bytes[dev].load(std::memory_order_acquire);
+  if (n == 0 && cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) == cudaSuccess)
+    bytes[dev].store(n, std::memory_order_release);
+  return n;
+}
+
 // Launches `Kernel` with programmatic dependent launch (sm_90): its blocks
 // may start while the kernel before it finishes, stream what no kernel
 // writes (weights, codes, scales) and wait (pdl_wait, griddepcontrol.wait)

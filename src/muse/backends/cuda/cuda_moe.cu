@@ -525,6 +525,7 @@ void CudaBackend::moe_route(const Tensor& ids, const Tensor& weights, const Tens
   plan.o_slot = align256(size_t(R) * 4), plan.o_tiles = plan.o_slot + align256(size_t(R) * 4);
   plan.o_nt = plan.o_tiles + align256(size_t(max_tiles) * 12);
   const bool grouped = expert_gemm_ < 2 && R < kMoeGemmMinPairs * E && reserve_plan(plan.o_nt + 256);
+  plan.generation = plan_generation_;
   route_plan_ = grouped ? plan : RoutePlan{};
   const int op = op_index();
   enqueue("moe_route", [=, this](cudaStream_t s) {
@@ -620,9 +621,12 @@ void CudaBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& 
   // arguments, so the same order and tiles), unless ranks split the experts
   // or the grouped GEMM runs (its tile starts).
   const RoutePlan plan = route_plan_;
-  const bool planned = !gemm && expert_base < 0 && plan.ids == ids.data && plan.rows == T && plan.cols == K &&
-                       plan.experts == E;
+  const bool planned_at_enqueue = !gemm && expert_base < 0 && plan.ids == ids.data && plan.rows == T &&
+                                  plan.cols == K && plan.experts == E;
   enqueue("moe_experts", [=, this](cudaStream_t s) {
+    // (the buffer the route grouped into is still the buffer: no later route
+    // grew it before this launch)
+    const bool planned = planned_at_enqueue && plan.generation == plan_generation_;
     char* base = static_cast<char*>(scratch());
     char* pb = static_cast<char*>(plan_buf_);
     auto* order = reinterpret_cast<int32_t*>(planned ? pb : base + o_order);
