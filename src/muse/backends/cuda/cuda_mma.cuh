@@ -103,27 +103,20 @@ cudaError_t allow_dynamic_smem(int bytes) {
   return e;
 }
 
-// Multiprocessors of the current device (0 if unknown), per device, asked once.
-inline int sm_count() {
-  static std::atomic<int> counts[64] = {};
+// An attribute of the current device (0 if unknown), per device, asked once.
+template <cudaDeviceAttr Attr>
+inline int device_attribute() {
+  static std::atomic<int> values[64] = {};
   int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
-  int n = counts[dev].load(std::memory_order_acquire);
-  if (n == 0 && cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess)
-    counts[dev].store(n, std::memory_order_release);
+  int n = values[dev].load(std::memory_order_acquire);
+  if (n == 0 && cudaDeviceGetAttribute(&n, Attr, dev) == cudaSuccess) values[dev].store(n, std::memory_order_release);
   return n;
 }
-
-// Shared memory an SM holds for its blocks (0 if unknown), per device, asked once.
-inline int smem_per_sm() {
-  static std::atomic<int> bytes[64] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
-  int n = bytes[dev].load(std::memory_order_acquire);
-  if (n == 0 && cudaDeviceGetAttribute(&n, cudaDevAttrMaxSharedMemoryPerMultiprocessor, dev) == cudaSuccess)
-    bytes[dev].store(n, std::memory_order_release);
-  return n;
-}
+// Multiprocessors of the current device.
+inline int sm_count() { return device_attribute<cudaDevAttrMultiProcessorCount>(); }
+// Shared memory an SM holds for its blocks.
+inline int smem_per_sm() { return device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>(); }
 
 // Launches `Kernel` with programmatic dependent launch (sm_90): its blocks
 // may start while the kernel before it finishes, stream what no kernel
