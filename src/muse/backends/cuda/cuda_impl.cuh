@@ -362,8 +362,7 @@ class CudaBackend final : public Backend {
   // not touch the scratch. Grows as the scratch does (reserve_plan).
   struct RoutePlan {
     const void* ids = nullptr;  // none this step
-    int64_t rows = 0, cols = 0, experts = 0;
-    size_t o_slot = 0, o_tiles = 0, o_nt = 0;  // order at 0
+    int64_t rows = 0, cols = 0, experts = 0;  // the grouping's layout follows (group_layout)
     uint64_t generation = 0;  // plan_generation_ when the route was enqueued
   };
   RoutePlan route_plan_;

@@ -462,6 +462,22 @@ cudaError_t launch_experts_mma(cudaStream_t s, const Tensor& u, const Tensor& ga
 
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
+// Where moe_group_kernel's outputs for R pairs of E experts lie in a buffer:
+// order [R] at 0, slot_of [R], tiles [3 · max_tiles], the tile count; `end`
+// bytes in all (moe_experts' scratch goes on from there; the route's plan
+// buffer holds just these).
+struct GroupLayout {
+  int max_tiles;
+  size_t slot, tiles, nt, end;
+};
+GroupLayout group_layout(int64_t R, int64_t E) {
+  GroupLayout g;
+  g.max_tiles = int(R / kRT + std::min<int64_t>(E, R) + 1);
+  g.slot = align256(size_t(R) * 4), g.tiles = g.slot + align256(size_t(R) * 4);
+  g.nt = g.tiles + align256(size_t(g.max_tiles) * 12), g.end = g.nt + 256;
+  return g;
+}
+
 // The grouped GEMM's rule: from 8 pairs an expert on average (an 8-pair
 // tile per expert is what the per-tile kernels stream its weights for), in
 // tiles of 128 pairs, or 256 from 256 pairs an expert on average. Spark
@@ -520,13 +536,9 @@ void CudaBackend::moe_route(const Tensor& ids, const Tensor& weights, const Tens
   // takes the per-tile kernels: fewer pairs than the grouped GEMM's least
   // (BF16's, the lower of the two), unless that GEMM is forced.
   const int64_t R = T * K;
-  const int max_tiles = int(R / kRT + std::min<int64_t>(E, R) + 1);
-  RoutePlan plan{ids.data, T, K, E};
-  plan.o_slot = align256(size_t(R) * 4), plan.o_tiles = plan.o_slot + align256(size_t(R) * 4);
-  plan.o_nt = plan.o_tiles + align256(size_t(max_tiles) * 12);
-  const bool grouped = expert_gemm_ < 2 && R < kMoeGemmMinPairs * E && reserve_plan(plan.o_nt + 256);
-  plan.generation = plan_generation_;
-  route_plan_ = grouped ? plan : RoutePlan{};
+  const GroupLayout g = group_layout(R, E);
+  const bool grouped = expert_gemm_ < 2 && R < kMoeGemmMinPairs * E && reserve_plan(g.end);
+  route_plan_ = grouped ? RoutePlan{ids.data, T, K, E, plan_generation_} : RoutePlan{};
   const int op = op_index();
   enqueue("moe_route", [=, this](cudaStream_t s) {
     const size_t smem = size_t(E) * 2 * sizeof(float);
@@ -548,9 +560,8 @@ void CudaBackend::moe_route(const Tensor& ids, const Tensor& weights, const Tens
     char* pb = static_cast<char*>(plan_buf_);
     return launch_pdl<moe_group_kernel>(s, dim3(1), dim3(1024), size_t(2 * E + 1) * 4, static_cast<const int32_t*>(id),
                                         int(R), int(E), -1, reinterpret_cast<int32_t*>(pb),
-                                        reinterpret_cast<int32_t*>(pb + plan.o_slot),
-                                        reinterpret_cast<int32_t*>(pb + plan.o_tiles),
-                                        reinterpret_cast<int32_t*>(pb + plan.o_nt), dev_error(), op, 0, nullptr, nullptr);
+                                        reinterpret_cast<int32_t*>(pb + g.slot), reinterpret_cast<int32_t*>(pb + g.tiles),
+                                        reinterpret_cast<int32_t*>(pb + g.nt), dev_error(), op, 0, nullptr, nullptr);
   });
 }
 
@@ -587,15 +598,14 @@ void CudaBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& 
   const int64_t T = u.rows(), K = ids.cols(), I = I2 / 2, R = T * K;
   if (T == 0) return;
   if (!check(R < (int64_t(1) << 24), "moe_experts", "too many (token, expert) pairs in one step")) return;
-  const int max_tiles = int(R / kRT + std::min<int64_t>(E, R) + 1);
+  const GroupLayout g = group_layout(R, E);
+  const int max_tiles = g.max_tiles;
   if (!check(max_tiles < 65535, "moe_experts", "too many expert tiles in one step")) return;
   // Scratch: order, slot_of, tiles, tile count, the grouped GEMM's expert
   // and tile starts, A [R, I], Y [R, Hm]. The grouped GEMM keeps its
   // permuted a (bf16) in A and the gathered u (bf16) in Y, which only its
   // last product writes.
-  const size_t o_order = 0, o_slot = align256(size_t(R) * 4), o_tiles = o_slot + align256(size_t(R) * 4),
-               o_nt = o_tiles + align256(size_t(max_tiles) * 12), o_st = o_nt + 256,
-               o_tst = o_st + align256(size_t(E + 1) * 4), o_a = o_tst + align256(size_t(E + 1) * 4),
+  const size_t o_st = g.end, o_tst = o_st + align256(size_t(E + 1) * 4), o_a = o_tst + align256(size_t(E + 1) * 4),
                o_y = o_a + align256(size_t(R) * size_t(I) * 4), total = o_y + align256(size_t(R) * size_t(Hm) * 4);
   reserve_scratch(total);
   const int op = op_index();
@@ -628,11 +638,11 @@ void CudaBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& 
     // grew it before this launch)
     const bool planned = planned_at_enqueue && plan.generation == plan_generation_;
     char* base = static_cast<char*>(scratch());
-    char* pb = static_cast<char*>(plan_buf_);
-    auto* order = reinterpret_cast<int32_t*>(planned ? pb : base + o_order);
-    auto* slot_of = reinterpret_cast<int32_t*>(planned ? pb + plan.o_slot : base + o_slot);
-    auto* tiles = reinterpret_cast<int32_t*>(planned ? pb + plan.o_tiles : base + o_tiles);
-    auto* ntiles = reinterpret_cast<int32_t*>(planned ? pb + plan.o_nt : base + o_nt);
+    char* grouping = planned ? static_cast<char*>(plan_buf_) : base;  // the same layout in either
+    auto* order = reinterpret_cast<int32_t*>(grouping);
+    auto* slot_of = reinterpret_cast<int32_t*>(grouping + g.slot);
+    auto* tiles = reinterpret_cast<int32_t*>(grouping + g.tiles);
+    auto* ntiles = reinterpret_cast<int32_t*>(grouping + g.nt);
     auto* A = reinterpret_cast<float*>(base + o_a);
     auto* Y = reinterpret_cast<float*>(base + o_y);
     auto* starts = reinterpret_cast<int32_t*>(base + o_st);
