@@ -269,6 +269,84 @@ TEST_P(Attention, DecodeRowIsBatchInvariant) {
   }
 }
 
+// The tensor-core chunk kernel's units in the blocks the GPU holds at once,
+// each block looking its next unit up ahead (CudaBackendOptions::
+// attention_kernel 0), against one unit a block (1): the same output bytes.
+// Steps of up to 96 decode rows at up to 1,500 keys (12 chunks: about four
+// units a resident block) with a 5-row chunk (this step's rows in a later
+// unit's first tile), heads of 128 in groups of 16 and of 64 in groups of
+// 8, paged and sliding. (Other dtypes take the fp32 split kernel, one unit
+// a block either way: the bytes must agree too.)
+TEST_P(Attention, PersistentUnitsGiveTheOneUnitBits) {
+  CudaBackendOptions o;
+  o.attention_kernel = 1;
+  std::unique_ptr<Backend> one = backend_with(o);
+  ASSERT_TRUE(one);
+  struct Shape {
+    int64_t d, hq, hk, B;
+  };
+  for (const Shape sh : {Shape{128, 32, 2, 96}, Shape{64, 16, 2, 40}})
+    for (KvLayout layout : {KvLayout::Paged, KvLayout::Sliding}) {
+      const bool paged = layout == KvLayout::Paged;
+      const int64_t d = sh.d, kvd = sh.hk * d, qd = sh.hq * d, B = sh.B, chunk = 5;
+      const int64_t per = 16, slots = 4000, window = paged ? 0 : 700;
+      auto ck = random_floats(size_t(slots * per * kvd), 960), cv = random_floats(size_t(slots * per * kvd), 961);
+      std::mt19937 rng(962);
+      StepPlanBuilder pb(StepPlanCapacity{B + chunk, B + 1, B + chunk, 2 * slots});
+      int64_t rows = 0, used = 0;
+      for (int64_t s = 0; s <= B; ++s) {
+        const int64_t n = s == B ? chunk : 1, len = s == 2 ? 0 : int64_t(rng() % 1500);
+        std::vector<int32_t> tok(size_t(n), 1), bl;
+        for (int64_t i = 0; i < (len + n + per - 1) / per; ++i) bl.push_back(int32_t(used++ % slots));
+        const std::vector<int32_t> none;
+        pb.add(tok, len, paged ? bl : none, paged ? none : bl, 0, false, true);
+        rows += n;
+      }
+      auto q = random_floats(size_t(rows * qd), 963), k = random_floats(size_t(rows * kvd), 964),
+           v = random_floats(size_t(rows * kvd), 965);
+      std::vector<uint8_t> got[2];
+      for (int which = 0; which < 2; ++which) {
+        Backend& be = which == 0 ? b() : *one;
+        auto upload = [&](DType dt, std::initializer_list<int64_t> shape, std::vector<float> x) {
+          x = as_stored(x, dt);
+          std::vector<uint16_t> h(dt == DType::BF16 ? x.size() : 0);
+          for (size_t i = 0; i < h.size(); ++i) h[i] = f32_to_bf16(x[i]);
+          auto t = be.import_weight(dt, shape, dt == DType::BF16 ? static_cast<const void*>(h.data()) : x.data(), false);
+          EXPECT_TRUE(t.ok());
+          return t.ok() ? *t : Tensor{};
+        };
+        KvLayerStorage cache;
+        cache.layout = layout;
+        cache.k = upload(kv(), {slots, 1, per, kvd}, ck), cache.v = upload(kv(), {slots, 1, per, kvd}, cv);
+        Tensor tq = upload(act(), {rows, qd}, q), tk = upload(act(), {rows, kvd}, k), tv = upload(act(), {rows, kvd}, v);
+        const StepPlanLayout& l = pb.layout();
+        auto buf = be.alloc(DType::I32, {l.total});
+        ASSERT_TRUE(buf.ok());
+        be.set_input(*buf, pb.data(), pb.upload_bytes());
+        StepPlanView view;
+        view.buffer = *buf, view.layout = l, view.window = window, view.block_size = per;
+        auto part = [&](int64_t off, int64_t n) {
+          Tensor t = buf->rows(off, n);
+          t.shape[0] = n;
+          return t;
+        };
+        view.tokens = part(l.tokens, l.positions - l.tokens);
+        view.positions = part(l.positions, l.row_seq - l.positions);
+        view.logit_rows = part(l.logit_rows, l.block_table - l.logit_rows);
+        view.max_seq_rows = pb.max_seq_rows(), view.max_seq_end = pb.max_seq_end();
+        auto out = be.alloc(act(), {rows, qd});
+        ASSERT_TRUE(out.ok());
+        be.attention(*out, tq, tk, tv, cache, view, d, window, 0.088f);
+        Status st = be.execute();
+        ASSERT_TRUE(st.ok()) << st.message();
+        got[which].resize(out->bytes());
+        ASSERT_TRUE(be.download(*out, got[which].data()).ok());
+      }
+      EXPECT_EQ(got[0], got[1]) << (paged ? "paged" : "sliding") << ", heads of " << d
+                                << ": the persistent units differ from one unit a block";
+    }
+}
+
 // B decode rows (sequence 3 with nothing cached) and one sequence of `chunk`
 // rows, at random lengths below 300, over pages handed out in order; the
 // step's row count.

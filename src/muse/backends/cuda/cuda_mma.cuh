@@ -118,6 +118,29 @@ inline int sm_count() { return device_attribute<cudaDevAttrMultiProcessorCount>(
 // Shared memory an SM holds for its blocks.
 inline int smem_per_sm() { return device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>(); }
 
+// Blocks of `Kernel` the GPU holds at once (`threads` a block, `smem` bytes
+// of dynamic shared memory), per device, computed once (a kernel is always
+// launched with the same block shape here); 0 if unknown. The kernel is
+// allowed its shared memory first: above the 48 KB default the occupancy
+// query counts 0 blocks until it is.
+template <auto Kernel>
+int resident_blocks(int threads, size_t smem) {
+  static std::atomic<int> held[64] = {};
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
+  int n = held[dev].load(std::memory_order_acquire);
+  if (n > 0) return n;
+  int per_sm = 0;
+  if (allow_dynamic_smem<Kernel>(int(smem)) != cudaSuccess ||
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel, threads, smem) != cudaSuccess) {
+    cudaGetLastError();  // not sticky: a later launch's cudaGetLastError must not report it
+    return 0;
+  }
+  n = per_sm * sm_count();
+  held[dev].store(n, std::memory_order_release);
+  return n;
+}
+
 // Launches `Kernel` with programmatic dependent launch (sm_90): its blocks
 // may start while the kernel before it finishes, stream what no kernel
 // writes (weights, codes, scales) and wait (pdl_wait, griddepcontrol.wait)

@@ -307,28 +307,6 @@ __global__ void __launch_bounds__(32 * kSplit, 4)  // four blocks an SM by their
   fp4_stream<F == QFmt::Mxfp4, 1, STAGES>(ring, lut, w.K, items.warp, items.lane, items.first, last, items);
 }
 
-// Blocks of `Kernel` the GPU holds at once (threads 32·kSplit, `smem` bytes
-// of dynamic shared memory), per device, computed once; 0 if unknown. The
-// kernel is allowed its shared memory first: above the 48 KB default the
-// occupancy query counts 0 blocks until it is.
-template <auto Kernel>
-int resident_blocks(size_t smem) {
-  static std::atomic<int> held[64] = {};
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
-  int n = held[dev].load(std::memory_order_acquire);
-  if (n > 0) return n;
-  int per_sm = 0;
-  if (allow_dynamic_smem<Kernel>(int(smem)) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel, 32 * kSplit, smem) != cudaSuccess) {
-    cudaGetLastError();  // not sticky: a later launch's cudaGetLastError must not report it
-    return 0;
-  }
-  n = per_sm * sm_count();
-  held[dev].store(n, std::memory_order_release);
-  return n;
-}
-
 // Ring stages of the streaming down product (55 KB a block, four blocks an
 // SM), and the most items, in waves of its resident blocks, the rule
 // streams (batch 1 on the Spark slice: 10 tiles × 256 row blocks, 4.8
@@ -347,7 +325,7 @@ bool launch_down_stream(cudaStream_t s, const QuantDev& dn, const int32_t* tiles
   constexpr size_t smem = fp4_ring_bytes<1, 1, kStreamDownStages>();
   constexpr auto kernel = fp4_down_stream_kernel<F, kStreamDownStages>;
   const int64_t items = int64_t(max_tiles) * ((dn.N + 15) / 16);
-  const int held = resident_blocks<kernel>(smem);
+  const int held = resident_blocks<kernel>(32 * kSplit, smem);
   if (held <= 0 || items >= (int64_t(1) << 31)) {
     if (force) *err = cudaErrorInvalidConfiguration;
     return force;
