@@ -191,8 +191,9 @@ TEST(ProjectVariants, WgmmaKernelsGiveTheSameBits) {
 // `variants`, at each of `rows`: every output's bytes equal its own
 // product's (matmul alone).
 void expect_grouped_outputs_give_separate_bits(std::initializer_list<int> variants, std::initializer_list<int64_t> rows,
-                                               uint32_t seed, std::initializer_list<int64_t> ks = {136, 1000}) {
-  const int64_t Ns[] = {77, 16, 300, 9, 130};
+                                               uint32_t seed, std::initializer_list<int64_t> ks = {136, 1000},
+                                               std::vector<int64_t> Ns = {77, 16, 300, 9, 130}) {
+  Ns.resize(5, 16);
   auto bf = [](const std::vector<float>& v) {
     std::vector<uint16_t> h(v.size());
     for (size_t i = 0; i < v.size(); ++i) h[i] = f32_to_bf16(v[i]);
@@ -246,6 +247,25 @@ TEST(ProjectVariants, GroupedOutputsGiveTheBitsOfSeparateProducts) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU on this machine: the CUDA backend is not tested here";
   expect_grouped_outputs_give_separate_bits({0, 1, 2, 3, 5, 6, 8, 9, 10, 11, 12, 13, 14}, {1, 5, 16, 29, 64, 200},
                                             9100);
+#endif
+}
+
+// The streamed ring (variant 15, and the rule's grouped calls at 1..8 rows
+// with more 16-row tiles than its blocks): products of 6,000 to 12,000
+// rows, so tiles are cut between blocks and their accumulators handed on,
+// K of one round (136), of rounds whose last has granules for some warps
+// only (1000, 4168), and Glimmer's 6,656; the register kernel's bits. Then
+// grouped calls of Q/K/V/gate-like sizes (the rule streams them): each
+// output's bits are its own product's (the ring's, alone).
+TEST(ProjectVariants, StreamedRingGivesTheSameBits) {
+#if !(defined(MUSE_HAVE_CUDA) && MUSE_HAVE_CUDA)
+  GTEST_SKIP() << "this build has no CUDA backend (configure with -DMUSE_CUDA=ON: scripts/test-cuda.sh)";
+#else
+  if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU on this machine: the CUDA backend is not tested here";
+  expect_variants_give_the_same_bits({{1, 9000, 1000}, {3, 7001, 4168}, {8, 6656, 6656}, {5, 12000, 136},
+                                      {2, 9000, 520}, {7, 6100, 8}},
+                                     {15}, 7900);
+  expect_grouped_outputs_give_separate_bits({0, 15}, {1, 4, 8}, 9400, {1000, 6656}, {4099, 256, 257, 4096, 300});
 #endif
 }
 

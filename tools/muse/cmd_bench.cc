@@ -105,7 +105,9 @@ int bench_command(int argc, char** argv) {
               "1 registers, 2/3/4/6 the ring with that many stages, 5 wide, 7 the prefill GEMM, 8/9 the cluster "
               "kernel with 3/4 stages, 10 the cluster kernel with a call's products in one launch, 11 / 12 the wgmma "
               "kernels with 256 / 8..64 activation rows a tile (sm_90a), 13 the 8..64-row wgmma kernel reading x "
-              "permuted into scratch first, 14 the same with 32-row tiles read by TMA from one row on; 0 (default) the shape rule");
+              "permuted into scratch first, 14 the same with 32-row tiles read by TMA from one row on, 15 the "
+              "streamed ring (a call's products in equal shares of the GPU's blocks) at 1..8 rows and the rule above; 0 "
+              "(default) the shape rule");
   args.option("--expert-kernel", &o.expert_kernel, "N",
               "--device cuda: the FP4 expert down product's kernel, for A/B timing (the same bits): 1 a block per "
               "grouping tile and 16 rows, 2 streaming wherever the layout is aligned; 0 (default) the rule: "
@@ -151,8 +153,8 @@ int bench_command(int argc, char** argv) {
     if (v->empty()) return fail("bench", std::string(flag) + " is empty");
     *list = *v;
   }
-  if (o.product_kernel < 0 || o.product_kernel > 14)
-    return fail("bench", "--product-kernel is 0 (the shape rule) or a kernel 1..14, not " + std::to_string(o.product_kernel));
+  if (o.product_kernel < 0 || o.product_kernel > 15)
+    return fail("bench", "--product-kernel is 0 (the shape rule) or a kernel 1..15, not " + std::to_string(o.product_kernel));
   if (o.product_kernel != 0 && o.device != "cuda") return fail("bench", "--product-kernel needs --device cuda");
   if (o.expert_kernel < 0 || o.expert_kernel > 2)
     return fail("bench", "--expert-kernel is 0 (the rule), 1 (per-tile blocks) or 2 (streaming), not " +

@@ -9,6 +9,7 @@
 #include "muse/backends/profile_table.h"
 #include "muse/backends/cuda/cuda_bench.h"
 #include "muse/backends/cuda/cuda_impl.cuh"
+#include "muse/backends/cuda/cuda_mma.cuh"
 
 namespace muse {
 
@@ -89,6 +90,7 @@ Status CudaBackend::init() {
   }
   MUSE_CUDA_INIT(cudaMalloc(&lt_workspace_, kLtWorkspace));
 #undef MUSE_CUDA_INIT
+  if (Status st = stream_product_init(); !st.ok()) return st;
   if (cublasLtCreate(&lt_) != CUBLAS_STATUS_SUCCESS) return make_error("cuda backend: cublasLtCreate failed");
   return Status::Ok();
 }

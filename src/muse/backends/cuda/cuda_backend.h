@@ -26,6 +26,8 @@ struct CudaBackendOptions {
   // kernels with 256 or 8..64 activation rows a tile (sm_90a; 7 elsewhere),
   // 13 the form of 12 that reads x permuted into scratch first (above 16
   // rows), 14 the same with its 32-row TMA tiles from one row on;
+  // 15 the streamed ring (a call's products in equal shares of the blocks
+  // the GPU holds, cuda_stream_product.cu) at 1..8 rows, the rule above;
   // each forced for every row count. All give the same bits; the timing
   // tests and `muse bench --product-kernel` compare their speed. Quantized
   // weights (NVFP4 / MXFP4 / FP8 / INT4 in the layouts it takes) go through

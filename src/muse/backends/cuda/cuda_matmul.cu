@@ -503,6 +503,10 @@ cudaError_t launch_mma_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, co
   auto* wp = static_cast<const __nv_bfloat16*>(w.data);
   const int odt = dt_code(out.dtype);
   const int64_t ldo = out.cols();
+  if (variant == 15) {  // the streamed ring at 1..8 rows (not chained: it takes its own share of the GPU), else the rule
+    if (T <= 8 && chain == 0 && stream_product_blocks() > 0) return launch_stream_product(s, x, {&w, 1}, {&out, 1});
+    variant = 0;
+  }
   if (variant == 0) {
     variant = gemv_rule(T, K);
     // A short product on the ring (Spark's pre-expert 4096 rows: 256 blocks,
@@ -640,7 +644,9 @@ constexpr int64_t kCublasLtAboveRows = 0;  // 0: never
 
 namespace {
 // The product kernel for T rows of K: the forced one, else the rule's.
-int product_variant(int forced, int64_t T, int64_t K) { return forced ? forced : gemv_rule(T, K); }
+int product_variant(int forced, int64_t T, int64_t K) {
+  return forced == 15 && T > 8 ? gemv_rule(T, K) : forced ? forced : gemv_rule(T, K);  // 15: the stream at 1..8 rows only
+}
 // Whether that kernel reads x permuted into scratch: the prefill GEMM, the
 // wgmma decode kernel's TMA tiles (variant 14 at every row count, 13 above
 // 16 rows).
@@ -770,8 +776,27 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
   // All of them in one cluster launch where the rule says so (each row's
   // bits are still its own product's).
   const int grouped = all ? grouped_rule(gemv_variant_, x.rows(), x.cols(), outs.size(), min_n) : 0;
-  enqueue("project", [this, x, outs, lt, chainable, grouped, wg_all, variant, xperm, permuted, xoff,
-                       qgemm](cudaStream_t s) {
+  // At 1..8 rows, a call of several products with more 16-row tiles than
+  // the streamed ring's blocks (a ring launch would run a second, almost
+  // empty wave) streams them in equal shares (cuda_stream_product.cu; the
+  // ring's bits); forced (variant 15), every call at 1..8 rows. Not on a
+  // side branch: its boundary buffers are one per device.
+  int64_t tiles16 = 0;
+  for (const auto& p : outs) tiles16 += (p.weight.rows() + 15) / 16;
+  const int64_t stream_blocks = stream_product_blocks();
+  const bool stream = all && !side_enqueue_ && x.rows() <= 8 && stream_blocks > 0 &&
+                      (gemv_variant_ == 15 || (gemv_variant_ == 0 && outs.size() >= 2 && tiles16 > stream_blocks));
+  enqueue("project", [this, x, outs, lt, chainable, grouped, wg_all, variant, xperm, permuted, xoff, qgemm,
+                       stream](cudaStream_t s) {
+    if (stream) {
+      for (size_t i = 0; i < outs.size(); i += kClusterGroupMax) {
+        const size_t n = std::min<size_t>(kClusterGroupMax, outs.size() - i);
+        Tensor ws[kClusterGroupMax], os[kClusterGroupMax];
+        for (size_t q = 0; q < n; ++q) ws[q] = outs[i + q].weight, os[q] = outs[i + q].out;
+        if (cudaError_t e = launch_stream_product(s, x, {ws, n}, {os, n}); e != cudaSuccess) return e;
+      }
+      return cudaSuccess;
+    }
     if (wg_all) {
       const bool ready = permuted && xperm_valid();
       void* xp = xperm ? static_cast<char*>(scratch()) + (ready ? xoff : 0) : nullptr;

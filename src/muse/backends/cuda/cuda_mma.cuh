@@ -379,6 +379,18 @@ __device__ __forceinline__ int group_product(const ClusterGroup& grp, int64_t nt
   return j;
 }
 
+// The streamed ring product (cuda_stream_product.cu, variant 15), T <= 8:
+// up to four products of the same x in one launch, in equal shares of
+// granule rounds for the blocks the GPU holds at once, a tile cut between
+// two blocks handing its accumulators on; the ring's bits.
+// stream_product_init() sets up the current device's boundary buffers
+// (CudaBackend::init); stream_product_blocks() is the blocks a launch
+// takes at most (0: not available, the rule keeps the ring).
+Status stream_product_init();
+int64_t stream_product_blocks();
+cudaError_t launch_stream_product(cudaStream_t s, const Tensor& x, std::span<const Tensor> ws,
+                                  std::span<const Tensor> outs);
+
 // The block-shared-x decode product (cuda_wide_gemv.cu, variant 5), T <= 64.
 cudaError_t launch_wide_gemv(cudaStream_t s, const __nv_bfloat16* x, int64_t T, const __nv_bfloat16* w, int64_t N,
                              int64_t K, void* out, int odt, int64_t ldo, int chain);
