@@ -250,11 +250,12 @@ TEST(ProjectVariants, GroupedOutputsGiveTheBitsOfSeparateProducts) {
 #endif
 }
 
-// The streamed ring (variant 15, and the rule's grouped calls at 1..8 rows
-// with more 16-row tiles than its blocks): products of 6,000 to 12,000
-// rows, so tiles are cut between blocks and their accumulators handed on,
-// K of one round (136), of rounds whose last has granules for some warps
-// only (1000, 4168), and Glimmer's 6,656; the register kernel's bits. Then
+// The streamed ring (variant 15, and the rule's grouped calls where it takes
+// the ring, with more 16-row tiles than the stream's blocks): products of
+// 6,000 to 12,000 rows, so tiles are cut between blocks and their
+// accumulators handed on, K of one round (8, 136: never cut), of whole
+// rounds (1000, Glimmer's 6,656) and of rounds whose last has granules for
+// some warps only (520, 4168); the register kernel's bits. Then
 // grouped calls of Q/K/V/gate-like sizes (the rule streams them): each
 // output's bits are its own product's (the ring's, alone).
 TEST(ProjectVariants, StreamedRingGivesTheSameBits) {

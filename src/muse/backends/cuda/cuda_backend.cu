@@ -90,7 +90,7 @@ Status CudaBackend::init() {
   }
   MUSE_CUDA_INIT(cudaMalloc(&lt_workspace_, kLtWorkspace));
 #undef MUSE_CUDA_INIT
-  if (Status st = stream_product_init(); !st.ok()) return st;
+  if (Status st = stream_sync_create(stream_sync_); !st.ok()) return st;
   if (cublasLtCreate(&lt_) != CUBLAS_STATUS_SUCCESS) return make_error("cuda backend: cublasLtCreate failed");
   return Status::Ok();
 }
@@ -119,6 +119,7 @@ CudaBackend::~CudaBackend() {
   if (dev_error_) cudaFree(dev_error_);
   if (scratch_) cudaFree(scratch_);
   if (plan_buf_) cudaFree(plan_buf_);
+  stream_sync_free(stream_sync_);
   if (lt_workspace_) cudaFree(lt_workspace_);
   if (fork_event_) cudaEventDestroy(fork_event_);
   if (join_event_) cudaEventDestroy(join_event_);

@@ -146,6 +146,16 @@ struct PlanDev {
   int max_rows = 0, max_seqs = 0, max_blocks = 0;
 };
 
+// The streamed ring product's boundaries (cuda_stream_product.cu): each
+// warp-lane's accumulators of a tile cut between two blocks, and the flag
+// that says they are there; one set per backend, created on its device.
+struct StreamSync {
+  float* handoff = nullptr;   // [slots][4 warps x 32 lanes x 4 accumulators]
+  unsigned* flags = nullptr;  // [slots]
+  int slots = 0;
+  int64_t blocks() const { return slots > 0 ? slots - 1 : 0; }  // the most a launch takes
+};
+
 // ---------------------------------------------------------------------------
 // The backend.
 // ---------------------------------------------------------------------------
@@ -368,6 +378,7 @@ class CudaBackend final : public Backend {
   };
   RoutePlan route_plan_;
   void* plan_buf_ = nullptr;
+  StreamSync stream_sync_;  // the streamed ring's boundaries (cuda_stream_product.cu)
   size_t plan_bytes_ = 0;
   // +1 at every reallocation of plan_buf_: experts that launch after a later
   // route grew it (its grouping went to the old buffer) group for themselves.

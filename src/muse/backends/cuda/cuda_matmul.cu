@@ -503,10 +503,7 @@ cudaError_t launch_mma_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, co
   auto* wp = static_cast<const __nv_bfloat16*>(w.data);
   const int odt = dt_code(out.dtype);
   const int64_t ldo = out.cols();
-  if (variant == 15) {  // the streamed ring at 1..8 rows (not chained: it takes its own share of the GPU), else the rule
-    if (T <= 8 && chain == 0 && stream_product_blocks() > 0) return launch_stream_product(s, x, {&w, 1}, {&out, 1});
-    variant = 0;
-  }
+  if (variant == 15) variant = 0;  // the streamed ring runs only from project() (its backend's buffers): the rule here
   if (variant == 0) {
     variant = gemv_rule(T, K);
     // A short product on the ring (Spark's pre-expert 4096 rows: 256 blocks,
@@ -776,14 +773,15 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
   // All of them in one cluster launch where the rule says so (each row's
   // bits are still its own product's).
   const int grouped = all ? grouped_rule(gemv_variant_, x.rows(), x.cols(), outs.size(), min_n) : 0;
-  // At 1..8 rows, a call of several products with more 16-row tiles than
-  // the streamed ring's blocks (a ring launch would run a second, almost
-  // empty wave) streams them in equal shares (cuda_stream_product.cu; the
-  // ring's bits); forced (variant 15), every call at 1..8 rows. Not on a
-  // side branch: its boundary buffers are one per device.
+  // Where the rule takes the ring (1..4 rows on sm_90a, 1..8 elsewhere), a
+  // call of several products with more 16-row tiles than the streamed
+  // ring's blocks (a ring launch would run a second, almost empty wave)
+  // streams them in equal shares (cuda_stream_product.cu; the ring's bits);
+  // forced (variant 15), every call at 1..8 rows. Not on a side branch: the
+  // backend has one set of boundary buffers, used in stream order.
   int64_t tiles16 = 0;
   for (const auto& p : outs) tiles16 += (p.weight.rows() + 15) / 16;
-  const int64_t stream_blocks = stream_product_blocks();
+  const int64_t stream_blocks = stream_sync_.blocks();
   const bool stream = all && !side_enqueue_ && x.rows() <= 8 && stream_blocks > 0 &&
                       (gemv_variant_ == 15 || (gemv_variant_ == 0 && outs.size() >= 2 && tiles16 > stream_blocks));
   enqueue("project", [this, x, outs, lt, chainable, grouped, wg_all, variant, xperm, permuted, xoff, qgemm,
@@ -793,7 +791,7 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
         const size_t n = std::min<size_t>(kClusterGroupMax, outs.size() - i);
         Tensor ws[kClusterGroupMax], os[kClusterGroupMax];
         for (size_t q = 0; q < n; ++q) ws[q] = outs[i + q].weight, os[q] = outs[i + q].out;
-        if (cudaError_t e = launch_stream_product(s, x, {ws, n}, {os, n}); e != cudaSuccess) return e;
+        if (cudaError_t e = launch_stream_product(s, stream_sync_, x, {ws, n}, {os, n}); e != cudaSuccess) return e;
       }
       return cudaSuccess;
     }

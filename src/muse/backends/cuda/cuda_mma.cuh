@@ -382,14 +382,15 @@ __device__ __forceinline__ int group_product(const ClusterGroup& grp, int64_t nt
 // The streamed ring product (cuda_stream_product.cu, variant 15), T <= 8:
 // up to four products of the same x in one launch, in equal shares of
 // granule rounds for the blocks the GPU holds at once, a tile cut between
-// two blocks handing its accumulators on; the ring's bits.
-// stream_product_init() sets up the current device's boundary buffers
-// (CudaBackend::init); stream_product_blocks() is the blocks a launch
-// takes at most (0: not available, the rule keeps the ring).
-Status stream_product_init();
-int64_t stream_product_blocks();
-cudaError_t launch_stream_product(cudaStream_t s, const Tensor& x, std::span<const Tensor> ws,
-                                  std::span<const Tensor> outs);
+// two blocks handing its accumulators on; the ring's bits. A backend owns
+// one StreamSync (the boundaries' accumulators and flags, created at its
+// start on its device): its launches run one at a time, in stream order,
+// never on a side branch. blocks(): the most a launch takes (0: none, the
+// rule keeps the ring). StreamSync: cuda_impl.cuh.
+Status stream_sync_create(StreamSync& sync);
+void stream_sync_free(StreamSync& sync);
+cudaError_t launch_stream_product(cudaStream_t s, const StreamSync& sync, const Tensor& x,
+                                  std::span<const Tensor> ws, std::span<const Tensor> outs);
 
 // The block-shared-x decode product (cuda_wide_gemv.cu, variant 5), T <= 64.
 cudaError_t launch_wide_gemv(cudaStream_t s, const __nv_bfloat16* x, int64_t T, const __nv_bfloat16* w, int64_t N,

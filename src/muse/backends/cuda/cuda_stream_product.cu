@@ -40,14 +40,6 @@ constexpr size_t stream_smem_bytes() {
   return size_t(kSplit) * STAGES * 256 * sizeof(uint4) + size_t(kSplit - 1) * 4 * 32 * sizeof(float);
 }
 
-// The boundaries' accumulators and flags, per device (stream_product_init).
-struct StreamSync {
-  float* handoff = nullptr;  // [slots][kStreamHandoffFloats]
-  unsigned* flags = nullptr;  // [slots]
-  int slots = 0;
-};
-StreamSync g_sync[64];
-
 __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
   unsigned v;
   asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
@@ -191,10 +183,7 @@ constexpr auto kStreamKernel = stream_ring_kernel<kStreamStages>;
 
 }  // namespace
 
-Status stream_product_init() {
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return make_error("stream product: no device");
-  StreamSync& sy = g_sync[dev];
+Status stream_sync_create(StreamSync& sy) {
   if (sy.slots > 0 || !mma_gemv_built()) return Status::Ok();
   const int held = resident_blocks<kStreamKernel>(32 * kSplit, stream_smem_bytes<kStreamStages>());
   if (held <= 0) return Status::Ok();  // the rule keeps the ring
@@ -203,23 +192,21 @@ Status stream_product_init() {
       cudaMalloc(&sy.flags, size_t(slots) * sizeof(unsigned)) != cudaSuccess ||
       cudaMemset(sy.flags, 0, size_t(slots) * sizeof(unsigned)) != cudaSuccess) {
     cudaGetLastError();
+    stream_sync_free(sy);
     return make_error("stream product: out of GPU memory for its " + std::to_string(slots) + " boundaries");
   }
   sy.slots = slots;
   return Status::Ok();
 }
 
-int64_t stream_product_blocks() {
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
-  return g_sync[dev].slots > 0 ? g_sync[dev].slots - 1 : 0;
+void stream_sync_free(StreamSync& sy) {
+  if (sy.handoff) cudaFree(sy.handoff);
+  if (sy.flags) cudaFree(sy.flags);
+  sy = StreamSync{};
 }
 
-cudaError_t launch_stream_product(cudaStream_t s, const Tensor& x, std::span<const Tensor> ws,
+cudaError_t launch_stream_product(cudaStream_t s, const StreamSync& sy, const Tensor& x, std::span<const Tensor> ws,
                                   std::span<const Tensor> outs) {
-  int dev = 0;
-  if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
-  const StreamSync& sy = g_sync[dev < 0 || dev >= 64 ? 0 : dev];
   const int64_t T = x.rows(), K = x.cols();
   const ClusterGroup grp = make_cluster_group(ws, outs, 16);
   if (grp.count == 0 || T < 1 || T > 8 || sy.slots <= 0) return cudaErrorInvalidValue;
