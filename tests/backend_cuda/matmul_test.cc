@@ -285,11 +285,9 @@ TEST(ProjectVariants, PrefillRefillsGiveTheBitsOfSeparateProducts) {
 
 // project_swiglu: on the ring (1..8 rows, variants 2, 3, 4, 6 and the
 // rule's 1..4) one kernel forms silu(γ) · υ where the gate and up sums land;
-// streamed (variant 15, and the rule where the ring would run more than a
-// wave: I = 7000, tiles cut between blocks); elsewhere it runs project then
-// swiglu. Either way the bits are those of the two ops, for odd widths
-// (tiles past I), both stored dtypes of γ and υ, and act aliasing gate's
-// out (as the model calls it) or not.
+// elsewhere it runs project then swiglu. Either way the bits are those of
+// the two ops, for odd widths (tiles past I), both stored dtypes of γ and υ,
+// and act aliasing gate's out (as the model calls it) or not.
 TEST(ProjectVariants, ProjectSwigluGivesTheBitsOfProjectThenSwiglu) {
 #if !(defined(MUSE_HAVE_CUDA) && MUSE_HAVE_CUDA)
   GTEST_SKIP() << "this build has no CUDA backend (configure with -DMUSE_CUDA=ON: scripts/test-cuda.sh)";
@@ -301,12 +299,11 @@ TEST(ProjectVariants, ProjectSwigluGivesTheBitsOfProjectThenSwiglu) {
     return h;
   };
   uint32_t seed = 9700;
-  for (int variant : {0, 2, 3, 4, 6, 1, 14, 15})
+  for (int variant : {0, 2, 3, 4, 6, 1, 14})
     for (int64_t T : {1, 2, 4, 5, 8})
       for (int64_t K : {136, 1000})
-        for (int64_t I : {77, 300, 7000})
+        for (int64_t I : {77, 300})
           for (int form = 0; form < 3; ++form) {  // 0: BF16, act aliases gate; 1: BF16; 2: F32 γ and υ, F32 act
-            if (I == 7000 && variant != 0 && variant != 15) continue;
             auto bp = backend_with_product_kernel(variant);
             ASSERT_TRUE(bp);
             Backend& be = *bp;

@@ -146,15 +146,14 @@ struct PlanDev {
   int max_rows = 0, max_seqs = 0, max_blocks = 0;
 };
 
-// The streamed ring products' boundaries (cuda_stream_product.cu): each
+// The streamed ring product's boundaries (cuda_stream_product.cu): each
 // warp-lane's accumulators of a tile cut between two blocks, and the flag
 // that says they are there; one set per backend, created on its device.
 struct StreamSync {
-  float* handoff = nullptr;   // [slots][4 warps x 32 lanes x 8 accumulators]
+  float* handoff = nullptr;   // [slots][4 warps x 32 lanes x 4 accumulators]
   unsigned* flags = nullptr;  // [slots]
   int slots = 0;
-  int group_blocks = 0;   // the most a launch takes: products (0: none, the rule keeps the ring)
-  int swiglu_blocks = 0;  // gate/up with SwiGLU
+  int64_t blocks() const { return slots > 0 ? slots - 1 : 0; }  // the most a launch takes
 };
 
 // ---------------------------------------------------------------------------

@@ -781,7 +781,7 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
   // backend has one set of boundary buffers, used in stream order.
   int64_t tiles16 = 0;
   for (const auto& p : outs) tiles16 += (p.weight.rows() + 15) / 16;
-  const int64_t stream_blocks = stream_sync_.group_blocks;
+  const int64_t stream_blocks = stream_sync_.blocks();
   const bool stream = all && !side_enqueue_ && x.rows() <= 8 && stream_blocks > 0 &&
                       (gemv_variant_ == 15 || (gemv_variant_ == 0 && outs.size() >= 2 && tiles16 > stream_blocks));
   enqueue("project", [this, x, outs, lt, chainable, grouped, wg_all, variant, xperm, permuted, xoff, qgemm,
@@ -854,7 +854,7 @@ void CudaBackend::project_swiglu(const Tensor& x, const Projection& gate, const 
   const int64_t T = x.rows(), K = x.cols(), I = gate.weight.rows();
   const int variant = product_variant(gemv_variant_, T, K);
   const auto stored = [](DType t) { return t == DType::BF16 || t == DType::F32; };
-  const bool ring = variant == 2 || variant == 3 || variant == 4 || variant == 6 || variant == 15;
+  const bool ring = variant == 2 || variant == 3 || variant == 4 || variant == 6;
   const bool fused = ring && x.rank == 2 && T >= 1 && T <= 8 && mma_eligible(x, gate.weight) &&
                      mma_eligible(x, up.weight) && gate.weight.rank == 2 && up.weight.rank == 2 &&
                      gate.weight.cols() == K && up.weight.rows() == I && up.weight.cols() == K &&
@@ -862,16 +862,7 @@ void CudaBackend::project_swiglu(const Tensor& x, const Projection& gate, const 
                      act.rows() == T && act.cols() == I && I > 0;
   if (!fused) return Backend::project_swiglu(x, gate, up, act);
   const int gdt = dt_code(gate.out.dtype), udt = dt_code(up.out.dtype);
-  // Streamed (cuda_stream_product.cu, the same bits) where the ring would
-  // run more tiles than a wave (Glimmer's 1,248 against 396 blocks), or
-  // forced (variant 15); not on a side branch.
-  const int64_t held = stream_sync_.swiglu_blocks;
-  const bool stream = !side_enqueue_ && held > 0 && (variant == 15 || (I + 15) / 16 > held);
-  const StreamSync& sync = stream_sync_;
-  enqueue("project", [=, &sync](cudaStream_t s) {
-    return stream ? launch_stream_swiglu(s, sync, x, gate.weight, up.weight, gdt, udt, act)
-                  : launch_ring_swiglu(s, x, gate.weight, up.weight, gdt, udt, act);
-  });
+  enqueue("project", [=](cudaStream_t s) { return launch_ring_swiglu(s, x, gate.weight, up.weight, gdt, udt, act); });
 }
 
 }  // namespace muse::cuda

@@ -385,15 +385,12 @@ __device__ __forceinline__ int group_product(const ClusterGroup& grp, int64_t nt
 // two blocks handing its accumulators on; the ring's bits. A backend owns
 // one StreamSync (the boundaries' accumulators and flags, created at its
 // start on its device): its launches run one at a time, in stream order,
-// never on a side branch. StreamSync (cuda_impl.cuh) also says how many
-// blocks a launch takes at most.
+// never on a side branch. blocks(): the most a launch takes (0: none, the
+// rule keeps the ring). StreamSync: cuda_impl.cuh.
 Status stream_sync_create(StreamSync& sync);
 void stream_sync_free(StreamSync& sync);
 cudaError_t launch_stream_product(cudaStream_t s, const StreamSync& sync, const Tensor& x,
                                   std::span<const Tensor> ws, std::span<const Tensor> outs);
-// Gate/up and SwiGLU streamed the same way (ring_swiglu_kernel's bits).
-cudaError_t launch_stream_swiglu(cudaStream_t s, const StreamSync& sync, const Tensor& x, const Tensor& wg,
-                                 const Tensor& wu, int gdt, int udt, const Tensor& act);
 
 // The block-shared-x decode product (cuda_wide_gemv.cu, variant 5), T <= 64.
 cudaError_t launch_wide_gemv(cudaStream_t s, const __nv_bfloat16* x, int64_t T, const __nv_bfloat16* w, int64_t N,

@@ -32,70 +32,12 @@
 namespace muse::cuda {
 namespace {
 
-// What a stream computes: tiles of RW weight tiles (16 rows each) and what
-// the block that finishes a tile stores from its sums.
-// The products of one project() call (ring_tile's stores).
-struct GroupWork {
-  static constexpr int RW = 1;
-  static constexpr int kStages = 4;  // 64 KB of ring a block: three blocks an SM
-  ClusterGroup grp;
-  __device__ __forceinline__ int64_t tiles() const { return grp.tiles_n; }
-  __device__ __forceinline__ void rows(int64_t t, int64_t K, int lane, const __nv_bfloat16* (&wr)[RW][2],
-                                       bool (&wok)[RW][2]) const {
-    const int j = group_product(grp, t), g = lane >> 2, tq = lane & 3;
-    const int64_t n0 = (t - (j ? grp.tile_end[j - 1] : 0)) * 16, N = grp.n[j];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t n = n0 + g + 8 * h;
-      wok[0][h] = n < N;
-      wr[0][h] = grp.w[j] + (n < N ? n : N - 1) * K + 8 * tq;
-    }
-  }
-  __device__ __forceinline__ void store(int64_t t, int64_t T, int lane, const float (&v)[RW][4]) const {
-    const int j = group_product(grp, t), g = lane >> 2, tq = lane & 3;
-    const int64_t n0 = (t - (j ? grp.tile_end[j - 1] : 0)) * 16;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int64_t n = n0 + g + 8 * (i >> 1), tt = 2 * tq + (i & 1);
-      if (n < grp.n[j] && tt < T) st(grp.out[j], grp.odt[j], tt * grp.ldo[j] + n, v[0][i]);
-    }
-  }
-};
-// Gate and up with SwiGLU (ring_swiglu_kernel's tiles and stores): tile t
-// is gate rows 16t.. and the same up rows.
-struct SwigluWork {
-  static constexpr int RW = 2;
-  static constexpr int kStages = 2;  // 64 KB of ring a block, as ring_swiglu_kernel: three blocks an SM
-  const __nv_bfloat16* wg;
-  const __nv_bfloat16* wu;
-  int64_t I;
-  int gdt, udt, adt;
-  void* act;
-  __device__ __forceinline__ int64_t tiles() const { return (I + 15) / 16; }
-  __device__ __forceinline__ void rows(int64_t t, int64_t K, int lane, const __nv_bfloat16* (&wr)[RW][2],
-                                       bool (&wok)[RW][2]) const {
-    gate_up_tiles(wg, wu, t * 16, I, K, lane, wr, wok);
-  }
-  __device__ __forceinline__ void store(int64_t t, int64_t T, int lane, const float (&v)[RW][4]) const {
-    const int g = lane >> 2, tq = lane & 3;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int64_t n = t * 16 + g + 8 * (i >> 1), tt = 2 * tq + (i & 1);
-      if (n < I && tt < T) {
-        const float a = as_stored(gdt, v[0][i]), b = as_stored(udt, v[1][i]);
-        st(act, adt, tt * I + n, a * sigmoidf_(a) * b);
-      }
-    }
-  }
-};
+constexpr int kStreamStages = 4;  // 64 KB of ring a block: three blocks an SM
+constexpr size_t kStreamHandoffFloats = size_t(kSplit) * 32 * 4;  // a tile's accumulators: 4 warps × 32 lanes × 4
 
-// A tile's accumulators: 4 warps × 32 lanes × RW × 4 (the largest RW).
-constexpr size_t kStreamHandoffFloats = size_t(kSplit) * 32 * 2 * 4;
-
-template <class W>
+template <int STAGES>
 constexpr size_t stream_smem_bytes() {
-  return size_t(kSplit) * W::kStages * W::RW * 256 * sizeof(uint4) +
-         size_t(kSplit - 1) * W::RW * 4 * 32 * sizeof(float);
+  return size_t(kSplit) * STAGES * 256 * sizeof(uint4) + size_t(kSplit - 1) * 4 * 32 * sizeof(float);
 }
 
 __device__ __forceinline__ unsigned ld_acquire(const unsigned* p) {
@@ -107,14 +49,13 @@ __device__ __forceinline__ void st_release(unsigned* p, unsigned v) {
   asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
-template <class W>
+template <int STAGES>
 __global__ void __launch_bounds__(32 * kSplit)
-    stream_ring_kernel(const __nv_bfloat16* __restrict__ x, int64_t T, int64_t K, const W work, int64_t R,
-                       float* __restrict__ handoff, unsigned* __restrict__ flags) {
-  constexpr int RW = W::RW, STAGES = W::kStages;
+    stream_ring_kernel(const __nv_bfloat16* __restrict__ x, int64_t T, int64_t K, const ClusterGroup grp,
+                       int64_t rounds, int64_t R, float* __restrict__ handoff, unsigned* __restrict__ flags) {
   extern __shared__ uint4 ring[];
   const int s = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
-  const int64_t b = blockIdx.x, B = gridDim.x, rounds = work.tiles() * R;
+  const int64_t b = blockIdx.x, B = gridDim.x;
   const int64_t lo = rounds * b / B, hi = rounds * (b + 1) / B;  // this block's rounds
   if (hi <= lo) {
     pdl_wait();  // every block waits before it leaves (this grid ends after the one before)
@@ -133,29 +74,38 @@ __global__ void __launch_bounds__(32 * kSplit)
     const int64_t a = r_begin(t), e = std::min(r_end(t), wrounds);
     return e > a ? e - a : int64_t(0);
   };
-  uint4* my = ring + size_t(s) * STAGES * RW * 256;
+  // Weight rows g and g + 8 of tile t, offset by 8·(lane % 4).
+  auto tile_rows = [&](int64_t t, const __nv_bfloat16* (&wr)[2], bool (&wok)[2]) {
+    const int j = group_product(grp, t);
+    const int64_t n0 = (t - (j ? grp.tile_end[j - 1] : 0)) * 16, N = grp.n[j];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t n = n0 + g + 8 * h;
+      wok[h] = n < N;
+      wr[h] = grp.w[j] + (n < N ? n : N - 1) * K + 8 * tq;
+    }
+  };
+  uint4* my = ring + size_t(s) * STAGES * 256;
   // The issue cursor: tile it, round ir; its weight rows.
   int64_t it = tl, ir = r_begin(tl), left = loads(tl);
   while (left == 0 && it > tf) --it, ir = r_begin(it), left = loads(it);
-  const __nv_bfloat16* iw[RW][2];
-  bool iok[RW][2];
-  work.rows(it, K, lane, iw, iok);
+  const __nv_bfloat16* iw[2];
+  bool iok[2];
+  tile_rows(it, iw, iok);
   auto issue = [&](int64_t i) {  // load i of this warp (the cursor's), then advance the cursor
     const int64_t k0 = (int64_t(s) + ir * kSplit) * kGranule;
-    uint4* slot = my + (i % STAGES) * RW * 256;
+    uint4* slot = my + (i % STAGES) * 256;
 #pragma unroll
-    for (int r = 0; r < RW; ++r)
+    for (int j = 0; j < 4; ++j)
 #pragma unroll
-      for (int j = 0; j < 4; ++j)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const bool ok = iok[r][h] && k0 + 32 * j < kmine;
-          cp_async16(slot + ((r * 4 + j) * 2 + h) * 32 + lane, ok ? iw[r][h] + k0 + 32 * j : iw[r][h], ok ? 16 : 0);
-        }
+      for (int h = 0; h < 2; ++h) {
+        const bool ok = iok[h] && k0 + 32 * j < kmine;
+        cp_async16(slot + (j * 2 + h) * 32 + lane, ok ? iw[h] + k0 + 32 * j : iw[h], ok ? 16 : 0);
+      }
     ++ir;
     if (--left == 0) {
       while (left == 0 && it > tf) --it, ir = r_begin(it), left = loads(it);
-      if (left > 0) work.rows(it, K, lane, iw, iok);
+      if (left > 0) tile_rows(it, iw, iok);
     }
   };
   int64_t issued = 0;
@@ -165,25 +115,19 @@ __global__ void __launch_bounds__(32 * kSplit)
     cp_async_commit();
   }
   pdl_wait();  // x comes from the kernel before (the weights do not)
-  float* part = reinterpret_cast<float*>(ring + size_t(kSplit) * STAGES * RW * 256);
+  float* part = reinterpret_cast<float*>(ring + size_t(kSplit) * STAGES * 256);
   const uint4 zero = make_uint4(0, 0, 0, 0);
   int64_t used = 0;
   for (int64_t t = tl; t >= tf; --t) {
     const int64_t rb = r_begin(t), re = r_end(t);
-    float acc[RW][4];
-#pragma unroll
-    for (int r = 0; r < RW; ++r)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[r][i] = 0.0f;
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (rb > 0) {  // the tile's first rounds were block b - 1's: its accumulators
       if (threadIdx.x == 0)
         while (ld_acquire(flags + b) == 0) __nanosleep(64);
       __syncthreads();
-      const float* h = handoff + size_t(b) * kStreamHandoffFloats + (size_t(s) * 32 + lane) * RW * 4;
+      const float* h = handoff + size_t(b) * kStreamHandoffFloats + (size_t(s) * 32 + lane) * 4;
 #pragma unroll
-      for (int r = 0; r < RW; ++r)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) acc[r][i] = __ldcg(h + r * 4 + i);
+      for (int i = 0; i < 4; ++i) acc[i] = __ldcg(h + i);
       __syncthreads();
       if (threadIdx.x == 0) flags[b] = 0;  // for the next launch (which starts after this grid ends)
     }
@@ -193,75 +137,57 @@ __global__ void __launch_bounds__(32 * kSplit)
       if (left > 0) issue(issued++);
       cp_async_commit();
       const int64_t k0 = (int64_t(s) + (rb + q) * kSplit) * kGranule;
-      const uint4* slot = my + (used % STAGES) * RW * 256;
+      const uint4* slot = my + (used % STAGES) * 256;
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const uint4 bv = xok && k0 + 32 * j < kmine ? __ldg(reinterpret_cast<const uint4*>(xr + k0 + 32 * j)) : zero;
-#pragma unroll
-        for (int r = 0; r < RW; ++r) {
-          const uint4 a0 = slot[((r * 4 + j) * 2) * 32 + lane], a1 = slot[((r * 4 + j) * 2 + 1) * 32 + lane];
-          mma16816(acc[r], a0.x, a1.x, a0.y, a1.y, bv.x, bv.y);
-          mma16816(acc[r], a0.z, a1.z, a0.w, a1.w, bv.z, bv.w);
-        }
+        const uint4 a0 = slot[(j * 2) * 32 + lane], a1 = slot[(j * 2 + 1) * 32 + lane];
+        mma16816(acc, a0.x, a1.x, a0.y, a1.y, bv.x, bv.y);
+        mma16816(acc, a0.z, a1.z, a0.w, a1.w, bv.z, bv.w);
       }
     }
     if (t == tf) pdl_streaming_done();
     if (re < R) {  // the tile goes on in block b + 1: hand the accumulators on
-      float* h = handoff + size_t(b + 1) * kStreamHandoffFloats + (size_t(s) * 32 + lane) * RW * 4;
+      float* h = handoff + size_t(b + 1) * kStreamHandoffFloats + (size_t(s) * 32 + lane) * 4;
 #pragma unroll
-      for (int r = 0; r < RW; ++r)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) __stcg(h + r * 4 + i, acc[r][i]);
+      for (int i = 0; i < 4; ++i) __stcg(h + i, acc[i]);
       __threadfence();
       __syncthreads();
       if (threadIdx.x == 0) st_release(flags + b + 1, 1u);
       continue;
     }
-    // The tile ends here: slices added 0 + 1 + 2 + 3 (ring_reduce's order), stored as the ring kernels store.
+    // The tile ends here: slices added 0 + 1 + 2 + 3 (ring_reduce's order), stored as ring_tile stores.
     if (s) {
 #pragma unroll
-      for (int r = 0; r < RW; ++r)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) part[(((s - 1) * RW + r) * 4 + i) * 32 + lane] = acc[r][i];
+      for (int i = 0; i < 4; ++i) part[((s - 1) * 4 + i) * 32 + lane] = acc[i];
     }
     __syncthreads();
     if (s == 0) {
-      float v[RW][4];
+      const int j = group_product(grp, t);
+      const int64_t n0 = (t - (j ? grp.tile_end[j - 1] : 0)) * 16;
 #pragma unroll
-      for (int r = 0; r < RW; ++r)
+      for (int i = 0; i < 4; ++i) {
+        float v = acc[i];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          v[r][i] = acc[r][i];
-#pragma unroll
-          for (int p = 0; p < kSplit - 1; ++p) v[r][i] += part[((p * RW + r) * 4 + i) * 32 + lane];
-        }
-      work.store(t, T, lane, v);
+        for (int p = 0; p < kSplit - 1; ++p) v += part[(p * 4 + i) * 32 + lane];
+        const int64_t nn = n0 + g + 8 * (i >> 1), tt = 2 * tq + (i & 1);
+        if (nn < grp.n[j] && tt < T) st(grp.out[j], grp.odt[j], tt * grp.ldo[j] + nn, v);
+      }
     }
     __syncthreads();  // part is the next tile's
   }
   cp_async_wait<0>();
 }
 
-// Launches the stream of `work` (B: at most the blocks the GPU holds of
-// this kernel, never more than the tiles).
-template <class W>
-cudaError_t launch_stream(cudaStream_t s, const StreamSync& sy, int64_t held, const __nv_bfloat16* x, int64_t T,
-                          int64_t K, const W& work, int64_t tiles) {
-  if (T < 1 || T > 8 || held <= 0 || tiles <= 0) return cudaErrorInvalidValue;
-  const int64_t R = ((K + kGranule - 1) / kGranule + kSplit - 1) / kSplit;  // rounds a tile
-  const int64_t B = std::min(tiles, held);
-  return launch_pdl<stream_ring_kernel<W>>(s, dim3(unsigned(B)), dim3(32 * kSplit), stream_smem_bytes<W>(), x, T, K,
-                                           work, R, sy.handoff, sy.flags);
-}
+constexpr auto kStreamKernel = stream_ring_kernel<kStreamStages>;
 
 }  // namespace
 
 Status stream_sync_create(StreamSync& sy) {
   if (sy.slots > 0 || !mma_gemv_built()) return Status::Ok();
-  const int group = resident_blocks<stream_ring_kernel<GroupWork>>(32 * kSplit, stream_smem_bytes<GroupWork>());
-  const int swiglu = resident_blocks<stream_ring_kernel<SwigluWork>>(32 * kSplit, stream_smem_bytes<SwigluWork>());
-  if (group <= 0 || swiglu <= 0) return Status::Ok();  // the rule keeps the ring
-  const int slots = std::max(group, swiglu) + 1;
+  const int held = resident_blocks<kStreamKernel>(32 * kSplit, stream_smem_bytes<kStreamStages>());
+  if (held <= 0) return Status::Ok();  // the rule keeps the ring
+  const int slots = held + 1;
   if (cudaMalloc(&sy.handoff, size_t(slots) * kStreamHandoffFloats * sizeof(float)) != cudaSuccess ||
       cudaMalloc(&sy.flags, size_t(slots) * sizeof(unsigned)) != cudaSuccess ||
       cudaMemset(sy.flags, 0, size_t(slots) * sizeof(unsigned)) != cudaSuccess) {
@@ -269,7 +195,7 @@ Status stream_sync_create(StreamSync& sy) {
     stream_sync_free(sy);
     return make_error("stream product: out of GPU memory for its " + std::to_string(slots) + " boundaries");
   }
-  sy.slots = slots, sy.group_blocks = group, sy.swiglu_blocks = swiglu;
+  sy.slots = slots;
   return Status::Ok();
 }
 
@@ -281,18 +207,14 @@ void stream_sync_free(StreamSync& sy) {
 
 cudaError_t launch_stream_product(cudaStream_t s, const StreamSync& sy, const Tensor& x, std::span<const Tensor> ws,
                                   std::span<const Tensor> outs) {
+  const int64_t T = x.rows(), K = x.cols();
   const ClusterGroup grp = make_cluster_group(ws, outs, 16);
-  if (grp.count == 0) return cudaErrorInvalidValue;
-  return launch_stream(s, sy, sy.group_blocks, static_cast<const __nv_bfloat16*>(x.data), x.rows(), x.cols(),
-                       GroupWork{grp}, grp.tiles_n);
-}
-
-cudaError_t launch_stream_swiglu(cudaStream_t s, const StreamSync& sy, const Tensor& x, const Tensor& wg,
-                                 const Tensor& wu, int gdt, int udt, const Tensor& act) {
-  const SwigluWork w{static_cast<const __nv_bfloat16*>(wg.data), static_cast<const __nv_bfloat16*>(wu.data), wg.rows(),
-                     gdt, udt, dt_code(act.dtype), act.data};
-  return launch_stream(s, sy, sy.swiglu_blocks, static_cast<const __nv_bfloat16*>(x.data), x.rows(), x.cols(), w,
-                       (wg.rows() + 15) / 16);
+  if (grp.count == 0 || T < 1 || T > 8 || sy.slots <= 0) return cudaErrorInvalidValue;
+  const int64_t R = ((K + kGranule - 1) / kGranule + kSplit - 1) / kSplit;  // rounds a tile
+  const int64_t B = std::min<int64_t>(grp.tiles_n, sy.slots - 1);  // never more blocks than tiles
+  return launch_pdl<kStreamKernel>(s, dim3(unsigned(B)), dim3(32 * kSplit), stream_smem_bytes<kStreamStages>(),
+                                   static_cast<const __nv_bfloat16*>(x.data), T, K, grp, grp.tiles_n * R, R,
+                                   sy.handoff, sy.flags);
 }
 
 }  // namespace muse::cuda
