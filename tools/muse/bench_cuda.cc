@@ -264,7 +264,6 @@ int bench_cuda(const BenchOptions& o) {
                    : o.expert_gemm >= 2 ? "; experts in the grouped GEMM, tiles of " +
                                               std::to_string(o.expert_gemm == 2 ? 256 : 128) + " pairs"
                                         : "") +
-                  (o.attention_kernel == 1 ? "; attention chunks one unit a block" : "") +
                   (o.one_stream ? "; one stream (no side branch)" : ""))
                      .c_str());
   std::string skipped;
@@ -286,7 +285,6 @@ int bench_cuda(const BenchOptions& o) {
   eo.backend.gpu_product_kernel = o.product_kernel;
   eo.backend.gpu_expert_kernel = o.expert_kernel;
   eo.backend.gpu_expert_gemm = o.expert_gemm;
-  eo.backend.gpu_attention_kernel = o.attention_kernel;
   eo.backend.gpu_skip_ops = o.skip_ops;
   eo.backend.gpu_graphs = !o.enforce_eager;
   eo.backend.gpu_side_stream = !o.one_stream;
@@ -314,7 +312,6 @@ int bench_cuda(const BenchOptions& o) {
   out.set("product_kernel", o.product_kernel);
   out.set("expert_kernel", o.expert_kernel);
   out.set("expert_gemm", o.expert_gemm);
-  out.set("attention_kernel", o.attention_kernel);
   out.set("skipped_ops", skipped);
   out.set("one_stream", o.one_stream);
   out.set("parameters", params);

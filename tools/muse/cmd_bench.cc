@@ -117,10 +117,6 @@ int bench_command(int argc, char** argv) {
               "2 / 3 the grouped wgmma GEMM in tiles of 256 / 128 pairs wherever it applies (BF16, NVFP4, MXFP4, "
               "FP8 per tensor / channel, INT4 always in tiles of 128); 0 (default) the rule: BF16 from 8 pairs an "
               "expert on average (tiles of 256 from 256), NVFP4 / MXFP4 / FP8 / INT4 from 32 (tiles of 128)");
-  args.option("--attention-kernel", &o.attention_kernel, "N",
-              "--device cuda: the decode attention's chunk kernel, for A/B timing (the same bits): 1 one (row, kv "
-              "head, chunk) unit a block; 0 (default) the rule: the units in the blocks the GPU holds at once, each "
-              "looking its next unit up ahead");
   std::string skip_ops;
   args.option("--skip-ops", &skip_ops, "LIST",
               "--device cuda: do not launch these ops (names as --profile prints them, e.g. residual_norm,swiglu): "
@@ -164,10 +160,6 @@ int bench_command(int argc, char** argv) {
     return fail("bench", "--expert-gemm is 0 (the rule), 1 (per-tile kernels), 2 or 3 (the grouped GEMM in tiles of "
                          "256 or 128 pairs), not " + std::to_string(o.expert_gemm));
   if (o.expert_gemm != 0 && o.device != "cuda") return fail("bench", "--expert-gemm needs --device cuda");
-  if (o.attention_kernel < 0 || o.attention_kernel > 1)
-    return fail("bench", "--attention-kernel is 0 (the rule) or 1 (one unit a block), not " +
-                             std::to_string(o.attention_kernel));
-  if (o.attention_kernel != 0 && o.device != "cuda") return fail("bench", "--attention-kernel needs --device cuda");
   for (size_t at = 0; !skip_ops.empty() && at <= skip_ops.size();) {
     const size_t end = std::min(skip_ops.find(',', at), skip_ops.size());
     const std::string name = skip_ops.substr(at, end - at);

@@ -468,10 +468,6 @@ struct AttnCall {
   DeviceError* err;
   int op;
   int chunks;  // split path: chunk blocks per row (kMaxChunks, fewer when the plan says no row has more)
-  // Split path, tensor-core kernel: the (row, kv head, chunk) units in the
-  // blocks the GPU holds at once, each looking its next unit up ahead
-  // (CudaBackendOptions::attention_kernel); else one unit a block.
-  bool persist = true;
   // The merge (split path) also does output_gate on its output (gate
   // non-null; g laid out as out) and kv_store of the step's k/v (store_kv),
   // with their bits (CudaBackend::attention_store_gate); the prefill kernel

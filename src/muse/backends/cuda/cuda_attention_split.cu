@@ -508,77 +508,68 @@ constexpr size_t mma_att_smem() {
   return tiles > MmaMergeSmem<D>::bytes ? tiles : MmaMergeSmem<D>::bytes;
 }
 
-// A block's units: (row of the slab, kv head, chunk) u, u + gridDim.x, ...
-// (chunks fastest). One unit a block (grid = units), or a grid of the
-// blocks the GPU holds at once (`persist`): there a block looks the next
-// unit's first tile up while its current unit's copies land, and asks L2
-// for those rows, so the next unit's bytes stream in under this unit's
-// tensor-core work and merge instead of after them (with a unit a block, a
-// wave's blocks look up, wait for their bytes, compute and write together,
-// and HBM idles between). Each unit's arithmetic is the same either way.
-struct MmaUnit {
-  int64_t t;
-  int g, z;
+template <int D>
+__global__ void __launch_bounds__(kMmaAttnWarps * 32)
+    attention_mma_kernel(float* __restrict__ part, const __nv_bfloat16* __restrict__ q, int64_t ldq, KvArgs a,
+                         PlanDev P, int64_t T, int64_t r0, int G, int hq, int64_t window, float scale,
+                         DeviceError* err, int op) {
+  constexpr int RB = mma_row_bytes<D>();
+  constexpr int NT = D / 8;  // n-tiles of the output
+  // The merge may launch now: it reads the plan, then waits for us.
+  pdl_launch_dependents();
+  extern __shared__ __align__(16) unsigned char att_smem[];
+  const int64_t t = r0 + blockIdx.x;
+  const int g = blockIdx.y, z = blockIdx.z;
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
+  // Launched with PDL: until pdl_wait the kernels before us may still run.
+  // Before it we read only what no kernel of this step writes: the plan,
+  // the block table and the cache rows of earlier steps (this step's k/v
+  // reach the cache in the merge, after every chunk block). q and this
+  // step's k_new/v_new come after it. Every block waits before it leaves,
+  // so this grid ends after the one before it.
   RowSeq rs;
   int64_t k_begin = 0, k_end = 0;
-  __device__ int64_t ntiles() const { return (k_end - k_begin + 31) / 32; }
-};
-__device__ __forceinline__ MmaUnit mma_unit(int64_t u, int hk, int chunks, const PlanDev& P, int64_t T, int64_t r0,
-                                            int64_t window, DeviceError* err, int op) {
-  MmaUnit un;
-  un.z = int(u % chunks);
-  un.g = int((u / chunks) % hk);
-  un.t = r0 + u / (int64_t(chunks) * hk);
-  if (row_sequence(P, un.t, T, un.rs, err, op)) {
-    const int64_t p = un.rs.pos_begin + (un.t - un.rs.row_begin);
+  if (row_sequence(P, t, T, rs, err, op)) {
+    const int64_t p = rs.pos_begin + (t - rs.row_begin);
     const int64_t lo = window_lo(p, window);
     const int64_t nkeys = p - lo + 1, C = chunk_keys(nkeys);
-    if (int64_t(un.z) * C < nkeys)  // else this row has fewer chunks
-      un.k_begin = lo + int64_t(un.z) * C, un.k_end = p + 1 < un.k_begin + C ? p + 1 : un.k_begin + C;
+    if (int64_t(z) * C < nkeys)  // else this row has fewer chunks
+      k_begin = lo + int64_t(z) * C, k_end = p + 1 < k_begin + C ? p + 1 : k_begin + C;
   }
-  return un;
-}
-// This warp's first tile of unit `un` (key idx, fresh; -1 without one).
-template <int D>
-__device__ __forceinline__ int64_t mma_first_key(const MmaUnit& un, const KvArgs& a, const PlanDev& P, bool& fresh,
-                                                 DeviceError* err, int op, int warp, int lane) {
-  fresh = false;
-  if (warp >= un.ntiles()) return -1;
-  const int64_t j0 = un.k_begin + int64_t(warp) * 32;
-  return tile_key(a, P, un.rs, j0, int(un.k_end - j0 < 32 ? un.k_end - j0 : 32), int64_t(un.g) * D, fresh, err, op,
-                  lane);
-}
-
-// One unit's tiles (this warp's first one copied or on its way: idx0,
-// fresh0; on the first unit only its cached rows), the warps' merge and
-// the unit's partials.
-template <int D>
-__device__ __forceinline__ void mma_unit_finish(float* __restrict__ part, const __nv_bfloat16* __restrict__ q,
-                                                int64_t ldq, const KvArgs& a, const PlanDev& P, const MmaUnit& un,
-                                                int64_t ntiles, int64_t r0, int64_t idx0, bool fresh0,
-                                                unsigned okmask0, bool first, int G, int hq, int chunks, float scale,
-                                                DeviceError* err, int op, unsigned char* att_smem, int warp,
-                                                int lane, int gr, int tq) {
-  constexpr int NT = D / 8;  // n-tiles of the output
-  unsigned char* ks_base = att_smem + size_t(warp) * 2 * 32 * mma_row_bytes<D>();  // as the kernel's
-  unsigned char* vs_base = ks_base + 32 * mma_row_bytes<D>();
+  const int64_t ntiles = (k_end - k_begin + 31) / 32;
+  if (ntiles == 0) {
+    pdl_wait();
+    return;
+  }
+  const int64_t kv_off = int64_t(g) * D;
+  unsigned char* ks_base = att_smem + size_t(warp) * 2 * 32 * RB;  // this warp's K tile, then V tile
+  unsigned char* vs_base = ks_base + 32 * RB;
+  // The warp's first tile: its keys looked up and its cached rows on their way.
+  bool fresh0 = false;
+  int64_t idx0 = -1;
+  if (warp < ntiles) {
+    const int64_t j0 = k_begin + int64_t(warp) * 32;
+    idx0 = tile_key(a, P, rs, j0, int(k_end - j0 < 32 ? k_end - j0 : 32), kv_off, fresh0, err, op, lane);
+    copy_tile_rows<D>(ks_base, vs_base, a, idx0, fresh0, kCopyCached);
+  }
+  const unsigned okmask0 = __ballot_sync(0xffffffffu, idx0 >= 0);
+  pdl_wait();
   uint32_t qa[D / 16][4];
-  load_q_frags<D>(qa, q, un.t, ldq, un.g, G, lane);
+  load_q_frags<D>(qa, q, t, ldq, g, G, lane);
   const unsigned char* krow[4];
   const unsigned char* vrow[2];
   tile_rows<D>(ks_base, vs_base, lane, krow, vrow);
-  const int64_t kv_off = int64_t(un.g) * D;
   MmaState<D> st;
   mma_state_init(st);
   for (int64_t tile = warp; tile < ntiles; tile += kMmaAttnWarps) {
-    const int64_t j0 = un.k_begin + tile * 32;
-    const int nv = int(un.k_end - j0 < 32 ? un.k_end - j0 : 32);
+    const int64_t j0 = k_begin + tile * 32;
+    const int nv = int(k_end - j0 < 32 ? k_end - j0 : 32);
     unsigned okmask = okmask0;
     if (tile == warp) {
-      if (first) copy_tile_rows<D>(ks_base, vs_base, a, idx0, fresh0, kCopyFresh);
+      copy_tile_rows<D>(ks_base, vs_base, a, idx0, fresh0, kCopyFresh);
     } else {
       bool fresh = false;
-      const int64_t idx = tile_key(a, P, un.rs, j0, nv, kv_off, fresh, err, op, lane);
+      const int64_t idx = tile_key(a, P, rs, j0, nv, kv_off, fresh, err, op, lane);
       okmask = __ballot_sync(0xffffffffu, idx >= 0);
       __syncwarp();  // the previous tile's fragment reads are done
       copy_tile_rows<D>(ks_base, vs_base, a, idx, fresh, kCopyAll);
@@ -624,8 +615,8 @@ __device__ __forceinline__ void mma_unit_finish(float* __restrict__ part, const 
   // m and l by 16 threads; acc in float4s (4 dims a thread a step), its
   // four warps' values folded in warp order.
   constexpr int stride = part_stride(D), Q = D / 4;
-  float* out = part + (((un.t - r0) * hq + un.g * G) * chunks + un.z) * stride;  // head hh: + hh·chunks·stride
-  const int64_t head_step = int64_t(chunks) * stride;
+  float* out = part + ((int64_t(blockIdx.x) * hq + g * G) * gridDim.z + z) * stride;  // head hh: + hh·gridDim.z·stride
+  const int64_t head_step = int64_t(gridDim.z) * stride;
   if (threadIdx.x < G) {
     out[threadIdx.x * head_step] = sm[MS::fm + threadIdx.x];
     out[threadIdx.x * head_step + 1] = sm[MS::fl + threadIdx.x];
@@ -646,82 +637,15 @@ __device__ __forceinline__ void mma_unit_finish(float* __restrict__ part, const 
   }
 }
 
-
-// Three blocks an SM (70 KB of tiles each, 168 registers a thread at
-// most): the occupancy the one-unit form had.
 template <int D>
-__global__ void __launch_bounds__(kMmaAttnWarps * 32, 3)
-    attention_mma_kernel(float* __restrict__ part, const __nv_bfloat16* __restrict__ q, int64_t ldq, KvArgs a,
-                         PlanDev P, int64_t T, int64_t r0, int64_t units, int hk, int chunks, int G, int hq,
-                         int64_t window, float scale, DeviceError* err, int op) {
-  constexpr int RB = mma_row_bytes<D>();
-  // The merge may launch now: it reads the plan, then waits for us.
-  pdl_launch_dependents();
-  extern __shared__ __align__(16) unsigned char att_smem[];
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
-  unsigned char* ks_base = att_smem + size_t(warp) * 2 * 32 * RB;  // this warp's K tile, then V tile
-  unsigned char* vs_base = ks_base + 32 * RB;
-  // Launched with PDL: until pdl_wait the kernels before us may still run.
-  // Before it we read only what no kernel of this step writes: the plan,
-  // the block table and the cache rows of earlier steps (this step's k/v
-  // reach the cache in the merge, after every chunk block). q and this
-  // step's k_new/v_new come after it. Every block waits before it leaves,
-  // so this grid ends after the one before it.
-  // The warp's first tile: its keys looked up and its cached rows on their way.
-  bool fresh0 = false;
-  int64_t idx0 = -1;
-  {
-    const MmaUnit un = mma_unit(blockIdx.x, hk, chunks, P, T, r0, window, err, op);
-    idx0 = mma_first_key<D>(un, a, P, fresh0, err, op, warp, lane);
-    if (warp < un.ntiles()) copy_tile_rows<D>(ks_base, vs_base, a, idx0, fresh0, kCopyCached);
-  }
-  pdl_wait();
-  for (int64_t u = blockIdx.x; u < units; u += gridDim.x) {
-    const bool first = u == int64_t(blockIdx.x);
-    // The unit again (its plan reads hit L1 now).
-    const MmaUnit un = mma_unit(u, hk, chunks, P, T, r0, window, err, op);
-    const int64_t ntiles = un.ntiles();
-    if (!first) {
-      __syncthreads();  // the last unit's merge has read its shared memory
-      if (warp < ntiles) copy_tile_rows<D>(ks_base, vs_base, a, idx0, fresh0, kCopyAll);
-    }
-    const unsigned okmask0 = __ballot_sync(0xffffffffu, idx0 >= 0);
-    // The next unit's first tile: looked up now, its rows asked of L2.
-    bool fresh_next = false;
-    int64_t idx_next = -1;
-    if (u + gridDim.x < units) {
-      const MmaUnit nx = mma_unit(u + gridDim.x, hk, chunks, P, T, r0, window, err, op);
-      idx_next = mma_first_key<D>(nx, a, P, fresh_next, err, op, warp, lane);
-      if (idx_next >= 0) {
-        const char* kr = reinterpret_cast<const char*>(static_cast<const __nv_bfloat16*>(fresh_next ? a.k_new : a.ck) + idx_next);
-        const char* vr = reinterpret_cast<const char*>(static_cast<const __nv_bfloat16*>(fresh_next ? a.v_new : a.cv) + idx_next);
-#pragma unroll
-        for (int b = 0; b < 2 * D; b += 128) {
-          asm volatile("prefetch.global.L2 [%0];" ::"l"(kr + b));
-          asm volatile("prefetch.global.L2 [%0];" ::"l"(vr + b));
-        }
-      }
-    }
-    if (ntiles > 0) mma_unit_finish<D>(part, q, ldq, a, P, un, ntiles, r0, idx0, fresh0, okmask0, first, G, hq, chunks,
-                                       scale, err, op, att_smem, warp, lane, gr, tq);
-    idx0 = idx_next, fresh0 = fresh_next;
-  }
-}
-// `rows` x hk x chunks units; `persist`: in the blocks the GPU holds at
-// once (fewer when there are fewer units), else one a block.
-template <int D>
-cudaError_t launch_attention_mma(cudaStream_t s, unsigned rows, int hk, bool persist, float* part, const void* q,
-                                 int64_t ldq, const KvArgs& a, const PlanDev& P, int64_t T, int64_t r0, int G, int hq,
-                                 int chunks, int64_t window, float scale, DeviceError* err, int op) {
+cudaError_t launch_attention_mma(cudaStream_t s, dim3 grid, float* part, const void* q, int64_t ldq, const KvArgs& a,
+                                 const PlanDev& P, int64_t T, int64_t r0, int G, int hq, int64_t window, float scale,
+                                 DeviceError* err, int op) {
   constexpr size_t smem = mma_att_smem<D>();
-  constexpr auto kernel = attention_mma_kernel<D>;
-  if (cudaError_t e = allow_dynamic_smem<kernel>(int(smem)); e != cudaSuccess) return e;
-  const int64_t units = int64_t(rows) * hk * chunks;
-  const int held = persist ? resident_blocks<kernel>(kMmaAttnWarps * 32, smem) : 0;
-  const int64_t blocks = held > 0 ? std::min<int64_t>(units, held) : units;
-  return launch_pdl<kernel>(s, dim3(unsigned(blocks)), dim3(kMmaAttnWarps * 32), smem, part,
-                            static_cast<const __nv_bfloat16*>(q), ldq, a, P, T, r0, units, hk, chunks, G, hq, window,
-                            scale, err, op);
+  if (cudaError_t e = allow_dynamic_smem<attention_mma_kernel<D>>(int(smem)); e != cudaSuccess) return e;
+  return launch_pdl<attention_mma_kernel<D>>(s, grid, dim3(kMmaAttnWarps * 32), smem, part,
+                                                    static_cast<const __nv_bfloat16*>(q), ldq, a, P, T, r0, G, hq,
+                                                    window, scale, err, op);
 }
 
 // Rows per launch so the chunk partials stay within 256 MiB of scratch. The
@@ -758,8 +682,7 @@ cudaError_t run_split_attention(cudaStream_t s, const AttnCall& c, float* part, 
     const dim3 grid(rows, unsigned(hk), unsigned(c.chunks));
     if (mma) {
       auto* launch = c.d == 64 ? launch_attention_mma<64> : launch_attention_mma<128>;
-      cudaError_t e = launch(s, rows, hk, c.persist, part, c.q, c.ldq, c.a, c.P, T, r0, c.G, c.hq, c.chunks, c.window,
-                             c.scale, c.err, c.op);
+      cudaError_t e = launch(s, grid, part, c.q, c.ldq, c.a, c.P, T, r0, c.G, c.hq, c.window, c.scale, c.err, c.op);
       if (e != cudaSuccess) return e;
     } else {
       split<<<grid, kSplitWarps * 32, 0, s>>>(part, c.q, c.qdt, c.ldq, c.a, c.P, T, r0, c.d, c.G, c.hq, c.window,

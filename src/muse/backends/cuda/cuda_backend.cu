@@ -53,7 +53,6 @@ CudaBackend::CudaBackend(const CudaBackendOptions& o)
       gemv_variant_(o.gemv_variant),
       expert_kernel_(o.expert_kernel),
       expert_gemm_(o.expert_gemm),
-      attention_kernel_(o.attention_kernel),
       skip_ops_(o.skip_ops),
       side_on_(o.side_stream),
       graphs_on_(o.graphs),

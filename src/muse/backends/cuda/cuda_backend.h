@@ -51,12 +51,6 @@ struct CudaBackendOptions {
   // 128). The same bits; `muse bench --expert-gemm`
   // compares their speed.
   int expert_gemm = 0;
-  // The decode attention's tensor-core chunk kernel (split path): 0 the
-  // rule, its (row, kv head, chunk) units in the blocks the GPU holds at
-  // once, each block looking its next unit up ahead (one wave: every unit a
-  // block of its own); 1 one unit a block always. The same bits; `muse bench
-  // --attention-kernel` compares their speed.
-  int attention_kernel = 0;
   // Ops (by the names --profile prints) whose kernels are not launched: a
   // timing probe of what each costs a step once PDL overlaps the launches
   // (`muse bench --skip-ops`). The outputs are then not valid.
