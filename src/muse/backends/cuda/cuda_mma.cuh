@@ -82,6 +82,20 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N));
 }
 
+// One weight tile's granule at k0 into a ring slot (4 KB: rows g and g + 8
+// a lane, 16-byte pieces at k0 + 32j + 8·(lane % 4), wr already offset by
+// the latter); pieces past kmine, or of rows that are not there, as zeros.
+__device__ __forceinline__ void copy_granule(uint4* slot, const __nv_bfloat16* const (&wr)[2], const bool (&wok)[2],
+                                             int64_t k0, int64_t kmine, int lane) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const bool ok = wok[h] && k0 + 32 * j < kmine;
+      cp_async16(slot + (j * 2 + h) * 32 + lane, ok ? wr[h] + k0 + 32 * j : wr[h], ok ? 16 : 0);
+    }
+}
+
 // Lets `Kernel` use `bytes` of dynamic shared memory (above the 48 KB
 // default) on the current device: once per kernel and device (the attribute
 // belongs to the device's context; tensor-parallel ranks drive several GPUs

@@ -94,14 +94,7 @@ __global__ void __launch_bounds__(32 * kSplit)
   tile_rows(it, iw, iok);
   auto issue = [&](int64_t i) {  // load i of this warp (the cursor's), then advance the cursor
     const int64_t k0 = (int64_t(s) + ir * kSplit) * kGranule;
-    uint4* slot = my + (i % STAGES) * 256;
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const bool ok = iok[h] && k0 + 32 * j < kmine;
-        cp_async16(slot + (j * 2 + h) * 32 + lane, ok ? iw[h] + k0 + 32 * j : iw[h], ok ? 16 : 0);
-      }
+    copy_granule(my + (i % STAGES) * 256, iw, iok, k0, kmine, lane);
     ++ir;
     if (--left == 0) {
       while (left == 0 && it > tf) --it, ir = r_begin(it), left = loads(it);

@@ -53,14 +53,7 @@ __global__ void __launch_bounds__(32 * kWideWarps)
   uint4* my = wring + size_t(warp) * kWideStages * 256;
   auto issue_w = [&](int i) {
     const int64_t k0 = int64_t(i) * kGranule;
-    uint4* slot = my + (i % kWideStages) * 256;
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const bool ok = wok[h] && k0 + 32 * j < kmine;
-        cp_async16(slot + (j * 2 + h) * 32 + lane, ok ? wr[h] + k0 + 32 * j : wr[h], ok ? 16 : 0);
-      }
+    copy_granule(my + (i % kWideStages) * 256, wr, wok, k0, kmine, lane);
   };
   // The x tile of granule i: element e = (j·NT + c)·32 + l holds row 8c + l/4,
   // k = 128i + 8(l%4) + 32j .. +8.
