@@ -642,7 +642,7 @@ constexpr int64_t kCublasLtAboveRows = 0;  // 0: never
 namespace {
 // The product kernel for T rows of K: the forced one, else the rule's.
 int product_variant(int forced, int64_t T, int64_t K) {
-  return forced == 15 && T > 8 ? gemv_rule(T, K) : forced ? forced : gemv_rule(T, K);  // 15: the stream at 1..8 rows only
+  return forced && !(forced == 15 && T > 8) ? forced : gemv_rule(T, K);  // 15: the stream at 1..8 rows only
 }
 // Whether that kernel reads x permuted into scratch: the prefill GEMM, the
 // wgmma decode kernel's TMA tiles (variant 14 at every row count, 13 above

@@ -108,19 +108,19 @@ __global__ void __launch_bounds__(32 * kSplit)
     cp_async_commit();
   }
   pdl_wait();  // x comes from the kernel before (the weights do not)
-  float* part = reinterpret_cast<float*>(ring + size_t(kSplit) * STAGES * 256);
+  uint4* part = ring + size_t(kSplit) * STAGES * 256;  // the slices' partials (the ring keeps streaming)
   const uint4 zero = make_uint4(0, 0, 0, 0);
   int64_t used = 0;
   for (int64_t t = tl; t >= tf; --t) {
     const int64_t rb = r_begin(t), re = r_end(t);
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    float acc[1][1][4] = {};
     if (rb > 0) {  // the tile's first rounds were block b - 1's: its accumulators
       if (threadIdx.x == 0)
         while (ld_acquire(flags + b) == 0) __nanosleep(64);
       __syncthreads();
       const float* h = handoff + size_t(b) * kStreamHandoffFloats + (size_t(s) * 32 + lane) * 4;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) acc[i] = __ldcg(h + i);
+      for (int i = 0; i < 4; ++i) acc[0][0][i] = __ldcg(h + i);
       __syncthreads();
       if (threadIdx.x == 0) flags[b] = 0;  // for the next launch (which starts after this grid ends)
     }
@@ -135,39 +135,29 @@ __global__ void __launch_bounds__(32 * kSplit)
       for (int j = 0; j < 4; ++j) {
         const uint4 bv = xok && k0 + 32 * j < kmine ? __ldg(reinterpret_cast<const uint4*>(xr + k0 + 32 * j)) : zero;
         const uint4 a0 = slot[(j * 2) * 32 + lane], a1 = slot[(j * 2 + 1) * 32 + lane];
-        mma16816(acc, a0.x, a1.x, a0.y, a1.y, bv.x, bv.y);
-        mma16816(acc, a0.z, a1.z, a0.w, a1.w, bv.z, bv.w);
+        mma16816(acc[0][0], a0.x, a1.x, a0.y, a1.y, bv.x, bv.y);
+        mma16816(acc[0][0], a0.z, a1.z, a0.w, a1.w, bv.z, bv.w);
       }
     }
     if (t == tf) pdl_streaming_done();
     if (re < R) {  // the tile goes on in block b + 1: hand the accumulators on
       float* h = handoff + size_t(b + 1) * kStreamHandoffFloats + (size_t(s) * 32 + lane) * 4;
 #pragma unroll
-      for (int i = 0; i < 4; ++i) __stcg(h + i, acc[i]);
+      for (int i = 0; i < 4; ++i) __stcg(h + i, acc[0][0][i]);
       __threadfence();
       __syncthreads();
       if (threadIdx.x == 0) st_release(flags + b + 1, 1u);
       continue;
     }
-    // The tile ends here: slices added 0 + 1 + 2 + 3 (ring_reduce's order), stored as ring_tile stores.
-    if (s) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) part[((s - 1) * 4 + i) * 32 + lane] = acc[i];
-    }
-    __syncthreads();
-    if (s == 0) {
-      const int j = group_product(grp, t);
-      const int64_t n0 = (t - (j ? grp.tile_end[j - 1] : 0)) * 16;
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        float v = acc[i];
-#pragma unroll
-        for (int p = 0; p < kSplit - 1; ++p) v += part[(p * 4 + i) * 32 + lane];
-        const int64_t nn = n0 + g + 8 * (i >> 1), tt = 2 * tq + (i & 1);
-        if (nn < grp.n[j] && tt < T) st(grp.out[j], grp.odt[j], tt * grp.ldo[j] + nn, v);
-      }
-    }
-    __syncthreads();  // part is the next tile's
+    // The tile ends here: the ring's reduction (its leading barrier also
+    // keeps the next tile's partials from warp 0's reads of these), stored
+    // as ring_tile stores.
+    const int j = group_product(grp, t);
+    const int64_t n0 = (t - (j ? grp.tile_end[j - 1] : 0)) * 16;
+    ring_reduce<1, 1>(part, s, lane, acc, [&](int, int, int i, float v) {
+      const int64_t nn = n0 + g + 8 * (i >> 1), tt = 2 * tq + (i & 1);
+      if (nn < grp.n[j] && tt < T) st(grp.out[j], grp.odt[j], tt * grp.ldo[j] + nn, v);
+    });
   }
   cp_async_wait<0>();
 }
