@@ -328,60 +328,6 @@ TEST_P(Attention, StoreGateFusedGivesTheSameBits) {
       }
 }
 
-// The output gate's product on a side branch (MuseModel::attention_block
-// at 1..4 rows): the merge, which reads the gate, waits for the branch
-// inside the attention op (CudaBackend::take_inside_join), while the chunks
-// run beside the product. The same output and cache bytes as the product
-// before the attention, eager and recorded; the gate is poisoned before
-// each step, so a merge that read it early shows.
-TEST_P(Attention, GateBesideGivesTheSameBits) {
-  const int64_t d = 128, hq = 8, hk = 2, kvd = hk * d, qd = hq * d, B = 3, K = 4096;
-  for (KvLayout layout : {KvLayout::Paged, KvLayout::Sliding}) {
-    const bool paged = layout == KvLayout::Paged;
-    const int64_t per = 16, slots = 400, window = paged ? 0 : 96;
-    auto ck = random_floats(size_t(slots * per * kvd), 980), cv = random_floats(size_t(slots * per * kvd), 981);
-    KvLayerStorage c1, c2;
-    c1.layout = c2.layout = layout;
-    c1.k = up(kv(), {slots, 1, per, kvd}, ck), c1.v = up(kv(), {slots, 1, per, kvd}, cv);
-    c2.k = up(kv(), {slots, 1, per, kvd}, ck), c2.v = up(kv(), {slots, 1, per, kvd}, cv);
-    StepPlanBuilder pb(StepPlanCapacity{B + 1, B + 1, B + 1, 64 * 40});
-    const int64_t rows = add_rows_and_chunk(pb, B, 1, per, slots, paged, 982);  // 4 one-row sequences
-    auto q = random_floats(size_t(rows * qd), 983), k = random_floats(size_t(rows * kvd), 984),
-         v = random_floats(size_t(rows * kvd), 985), h = random_floats(size_t(rows * K), 986),
-         w = random_floats(size_t(qd * K), 987, 0.05f), d8 = random_floats(8, 988);
-    Tensor tq = up(act(), {rows, qd}, q), tk = up(act(), {rows, kvd}, k), tv = up(act(), {rows, kvd}, v),
-           th = up(DType::BF16, {rows, K}, h), tw = up(DType::BF16, {qd, K}, w), dummy = up(DType::F32, {1, 8}, d8);
-    EXPECT_TRUE(b().runs_beside(th, tw)) << "a BF16 product of " << rows << " rows runs beside the main ops";
-    Tensor buf;
-    StepPlanView view = plan_view(pb, buf, window, per);
-    view.max_seq_rows = pb.max_seq_rows(), view.max_seq_end = pb.max_seq_end();
-    Tensor g1 = poisoned(act(), {rows, qd}), o1 = poisoned(act(), {rows, qd});
-    b().matmul(g1, th, tw);
-    b().attention_store_gate(o1, tq, tk, tv, c1, view, d, window, 0.088f, {g1, false, 1e-6f});
-    run();
-    const std::vector<uint8_t> want[] = {get_bytes(o1), get_bytes(c1.k), get_bytes(c1.v)};
-    Tensor g2 = poisoned(act(), {rows, qd}), o2 = poisoned(act(), {rows, qd});
-    for (int step = 0; step < 3; ++step) {  // recorded at the second, replayed at the third (graphs on)
-      std::vector<uint8_t> nan(g2.bytes(), 0xff);
-      b().set_input(g2, nan.data(), nan.size());
-      b().set_input(o2, nan.data(), nan.size());
-      b().begin_graph(0x6a7e0001u + uint64_t(paged));
-      b().begin_side();
-      b().matmul(g2, th, tw);
-      b().end_side();
-      b().softcap(dummy, 1.0f, 3.0f);  // a main op beside the branch (qk-norm/RoPE in the model)
-      b().join_side();
-      b().attention_store_gate(o2, tq, tk, tv, c2, view, d, window, 0.088f, {g2, false, 1e-6f});
-      b().end_graph();
-      run();
-      const std::string what = std::string(paged ? "paged" : "sliding") + ", step " + std::to_string(step);
-      EXPECT_EQ(get_bytes(o2), want[0]) << what << ": the output with the gate beside differs";
-      EXPECT_EQ(get_bytes(c2.k), want[1]) << what << ": the K cache differs";
-      EXPECT_EQ(get_bytes(c2.v), want[2]) << what << ": the V cache differs";
-    }
-  }
-}
-
 // Above 16 rows the fused merge (and the gating prefill kernel, a 70-row
 // chunk) also writes its outputs in the wgmma products' order for the o
 // projection after it (which then skips its permute): the same output,

@@ -169,17 +169,6 @@ class Backend {
   virtual void begin_side() {}
   virtual void end_side() {}
   virtual void join_side() {}
-  // Whether project(x, {weight}) enqueued on a side branch would run beside
-  // the main ops (CUDA: a product that needs no scratch, on its own stream),
-  // so that a caller may take it out of a grouped project() call to hide
-  // latency-bound main ops behind its weight streaming (the attention
-  // output gate's product beside qk-norm/RoPE and attention's chunks).
-  // Default: no (branches run in order, and a separate product would only
-  // lose the grouping).
-  virtual bool runs_beside(const Tensor& x, const Tensor& weight) const {
-    (void)x, (void)weight;
-    return false;
-  }
 
   // ---- recorded regions (CUDA graphs) -----------------------------------------
   // begin_graph(key) ... end_graph() brackets ops of a step that every step

@@ -297,23 +297,11 @@ void MuseModel::attention_block(const Step& s, int64_t l, const KvLayerStorage& 
   const ModelConfig& c = config_;
   const LayerWeights& w = weights_.layers[size_t(l)];
   Backend& b = backend_;
-  // The gate is read only by the output gate, after attention's chunks: where
-  // the backend runs a product beside the main ops, the gate's product is a
-  // side branch, so its weights stream while qk-norm/RoPE and the chunks
-  // (latency-bound at decode) run, instead of before them. Each product's
-  // rows have the same bits grouped or alone.
-  const bool gate_beside = b.runs_beside(s.h, w.gate);
   const Projection qkvg[] = {{w.q, s.q}, {w.k, s.k}, {w.v, s.v}, {w.gate, s.g}};
-  b.project(s.h, std::span<const Projection>(qkvg, gate_beside ? 3 : 4));
-  if (gate_beside) {
-    b.begin_side();
-    b.matmul(s.g, s.h, w.gate);
-    b.end_side();
-  }
+  b.project(s.h, qkvg);
   const bool rope = c.layer_rope_theta[size_t(l)] != 0.0;
   b.qk_norm_rope(s.q, s.k, rope ? s.cos : Tensor{}, rope ? s.sin : Tensor{}, c.head_dim, float(c.rms_norm_eps),
                  float(c.qk_scale_factor));
-  if (gate_beside) b.join_side();
   const int64_t window = c.is_full(l) ? 0 : c.sliding_window;
   b.attention_store_gate(s.o, s.q, s.k, s.v, kv, *s.plan, c.head_dim, window,
                          float(1.0 / std::sqrt(double(c.head_dim))), {s.g, c.is_spark(), float(c.rms_norm_eps)});

@@ -273,17 +273,10 @@ void CudaBackend::enqueue_attention(const AttentionLaunch& launch) {
     case AttentionLaunch::Path::Split: {
       reserve_scratch(split_scratch_bytes(call.T, call.hq, call.d, call.chunks));
       const bool vec = launch.vec, mma = launch.mma;
-      // With the gate in the merge, a side branch writing it (the gate's
-      // product beside qk-norm/RoPE and the chunks: MuseModel::attention_block)
-      // is joined just before the merge.
-      enqueue(
-          "attention",
-          [=, this](cudaStream_t s) {
-            const cudaEvent_t join = take_inside_join();
-            if (call.xperm) xperm_written();
-            return run_split_attention(s, call, static_cast<float*>(scratch()), vec, mma, join);
-          },
-          call.gate != nullptr);
+      enqueue("attention", [=, this](cudaStream_t s) {
+        if (call.xperm) xperm_written();
+        return run_split_attention(s, call, static_cast<float*>(scratch()), vec, mma);
+      });
       return;
     }
   }

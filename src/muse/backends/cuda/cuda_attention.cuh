@@ -493,14 +493,7 @@ size_t split_scratch_bytes(int64_t T, int hq, int d, int chunks);
 // the merge comes after every row's cache reads and may write the cache).
 bool split_attention_one_slab(int64_t T, int hq, int d, int chunks);
 bool split_attention_covers(int G, int d);
-// Shared memory of one tensor-core chunk block (heads of 128, the larger):
-// what a product beside attention leaves free on an SM.
-size_t split_attention_block_bytes();
-// join: if not null, the stream waits for it before the first merge (the
-// merge reads the gate, which a side branch may still be writing while
-// the chunks run: CudaBackend::take_inside_join).
-cudaError_t run_split_attention(cudaStream_t s, const AttnCall& c, float* part, bool vec, bool mma,
-                                cudaEvent_t join = nullptr);
+cudaError_t run_split_attention(cudaStream_t s, const AttnCall& c, float* part, bool vec, bool mma);
 
 // cuda_attention_prefill.cu: the same bits as run_split_attention(mma) for
 // every row, for steps of at least kPrefillMinRows rows with a sequence of

@@ -414,7 +414,7 @@ void CudaBackend::quiesce_flushed() {
 // branches. The kernels and their arguments are the same, so are the bits.
 // Profiling (events between ops on stream_) runs every op in order.
 // ---------------------------------------------------------------------------
-void CudaBackend::enqueue(const char* name, Launch run, bool joins_inside) {
+void CudaBackend::enqueue(const char* name, Launch run) {
   Op op{name, std::move(run)};
   // A branch op that needs no scratch touches neither the scratch nor what
   // the main ops enqueued after it and before the join read (the branch's
@@ -426,11 +426,8 @@ void CudaBackend::enqueue(const char* name, Launch run, bool joins_inside) {
     side_fork_next_ = false, side_any_ = true;
   } else if (join_next_ || (side_enqueue_ && side_any_)) {
     // the op after join_side(), or a branch op that needs the scratch:
-    // stream_ waits for the branch so far first (or, joins_inside, within
-    // the op's launch)
-    if (joins_inside && join_next_ && !side_enqueue_) op.join_inside = true;
-    else op.join = true;
-    join_next_ = false, side_any_ = false;
+    // stream_ waits for the branch so far first
+    op.join = true, join_next_ = false, side_any_ = false;
   }
   ops_.push_back(std::move(op));
   if (graph_mode_ != GraphMode::Off) graph_enqueued(name);
@@ -463,8 +460,7 @@ bool CudaBackend::skipped(size_t i) const {
 cudaError_t CudaBackend::run_op(size_t i, cudaStream_t main, bool skip) {
   const Op& op = ops_[i];
   const bool side = op.side && !profile_;
-  const bool inside = op.join_inside && !skip;  // a skipped op joins before, as any other
-  if (op.join || (op.join_inside && skip) || (side && op.fork))
+  if (op.join || (side && op.fork))
     if (cudaError_t e = join_side_stream(main); e != cudaSuccess) return e;  // a new branch joins an open one first
   if (side && !side_open_) {  // a fork: side_ waits for what main has so far
     cudaError_t e = cudaEventRecord(fork_event_, main);
@@ -472,18 +468,7 @@ cudaError_t CudaBackend::run_op(size_t i, cudaStream_t main, bool skip) {
     if (e != cudaSuccess) return e;
     side_open_ = true;
   }
-  if (inside && side_open_) {  // the branch's end now; main waits for it within the op (take_inside_join)
-    side_open_ = false;
-    if (cudaError_t e = cudaEventRecord(join_event_, side_); e != cudaSuccess) return e;
-    inside_join_ = join_event_;
-  }
-  if (skip) return cudaSuccess;
-  cudaError_t e = op.run(side ? side_ : main);
-  if (inside_join_) {  // not taken (no kernel of this launch read the branch): main waits now
-    const cudaError_t j = cudaStreamWaitEvent(main, take_inside_join(), 0);
-    if (e == cudaSuccess) e = j;
-  }
-  return e;
+  return skip ? cudaSuccess : op.run(side ? side_ : main);
 }
 
 // Launches the ops queued so far, after resetting the device error flag

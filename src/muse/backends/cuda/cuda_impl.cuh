@@ -194,7 +194,6 @@ class CudaBackend final : public Backend {
   void begin_side() override;
   void end_side() override;
   void join_side() override;
-  bool runs_beside(const Tensor& x, const Tensor& weight) const override;
   // Recorded regions as CUDA graphs (cuda_graphs.cu).
   void begin_graph(uint64_t key) override;
   void end_graph() override;
@@ -255,19 +254,7 @@ class CudaBackend final : public Backend {
   bool check(bool ok, const char* op, Message&& what) {
     return ok || check(false, op, std::string(what()));
   }
-  // joins_inside: where this op would join a side branch first (the op
-  // after join_side()), it joins it itself instead, before its first kernel
-  // that reads the branch's results (take_inside_join), so its kernels
-  // before that one run beside the branch.
-  void enqueue(const char* name, Launch run, bool joins_inside = false);
-  // In an op's launch: the event its stream must wait for before the op's
-  // first kernel that reads a side branch's results (nullptr: none; the
-  // op's join was before it, or there is no branch to join). Once a launch.
-  cudaEvent_t take_inside_join() {
-    cudaEvent_t e = inside_join_;
-    inside_join_ = nullptr;
-    return e;
-  }
+  void enqueue(const char* name, Launch run);
   int op_index() const { return int(ops_.size()); }  // the index the next enqueued op gets
   DeviceError* dev_error() const { return dev_error_; }
   // Device scratch of at least `bytes`, valid while the step runs: ops read
@@ -337,7 +324,6 @@ class CudaBackend final : public Backend {
     bool side = false;  // an op of a side branch (begin_side .. end_side)
     bool fork = false;  // the first op of its branch: side_ first waits for stream_
     bool join = false;  // stream_ first waits for side_ (join_side before this op)
-    bool join_inside = false;  // the op joins side_ itself (enqueue's joins_inside)
   };
   std::vector<Op> ops_;
   size_t launched_ = 0;                     // ops_[0 .. launched_) launched (flush(), execute())
@@ -356,7 +342,6 @@ class CudaBackend final : public Backend {
   bool side_open_ = false;
   cudaStream_t side_ = nullptr;
   cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
-  cudaEvent_t inside_join_ = nullptr;  // run_op → take_inside_join: join_event_, recorded on side_
   // ops_[i] on its stream, forking / joining first (skip: the fork and join only)
   cudaError_t run_op(size_t i, cudaStream_t main, bool skip = false);
   bool skipped(size_t i) const;  // CudaBackendOptions::skip_ops names ops_[i]

@@ -34,7 +34,6 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "muse/backends/cuda/cuda_attention.cuh"
 #include "muse/backends/cuda/cuda_dot.cuh"
 #include "muse/backends/cuda/cuda_mma.cuh"
 #include "muse/backends/cuda/cuda_quant.cuh"
@@ -497,10 +496,8 @@ int gemv_rule(int64_t T, int64_t K) {
 // kernel.
 // chain: kChainNext / kChainXReady (cuda_mma.cuh) for the products of one
 // project() call; the GEMMs (variants 7, 11, 12, 13 and 14) are never chained.
-// room: shared memory a product on a side branch leaves free on each SM
-// for a block of the kernels it runs beside (attention's chunks).
 cudaError_t launch_mma_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, const Tensor& out, int variant,
-                            int chain, size_t room = 0) {
+                            int chain) {
   const int64_t T = x.rows(), K = x.cols(), N = w.rows();
   auto* xp = static_cast<const __nv_bfloat16*>(x.data);
   auto* wp = static_cast<const __nv_bfloat16*>(w.data);
@@ -515,13 +512,9 @@ cudaError_t launch_mma_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, co
     // 57% of HBM, 2026-12-04 ncu); six stages (96 KB a block) still let every
     // block be resident at once. The same bits (stages change no arithmetic).
     // (Where two such blocks fit an SM: Hopper's 228 KB, not Ampere's 164.)
-    // Beside another kernel (room), four stages where six would leave no
-    // room for its block (Glimmer's 4096-row gate beside a 70 KB chunk block).
-    if (variant == 3 && (N + 15) / 16 <= 2 * int64_t(sm_count())) {
-      const size_t smem = size_t(smem_per_sm());
-      if (smem >= 2 * ring_bytes<1, 1, 6>() + 2048 + room) variant = 6;
-      else if (room > 0 && smem >= 2 * ring_bytes<1, 1, 4>() + 2048 + room) variant = 4;
-    }
+    if (variant == 3 && (N + 15) / 16 <= 2 * int64_t(sm_count()) &&
+        smem_per_sm() >= 2 * int(ring_bytes<1, 1, 6>()) + 2048)
+      variant = 6;
   }
   if (is_wgmma_variant(variant) && !wgmma_gemm_usable()) variant = 7;  // the same bits, without wgmma
   if (is_wgmma_variant(variant)) return launch_wgmma_gemm(s, x, {&w, 1}, {&out, 1}, variant, nullptr, 0);
@@ -671,17 +664,6 @@ bool CudaBackend::offer_xperm(const Tensor& x, size_t offset, int after) {
   return true;
 }
 
-// A product beside the main ops needs no scratch (the main ops use it):
-// BF16 through our decode kernels, not reading x permuted (1..4 rows on
-// sm_90a), and not the streamed ring (its buffers are in stream order).
-bool CudaBackend::runs_beside(const Tensor& x, const Tensor& weight) const {
-  if (!side_on_ || profile_ || x.rank != 2 || weight.rank != 2 || !mma_eligible(x, weight) || x.rows() > 64 ||
-      weight.cols() != x.cols())
-    return false;
-  const int variant = product_variant(gemv_variant_, x.rows(), x.cols());
-  return variant != 15 && !(is_wgmma_variant(variant) && wgmma_gemm_usable() && variant_reads_xperm(variant, x.rows()));
-}
-
 bool CudaBackend::xperm_ready(const Tensor& x) const {
   return xperm_copy_.op == in_order_ops_ && xperm_copy_.x == x.data && xperm_copy_.rows == x.rows() &&
          xperm_copy_.cols == x.cols();
@@ -802,11 +784,8 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
   const int64_t stream_blocks = stream_sync_.blocks();
   const bool stream = all && !side_enqueue_ && x.rows() <= 8 && stream_blocks > 0 &&
                       (gemv_variant_ == 15 || (gemv_variant_ == 0 && outs.size() >= 2 && tiles16 > stream_blocks));
-  // On a side branch (not degraded: it needs no scratch), room for a
-  // chunk block of the attention it may run beside.
-  const size_t room = side_enqueue_ && !side_degraded_ && side_on_ ? split_attention_block_bytes() + 1024 : 0;
   enqueue("project", [this, x, outs, lt, chainable, grouped, wg_all, variant, xperm, permuted, xoff, qgemm,
-                       stream, room](cudaStream_t s) {
+                       stream](cudaStream_t s) {
     if (stream) {
       for (size_t i = 0; i < outs.size(); i += kClusterGroupMax) {
         const size_t n = std::min<size_t>(kClusterGroupMax, outs.size() - i);
@@ -855,7 +834,7 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
       } else if (chainable[i]) {
         const int chain = (i > 0 && chainable[i - 1] ? kChainXReady : 0) |
                           (i + 1 < outs.size() && chainable[i + 1] ? kChainNext : 0);
-        e = launch_mma_gemv(s, x, p.weight, p.out, gemv_variant_, chain, room);
+        e = launch_mma_gemv(s, x, p.weight, p.out, gemv_variant_, chain);
       } else {
         e = p.weight.quant                      ? launch_quant_project(s, x, p.weight, p.out)
             : lt && x.dtype == p.weight.dtype ? launch_cublaslt(s, x, p)
