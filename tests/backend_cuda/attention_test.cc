@@ -328,6 +328,58 @@ TEST_P(Attention, StoreGateFusedGivesTheSameBits) {
       }
 }
 
+// The output gate's product inside the attention op (OutputGate::x,
+// weight; MuseModel::attention_block at 1..4 rows): launched between the
+// chunk kernel and the merge, reading x without waiting and waiting for the
+// chunks before it exits. The same gate, output and cache bytes as the
+// product run before attention, with and without the head norm, paged and
+// sliding, eager and recorded; the gate is poisoned before each step, so a
+// merge that read it early shows.
+TEST_P(Attention, GateProductInAttentionGivesTheSameBits) {
+  const int64_t d = 128, hq = 8, hk = 2, kvd = hk * d, qd = hq * d, B = 3, K = 4096;
+  for (KvLayout layout : {KvLayout::Paged, KvLayout::Sliding})
+    for (bool head_norm : {false, true}) {
+      const bool paged = layout == KvLayout::Paged;
+      const int64_t per = 16, slots = 400, window = paged ? 0 : 96;
+      auto ck = random_floats(size_t(slots * per * kvd), 980), cv = random_floats(size_t(slots * per * kvd), 981);
+      KvLayerStorage c1, c2;
+      c1.layout = c2.layout = layout;
+      c1.k = up(kv(), {slots, 1, per, kvd}, ck), c1.v = up(kv(), {slots, 1, per, kvd}, cv);
+      c2.k = up(kv(), {slots, 1, per, kvd}, ck), c2.v = up(kv(), {slots, 1, per, kvd}, cv);
+      StepPlanBuilder pb(StepPlanCapacity{B + 1, B + 1, B + 1, 64 * 40});
+      const int64_t rows = add_rows_and_chunk(pb, B, 1, per, slots, paged, 982);  // 4 one-row sequences
+      auto q = random_floats(size_t(rows * qd), 983), k = random_floats(size_t(rows * kvd), 984),
+           v = random_floats(size_t(rows * kvd), 985), h = random_floats(size_t(rows * K), 986),
+           w = random_floats(size_t(qd * K), 987, 0.05f);
+      Tensor tq = up(act(), {rows, qd}, q), tk = up(act(), {rows, kvd}, k), tv = up(act(), {rows, kvd}, v),
+             th = up(DType::BF16, {rows, K}, h), tw = up(DType::BF16, {qd, K}, w);
+      EXPECT_TRUE(b().gate_in_attention(th, tw)) << "a BF16 product of " << rows << " rows runs inside attention";
+      Tensor buf;
+      StepPlanView view = plan_view(pb, buf, window, per);
+      view.max_seq_rows = pb.max_seq_rows(), view.max_seq_end = pb.max_seq_end();
+      Tensor g1 = poisoned(act(), {rows, qd}), o1 = poisoned(act(), {rows, qd});
+      b().matmul(g1, th, tw);
+      b().attention_store_gate(o1, tq, tk, tv, c1, view, d, window, 0.088f, {g1, head_norm, 1e-6f});
+      run();
+      const std::vector<uint8_t> want[] = {get_bytes(g1), get_bytes(o1), get_bytes(c1.k), get_bytes(c1.v)};
+      Tensor g2 = poisoned(act(), {rows, qd}), o2 = poisoned(act(), {rows, qd});
+      for (int step = 0; step < 3; ++step) {  // recorded at the second, replayed at the third (graphs on)
+        std::vector<uint8_t> nan(g2.bytes(), 0xff);
+        b().set_input(g2, nan.data(), nan.size());
+        b().set_input(o2, nan.data(), nan.size());
+        b().begin_graph(0x6a7e0001u + uint64_t(paged) + 2 * uint64_t(head_norm));
+        b().attention_store_gate(o2, tq, tk, tv, c2, view, d, window, 0.088f, {g2, head_norm, 1e-6f, &th, &tw});
+        b().end_graph();
+        run();
+        const std::string what = std::string(paged ? "paged" : "sliding") + (head_norm ? ", head norm" : "") +
+                                 ", step " + std::to_string(step);
+        const char* names[] = {"gate", "output", "K cache", "V cache"};
+        const std::vector<uint8_t> got[] = {get_bytes(g2), get_bytes(o2), get_bytes(c2.k), get_bytes(c2.v)};
+        for (size_t i = 0; i < 4; ++i) EXPECT_EQ(got[i], want[i]) << what << ": the " << names[i] << " differs";
+      }
+    }
+}
+
 // Above 16 rows the fused merge (and the gating prefill kernel, a 70-row
 // chunk) also writes its outputs in the wgmma products' order for the o
 // projection after it (which then skips its permute): the same output,

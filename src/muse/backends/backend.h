@@ -265,6 +265,16 @@ class Backend {
   virtual void kv_store(const KvLayerStorage& cache, const Tensor& k_new, const Tensor& v_new,
                         const StepPlanView& plan) = 0;
 
+  // Whether attention_store_gate should compute the gate's product x ·
+  // weightᵀ itself (OutputGate::x, weight) rather than the caller beside
+  // Q/K/V: nothing before the output gate reads it, so a backend may stream
+  // its weights while attention's latency-bound chain runs (CUDA, 1..4
+  // rows: between the chunk kernel and the merge). Default: no.
+  virtual bool gate_in_attention(const Tensor& x, const Tensor& weight) const {
+    (void)x, (void)weight;
+    return false;
+  }
+
   // Attention output gate, in place on o [T, H·d]: o ← o ⊙ σ(g) (Glimmer) or,
   // with `head_norm`, o ← rms_eps(o_h) ⊙ σ(g_h) per head (Spark).
   virtual void output_gate(const Tensor& o, const Tensor& g, int64_t head_dim, bool head_norm, float eps) = 0;
@@ -273,14 +283,19 @@ class Backend {
   // order and with their results: one call, so that a backend can do the last
   // two inside attention's final pass (CUDA: the split path's merge) instead
   // of two more passes on the critical path of every layer.
+  // With `x` and `weight`, the gate is first computed here, gate = x ·
+  // weightᵀ (the bits of project), where gate_in_attention says so.
   struct OutputGate {
     const Tensor& gate;
     bool head_norm;
     float eps;
+    const Tensor* x = nullptr;
+    const Tensor* weight = nullptr;
   };
   virtual void attention_store_gate(const Tensor& out, const Tensor& q, const Tensor& k_new, const Tensor& v_new,
                                     const KvLayerStorage& cache, const StepPlanView& plan, int64_t head_dim,
                                     int64_t window, float scale, const OutputGate& gate) {
+    if (gate.x && gate.weight) matmul(gate.gate, *gate.x, *gate.weight);
     attention(out, q, k_new, v_new, cache, plan, head_dim, window, scale);
     kv_store(cache, k_new, v_new, plan);
     output_gate(out, gate.gate, head_dim, gate.head_norm, gate.eps);

@@ -297,14 +297,22 @@ void MuseModel::attention_block(const Step& s, int64_t l, const KvLayerStorage& 
   const ModelConfig& c = config_;
   const LayerWeights& w = weights_.layers[size_t(l)];
   Backend& b = backend_;
+  // The gate is read only by the output gate, after attention's chunks:
+  // where the backend says so, attention computes it itself, so its weights
+  // stream while qk-norm/RoPE and the chunks (latency-bound at decode) run
+  // instead of before them. Each product's rows have the same bits grouped
+  // or alone.
+  const bool gate_inside = b.gate_in_attention(s.h, w.gate);
   const Projection qkvg[] = {{w.q, s.q}, {w.k, s.k}, {w.v, s.v}, {w.gate, s.g}};
-  b.project(s.h, qkvg);
+  b.project(s.h, std::span<const Projection>(qkvg, gate_inside ? 3 : 4));
   const bool rope = c.layer_rope_theta[size_t(l)] != 0.0;
   b.qk_norm_rope(s.q, s.k, rope ? s.cos : Tensor{}, rope ? s.sin : Tensor{}, c.head_dim, float(c.rms_norm_eps),
                  float(c.qk_scale_factor));
   const int64_t window = c.is_full(l) ? 0 : c.sliding_window;
   b.attention_store_gate(s.o, s.q, s.k, s.v, kv, *s.plan, c.head_dim, window,
-                         float(1.0 / std::sqrt(double(c.head_dim))), {s.g, c.is_spark(), float(c.rms_norm_eps)});
+                         float(1.0 / std::sqrt(double(c.head_dim))),
+                         {s.g, c.is_spark(), float(c.rms_norm_eps), gate_inside ? &s.h : nullptr,
+                          gate_inside ? &w.gate : nullptr});
   b.matmul(s.a, s.o, w.o);
   reduce(s.a);  // o_proj is row-split: each rank holds its heads' part of the sum
 }

@@ -23,6 +23,8 @@
 // operations depends only on the row's own keys: batch-invariant and
 // deterministic.
 #include <algorithm>
+#include <functional>
+#include <optional>
 
 #include "muse/backends/cuda/cuda_attention.cuh"
 #include "muse/backends/cuda/cuda_mma.cuh"
@@ -189,6 +191,10 @@ struct CudaBackend::AttentionLaunch {
   enum class Path { Prefill, PerHead, Split } path = Path::Split;
   AttnCall call{};
   bool vec = false, mma = false;
+  // Split path with the gate in the merge: the gate's product, launched
+  // between the chunks and the merge (attention_store_gate's gate.x, weight).
+  std::optional<Projection> gate_product;
+  Tensor gate_x;
 };
 
 bool CudaBackend::plan_attention(const Tensor& out, const Tensor& q, const Tensor& k_new, const Tensor& v_new,
@@ -273,9 +279,13 @@ void CudaBackend::enqueue_attention(const AttentionLaunch& launch) {
     case AttentionLaunch::Path::Split: {
       reserve_scratch(split_scratch_bytes(call.T, call.hq, call.d, call.chunks));
       const bool vec = launch.vec, mma = launch.mma;
+      const std::optional<Projection> gp = launch.gate_product;
+      const Tensor gx = launch.gate_x;
       enqueue("attention", [=, this](cudaStream_t s) {
         if (call.xperm) xperm_written();
-        return run_split_attention(s, call, static_cast<float*>(scratch()), vec, mma);
+        std::function<cudaError_t(cudaStream_t)> between;
+        if (gp) between = [&](cudaStream_t st) { return launch_gate_product(st, gx, *gp); };
+        return run_split_attention(s, call, static_cast<float*>(scratch()), vec, mma, between);
       });
       return;
     }
@@ -301,13 +311,20 @@ void CudaBackend::attention_store_gate(const Tensor& out, const Tensor& q, const
                                        const KvLayerStorage& cache, const StepPlanView& plan, int64_t head_dim,
                                        int64_t window, float scale, const OutputGate& gate) {
   AttentionLaunch launch;
-  if (!plan_attention(out, q, k_new, v_new, cache, plan, head_dim, window, scale, launch)) return;
   const Tensor& g = gate.gate;
+  // The gate's own product (gate.x, gate.weight): between the chunk kernel
+  // and the merge where the merge gates and gate_in_attention holds, else
+  // first, as its own op (which checks it).
+  const bool product = gate.x && gate.weight;
+  const bool product_ok = product && gate_in_attention(*gate.x, *gate.weight) && is_float_dtype(g.dtype) &&
+                          g.rank == 2 && g.rows() == gate.x->rows() && g.cols() == gate.weight->rows();
+  if (!plan_attention(out, q, k_new, v_new, cache, plan, head_dim, window, scale, launch)) return;
   const AttnCall& c = launch.call;
   const bool gate_ok = c.T > 0 && is_float_dtype(g.dtype) && g.rows() == out.rows() && g.cols() == out.cols() &&
                        out.cols() == int64_t(c.hq) * c.d;
   const bool fuse = gate_ok && launch.path == AttentionLaunch::Path::Split &&
                     split_attention_one_slab(c.T, c.hq, c.d, c.chunks);
+  if (product && !(fuse && product_ok)) matmul(g, *gate.x, *gate.weight);
   const bool prefill_gates = gate_ok && launch.path == AttentionLaunch::Path::Prefill && !gate.head_norm;
   if (!fuse) {
     if (prefill_gates) {
@@ -332,6 +349,7 @@ void CudaBackend::attention_store_gate(const Tensor& out, const Tensor& q, const
     const size_t off = (split_scratch_bytes(c.T, c.hq, c.d, c.chunks) + 255) / 256 * 256;
     if (offer_xperm(out, off)) launch.call.xperm = true, launch.call.xperm_offset = off;
   }
+  if (product_ok) launch.gate_product = Projection{*gate.weight, g}, launch.gate_x = *gate.x;
   enqueue_attention(launch);
 }
 

@@ -670,7 +670,10 @@ bool split_attention_one_slab(int64_t T, int hq, int d, int chunks) {
 
 bool split_attention_covers(int G, int d) { return pick_split_kernel(G, d, false) != nullptr; }
 
-cudaError_t run_split_attention(cudaStream_t s, const AttnCall& c, float* part, bool vec, bool mma) {
+size_t split_attention_block_bytes() { return mma_att_smem<128>(); }
+
+cudaError_t run_split_attention(cudaStream_t s, const AttnCall& c, float* part, bool vec, bool mma,
+                                const std::function<cudaError_t(cudaStream_t)>& between) {
   const int64_t T = c.T, slab = split_slab_rows(T, c.hq, c.d, c.chunks);
   const int hk = c.hq / c.G;
   const SplitKernel split = mma ? nullptr : pick_split_kernel(c.G, c.d, vec);
@@ -688,6 +691,8 @@ cudaError_t run_split_attention(cudaStream_t s, const AttnCall& c, float* part, 
       split<<<grid, kSplitWarps * 32, 0, s>>>(part, c.q, c.qdt, c.ldq, c.a, c.P, T, r0, c.d, c.G, c.hq, c.window,
                                              c.scale, c.err, c.op);
     }
+    if (between && r0 == 0)
+      if (cudaError_t e = between(s); e != cudaSuccess) return e;
     if (cudaError_t e = launch_pdl<attention_merge_kernel>(s, dim3(rows, unsigned(c.hq)), dim3(128), 0,  // 128: its bound
                                                            c.out, c.odt, c.ldo, static_cast<const float*>(part), c.P,
                                                            T, r0, c.d, c.hq, c.window, c.chunks, c.err, c.op,

@@ -218,6 +218,7 @@ class CudaBackend final : public Backend {
                  float scale) override;
   void kv_store(const KvLayerStorage& cache, const Tensor& k_new, const Tensor& v_new,
                 const StepPlanView& plan) override;
+  bool gate_in_attention(const Tensor& x, const Tensor& weight) const override;
   void attention_store_gate(const Tensor& out, const Tensor& q, const Tensor& k_new, const Tensor& v_new,
                             const KvLayerStorage& cache, const StepPlanView& plan, int64_t head_dim, int64_t window,
                             float scale, const OutputGate& gate) override;
@@ -297,6 +298,12 @@ class CudaBackend final : public Backend {
   // The projection kernels (cuda_matmul.cu); also used by moe for nothing
   // else: moe has its own grouped kernels.
   cudaError_t launch_project(cudaStream_t s, const Tensor& x, const Projection& p);
+  // The output gate's product inside the attention op, between its chunk
+  // kernel and its merge (gate_in_attention): x is complete before the
+  // chunks start, so the product reads it without waiting and waits for
+  // the chunk kernel only before it exits (kChainXReady), leaving room on
+  // each SM for a chunk block.
+  cudaError_t launch_gate_product(cudaStream_t s, const Tensor& x, const Projection& p);
   cudaError_t launch_cublaslt(cudaStream_t s, const Tensor& x, const Projection& p);
   std::string cuda_failure(const char* what, cudaError_t e);
   // attention's checks and choice of kernels (cuda_attention.cu); false
