@@ -21,6 +21,18 @@ class Attention : public CudaTest, public ::testing::WithParamInterface<Params> 
   DType act() const { return GetParam().act; }
   DType kv() const { return GetParam().kv; }
 
+  // Two caches of `slots` pages holding the same random K/V (one per way
+  // of running a step that is to give the same bytes).
+  std::pair<KvLayerStorage, KvLayerStorage> twin_caches(KvLayout layout, int64_t slots, int64_t per, int64_t kvd,
+                                                        uint32_t seed) {
+    auto ck = random_floats(size_t(slots * per * kvd), seed), cv = random_floats(size_t(slots * per * kvd), seed + 1);
+    KvLayerStorage c1, c2;
+    c1.layout = c2.layout = layout;
+    c1.k = up(kv(), {slots, 1, per, kvd}, ck), c1.v = up(kv(), {slots, 1, per, kvd}, cv);
+    c2.k = up(kv(), {slots, 1, per, kvd}, ck), c2.v = up(kv(), {slots, 1, per, kvd}, cv);
+    return {c1, c2};
+  }
+
   // The plan buffer and its view for `builder`'s current step (uploaded in stream order).
   StepPlanView plan_view(const StepPlanBuilder& builder, Tensor& buffer, int64_t window, int64_t block_size) {
     const StepPlanLayout& l = builder.layout();
@@ -300,11 +312,7 @@ TEST_P(Attention, StoreGateFusedGivesTheSameBits) {
       for (bool head_norm : {false, true}) {
         const bool paged = layout == KvLayout::Paged;
         const int64_t per = 16, slots = 400, window = paged ? 0 : 96;
-        auto ck = random_floats(size_t(slots * per * kvd), 940), cv = random_floats(size_t(slots * per * kvd), 941);
-        KvLayerStorage c1, c2;
-        c1.layout = c2.layout = layout;
-        c1.k = up(kv(), {slots, 1, per, kvd}, ck), c1.v = up(kv(), {slots, 1, per, kvd}, cv);
-        c2.k = up(kv(), {slots, 1, per, kvd}, ck), c2.v = up(kv(), {slots, 1, per, kvd}, cv);
+        auto [c1, c2] = twin_caches(layout, slots, per, kvd, 940);
         StepPlanBuilder pb(StepPlanCapacity{B + chunk, B + 1, B + chunk, 64 * 40});
         const int64_t rows = add_rows_and_chunk(pb, B, chunk, per, slots, paged, 942);
         auto q = random_floats(size_t(rows * qd), 943), k = random_floats(size_t(rows * kvd), 944),
@@ -341,11 +349,7 @@ TEST_P(Attention, GateProductInAttentionGivesTheSameBits) {
     for (bool head_norm : {false, true}) {
       const bool paged = layout == KvLayout::Paged;
       const int64_t per = 16, slots = 400, window = paged ? 0 : 96;
-      auto ck = random_floats(size_t(slots * per * kvd), 980), cv = random_floats(size_t(slots * per * kvd), 981);
-      KvLayerStorage c1, c2;
-      c1.layout = c2.layout = layout;
-      c1.k = up(kv(), {slots, 1, per, kvd}, ck), c1.v = up(kv(), {slots, 1, per, kvd}, cv);
-      c2.k = up(kv(), {slots, 1, per, kvd}, ck), c2.v = up(kv(), {slots, 1, per, kvd}, cv);
+      auto [c1, c2] = twin_caches(layout, slots, per, kvd, 980);
       StepPlanBuilder pb(StepPlanCapacity{B + 1, B + 1, B + 1, 64 * 40});
       const int64_t rows = add_rows_and_chunk(pb, B, 1, per, slots, paged, 982);  // 4 one-row sequences
       auto q = random_floats(size_t(rows * qd), 983), k = random_floats(size_t(rows * kvd), 984),
