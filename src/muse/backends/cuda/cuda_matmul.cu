@@ -672,11 +672,18 @@ bool CudaBackend::offer_xperm(const Tensor& x, size_t offset, int after) {
 }
 
 // At 1..4 rows on the ring (the rule's kernels there honour the chain
-// flags); not while profiling, so each op's time stays its own.
+// flags), for a gate whose 16-row tiles alone fill a wave of the streamed
+// ring's blocks; not while profiling, so each op's time stays its own.
+// (H100, 2026-12-07: Spark's 8192-row gate (512 tiles) inside attention
+// took the NVFP4 slice's batch-1 step from 3.71 to 3.66 ms, the BF16
+// slice's equal; Glimmer's 4096 rows (256 tiles) lost 1.5%: its Q/K/V
+// call alone and its gate each run short and ramp on their own.)
 bool CudaBackend::gate_in_attention(const Tensor& x, const Tensor& weight) const {
   if (profile_ || x.rank != 2 || weight.rank != 2 || weight.cols() != x.cols() || !mma_eligible(x, weight) ||
       x.rows() > 4)
     return false;
+  const int64_t wave = stream_sync_.blocks() > 0 ? stream_sync_.blocks() : 3 * int64_t(sm_count());
+  if ((weight.rows() + 15) / 16 < wave) return false;
   const int variant = gemv_variant_ == 15 ? gemv_rule(x.rows(), x.cols()) : product_variant(gemv_variant_, x.rows(), x.cols());
   return variant == 2 || variant == 3 || variant == 4 || variant == 6;
 }
