@@ -494,9 +494,6 @@ size_t split_scratch_bytes(int64_t T, int hq, int d, int chunks);
 // the merge comes after every row's cache reads and may write the cache).
 bool split_attention_one_slab(int64_t T, int hq, int d, int chunks);
 bool split_attention_covers(int G, int d);
-// Shared memory of one tensor-core chunk block (heads of 128, the larger):
-// what a product launched beside the chunks leaves free on an SM.
-size_t split_attention_block_bytes();
 // between: if set, launched after the (one slab's) chunk kernel and before
 // its merge (the output gate's product: CudaBackend::launch_gate_product).
 cudaError_t run_split_attention(cudaStream_t s, const AttnCall& c, float* part, bool vec, bool mma,

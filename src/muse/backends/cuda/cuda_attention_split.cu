@@ -670,8 +670,6 @@ bool split_attention_one_slab(int64_t T, int hq, int d, int chunks) {
 
 bool split_attention_covers(int G, int d) { return pick_split_kernel(G, d, false) != nullptr; }
 
-size_t split_attention_block_bytes() { return mma_att_smem<128>(); }
-
 cudaError_t run_split_attention(cudaStream_t s, const AttnCall& c, float* part, bool vec, bool mma,
                                 const std::function<cudaError_t(cudaStream_t)>& between) {
   const int64_t T = c.T, slab = split_slab_rows(T, c.hq, c.d, c.chunks);

@@ -301,8 +301,7 @@ class CudaBackend final : public Backend {
   // The output gate's product inside the attention op, between its chunk
   // kernel and its merge (gate_in_attention): x is complete before the
   // chunks start, so the product reads it without waiting and waits for
-  // the chunk kernel only before it exits (kChainXReady), leaving room on
-  // each SM for a chunk block.
+  // the chunk kernel only before it exits (kChainXReady).
   cudaError_t launch_gate_product(cudaStream_t s, const Tensor& x, const Projection& p);
   cudaError_t launch_cublaslt(cudaStream_t s, const Tensor& x, const Projection& p);
   std::string cuda_failure(const char* what, cudaError_t e);

@@ -34,7 +34,6 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "muse/backends/cuda/cuda_attention.cuh"
 #include "muse/backends/cuda/cuda_dot.cuh"
 #include "muse/backends/cuda/cuda_mma.cuh"
 #include "muse/backends/cuda/cuda_quant.cuh"
@@ -497,10 +496,8 @@ int gemv_rule(int64_t T, int64_t K) {
 // kernel.
 // chain: kChainNext / kChainXReady (cuda_mma.cuh) for the products of one
 // project() call; the GEMMs (variants 7, 11, 12, 13 and 14) are never chained.
-// room: shared memory the product leaves free on each SM for a block of
-// the kernel it runs beside (attention's chunks: launch_gate_product).
 cudaError_t launch_mma_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, const Tensor& out, int variant,
-                            int chain, size_t room = 0) {
+                            int chain) {
   const int64_t T = x.rows(), K = x.cols(), N = w.rows();
   auto* xp = static_cast<const __nv_bfloat16*>(x.data);
   auto* wp = static_cast<const __nv_bfloat16*>(w.data);
@@ -515,13 +512,9 @@ cudaError_t launch_mma_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, co
     // 57% of HBM, 2026-12-04 ncu); six stages (96 KB a block) still let every
     // block be resident at once. The same bits (stages change no arithmetic).
     // (Where two such blocks fit an SM: Hopper's 228 KB, not Ampere's 164.)
-    // Beside another kernel (room), four stages where six would leave no
-    // room for its block (Glimmer's 4096-row gate beside a 70 KB chunk block).
-    if (variant == 3 && (N + 15) / 16 <= 2 * int64_t(sm_count())) {
-      const size_t smem = size_t(smem_per_sm());
-      if (smem >= 2 * ring_bytes<1, 1, 6>() + 2048 + room) variant = 6;
-      else if (room > 0 && smem >= 2 * ring_bytes<1, 1, 4>() + 2048 + room) variant = 4;
-    }
+    if (variant == 3 && (N + 15) / 16 <= 2 * int64_t(sm_count()) &&
+        smem_per_sm() >= 2 * int(ring_bytes<1, 1, 6>()) + 2048)
+      variant = 6;
   }
   if (is_wgmma_variant(variant) && !wgmma_gemm_usable()) variant = 7;  // the same bits, without wgmma
   if (is_wgmma_variant(variant)) return launch_wgmma_gemm(s, x, {&w, 1}, {&out, 1}, variant, nullptr, 0);
@@ -689,7 +682,7 @@ bool CudaBackend::gate_in_attention(const Tensor& x, const Tensor& weight) const
 }
 
 cudaError_t CudaBackend::launch_gate_product(cudaStream_t s, const Tensor& x, const Projection& p) {
-  return launch_mma_gemv(s, x, p.weight, p.out, gemv_variant_, kChainXReady, split_attention_block_bytes() + 1024);
+  return launch_mma_gemv(s, x, p.weight, p.out, gemv_variant_, kChainXReady);
 }
 
 bool CudaBackend::xperm_ready(const Tensor& x) const {
