@@ -269,7 +269,8 @@ class Backend {
   // weightᵀ itself (OutputGate::x, weight) rather than the caller beside
   // Q/K/V: nothing before the output gate reads it, so a backend may stream
   // its weights while attention's latency-bound chain runs (CUDA, 1..4
-  // rows: between the chunk kernel and the merge). Default: no.
+  // rows and gates that fill the GPU: between the chunk kernel and the
+  // merge). Default: no.
   virtual bool gate_in_attention(const Tensor& x, const Tensor& weight) const {
     (void)x, (void)weight;
     return false;

@@ -677,7 +677,8 @@ bool CudaBackend::gate_in_attention(const Tensor& x, const Tensor& weight) const
     return false;
   const int64_t wave = stream_sync_.blocks() > 0 ? stream_sync_.blocks() : 3 * int64_t(sm_count());
   if ((weight.rows() + 15) / 16 < wave) return false;
-  const int variant = gemv_variant_ == 15 ? gemv_rule(x.rows(), x.cols()) : product_variant(gemv_variant_, x.rows(), x.cols());
+  int variant = product_variant(gemv_variant_, x.rows(), x.cols());
+  if (variant == 15) variant = gemv_rule(x.rows(), x.cols());  // a single product runs the rule's kernel (launch_mma_gemv)
   return variant == 2 || variant == 3 || variant == 4 || variant == 6;
 }
 

@@ -192,9 +192,9 @@ cudaError_t launch_stream_product(cudaStream_t s, const StreamSync& sy, const Te
                                   std::span<const Tensor> outs) {
   const int64_t T = x.rows(), K = x.cols();
   const ClusterGroup grp = make_cluster_group(ws, outs, 16);
-  if (grp.count == 0 || T < 1 || T > 8 || sy.slots <= 0) return cudaErrorInvalidValue;
+  if (grp.count == 0 || T < 1 || T > 8 || sy.blocks() <= 0) return cudaErrorInvalidValue;
   const int64_t R = ((K + kGranule - 1) / kGranule + kSplit - 1) / kSplit;  // rounds a tile
-  const int64_t B = std::min<int64_t>(grp.tiles_n, sy.slots - 1);  // never more blocks than tiles
+  const int64_t B = std::min<int64_t>(grp.tiles_n, sy.blocks());  // never more blocks than tiles
   return launch_pdl<kStreamKernel>(s, dim3(unsigned(B)), dim3(32 * kSplit), stream_smem_bytes<kStreamStages>(),
                                    static_cast<const __nv_bfloat16*>(x.data), T, K, grp, grp.tiles_n * R, R,
                                    sy.handoff, sy.flags);
