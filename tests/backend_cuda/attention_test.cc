@@ -428,41 +428,6 @@ TEST_P(Attention, StoreGateWritesTheProductsX) {
       }
 }
 
-// The product right after a decode step's attention asks L2 for more of
-// its weights than its stages hold before it waits (CudaBackendOptions::
-// l2_ahead): the ring at 1 and 4 rows, the wgmma kernel at 20, K = 4096
-// (32 granules a tile, 8 a warp; 16 wgmma units a block). Its bytes equal
-// the same product's with an op between (which asks L2 for nothing).
-TEST_P(Attention, ProductAfterAttentionGivesTheSameBits) {
-  const int64_t d = 128, hq = 32, hk = 2, kvd = hk * d, qd = hq * d, N = 1000, per = 16, slots = 400;
-  for (int64_t want : {int64_t(1), int64_t(4), int64_t(20)}) {
-    auto ck = random_floats(size_t(slots * per * kvd), 990), cv = random_floats(size_t(slots * per * kvd), 991);
-    StepPlanBuilder pb(StepPlanCapacity{want, want, want, 64 * 40});
-    const int64_t rows = add_rows_and_chunk(pb, want - 1, 1, per, slots, true, 992);  // one-row sequences
-    auto q = random_floats(size_t(rows * qd), 993), k = random_floats(size_t(rows * kvd), 994),
-         v = random_floats(size_t(rows * kvd), 995), g = random_floats(size_t(rows * qd), 996, 3.0f);
-    auto w = random_floats(size_t(N * qd), 997, 0.05f), d8 = random_floats(8, 998);
-    Tensor tq = up(act(), {rows, qd}, q), tk = up(act(), {rows, kvd}, k), tv = up(act(), {rows, kvd}, v),
-           tg = up(act(), {rows, qd}, g), tw = up(DType::BF16, {N, qd}, w), dummy = up(act(), {1, 8}, d8);
-    Tensor buf;
-    StepPlanView view = plan_view(pb, buf, 0, per);
-    view.max_seq_rows = pb.max_seq_rows(), view.max_seq_end = pb.max_seq_end();
-    std::vector<uint8_t> res[2];
-    for (int between = 0; between < 2; ++between) {
-      KvLayerStorage c;
-      c.layout = KvLayout::Paged;
-      c.k = up(kv(), {slots, 1, per, kvd}, ck), c.v = up(kv(), {slots, 1, per, kvd}, cv);
-      Tensor o = poisoned(act(), {rows, qd}), p = poisoned(DType::F32, {rows, N});
-      b().attention_store_gate(o, tq, tk, tv, c, view, d, 0, 0.088f, {tg, false, 1e-6f});
-      if (between) b().swiglu(dummy, dummy, dummy);
-      b().matmul(p, o, tw);
-      run();
-      res[between] = get_bytes(p);
-    }
-    EXPECT_EQ(res[0], res[1]) << rows << " rows: the product after attention differs";
-  }
-}
-
 // Steps of at least 64 rows (all BF16) run the prefill kernel; the same
 // rows replayed as single-row sequences, fewer than 64 a step, run the
 // split kernels. Every row's bytes must be equal: chunked prefill and

@@ -264,8 +264,7 @@ int bench_cuda(const BenchOptions& o) {
                    : o.expert_gemm >= 2 ? "; experts in the grouped GEMM, tiles of " +
                                               std::to_string(o.expert_gemm == 2 ? 256 : 128) + " pairs"
                                         : "") +
-                  (o.one_stream ? "; one stream (no side branch)" : "") +
-                  (o.no_l2_ahead ? "; no L2 look-ahead after attention" : ""))
+                  (o.one_stream ? "; one stream (no side branch)" : ""))
                      .c_str());
   std::string skipped;
   for (const auto& n : o.skip_ops) {
@@ -289,7 +288,6 @@ int bench_cuda(const BenchOptions& o) {
   eo.backend.gpu_skip_ops = o.skip_ops;
   eo.backend.gpu_graphs = !o.enforce_eager;
   eo.backend.gpu_side_stream = !o.one_stream;
-  eo.backend.gpu_l2_ahead = !o.no_l2_ahead;
   eo.max_sequences = max_batch;
   // Each timed run decodes --tokens more positions on the same sessions.
   eo.max_model_len = std::max(max_ctx, o.prefill) + int64_t(o.runs + 1) * o.tokens + 3;
@@ -316,7 +314,6 @@ int bench_cuda(const BenchOptions& o) {
   out.set("expert_gemm", o.expert_gemm);
   out.set("skipped_ops", skipped);
   out.set("one_stream", o.one_stream);
-  out.set("l2_ahead", !o.no_l2_ahead);
   out.set("parameters", params);
   out.set("weight_bytes", int64_t(traffic.dense_bytes + traffic.head_bytes) +
                               int64_t(double(traffic.expert_bytes) * double(config->num_experts) /

@@ -52,7 +52,6 @@ struct BenchOptions {
   std::vector<std::string> skip_ops;  // --skip-ops: CudaBackendOptions::skip_ops (timing probes)
   bool enforce_eager = false;  // --enforce-eager: no CUDA graphs (CudaBackendOptions::graphs off)
   bool one_stream = false;     // --one-stream: no side branches (CudaBackendOptions::side_stream off)
-  bool no_l2_ahead = false;    // --no-l2-ahead: CudaBackendOptions::l2_ahead off
   // --speculative DIR (bench_spec.cc): a real checkpoint and its drafter,
   // tokens/s with and without speculative decoding on the gate prompts.
   std::string spec_target;

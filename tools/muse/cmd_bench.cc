@@ -128,9 +128,6 @@ int bench_command(int argc, char** argv) {
   args.flag("--one-stream", &o.one_stream,
             "--device cuda: run every op in order on one stream, for A/B timing (the same bits): no side branch "
             "(Spark's router and top-k beside the pre-expert product)");
-  args.flag("--no-l2-ahead", &o.no_l2_ahead,
-            "--device cuda: the product after attention asks L2 for no more of its weights than its stages hold, "
-            "for A/B timing (the same bits)");
   args.option("--speculative", &o.spec_target, "DIR",
               "speculative-decoding benchmark on this checkpoint (e.g. models/muse-tiny) and its drafter: greedy "
               "tokens/s without the drafter, with k = 1..4 and adaptive, at --batch (default 1,8), mean accepted length");
@@ -181,7 +178,6 @@ int bench_command(int argc, char** argv) {
   if (!o.skip_ops.empty() && o.device != "cuda") return fail("bench", "--skip-ops needs --device cuda");
   if (o.enforce_eager && o.device != "cuda") return fail("bench", "--enforce-eager needs --device cuda");
   if (o.one_stream && o.device != "cuda") return fail("bench", "--one-stream needs --device cuda");
-  if (o.no_l2_ahead && o.device != "cuda") return fail("bench", "--no-l2-ahead needs --device cuda");
   if (o.runs < 1 || o.tokens < 2 || o.prompt < 1 || o.bandwidth_mib < 64 || o.threads < 0)
     return std::fprintf(stderr, "muse bench: --runs >= 1, --tokens >= 2, --prompt >= 1, --bandwidth-mib >= 64\n"), 2;
   QuantKind quantize = QuantKind::None;

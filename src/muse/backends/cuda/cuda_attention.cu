@@ -351,9 +351,6 @@ void CudaBackend::attention_store_gate(const Tensor& out, const Tensor& q, const
   }
   if (product_ok) launch.gate_product = Projection{*gate.weight, g}, launch.gate_x = *gate.x;
   enqueue_attention(launch);
-  // The op after (the o projection) may ask L2 for its weights while the
-  // chunks and the merge run, unless the gate's product streams then.
-  if (!product_ok) l2_ahead_op_ = in_order_ops_;
 }
 
 void CudaBackend::kv_store(const KvLayerStorage& cache, const Tensor& k_new, const Tensor& v_new,

@@ -55,7 +55,6 @@ CudaBackend::CudaBackend(const CudaBackendOptions& o)
       expert_gemm_(o.expert_gemm),
       skip_ops_(o.skip_ops),
       side_on_(o.side_stream),
-      l2_ahead_on_(o.l2_ahead),
       graphs_on_(o.graphs),
       max_graphs_(size_t(std::max(1, o.max_graphs))) {}
 
@@ -528,7 +527,6 @@ Status CudaBackend::execute() {
   const cudaError_t flush_error = flush_error_;
   launched_ = 0, step_started_ = false, flush_error_ = cudaSuccess;
   xperm_copy_ = {}, in_order_ops_ = 0;  // the next step's op counts start again from 0
-  l2_ahead_op_ = -1;
   route_plan_ = {};
   arena_used_ = 0;  // the next step writes from the start (this one is synchronized below)
   if (!enqueue_error_.empty() || flush_error != cudaSuccess || !events_ok) {

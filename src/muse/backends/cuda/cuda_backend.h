@@ -60,10 +60,6 @@ struct CudaBackendOptions {
   // off: every op in order on one stream (`muse bench --one-stream`). The
   // same kernels either way, so the same bits.
   bool side_stream = true;
-  // The product right after a decode step's attention asks L2 for more of
-  // its weights before it waits (kChainAheadShift, cuda_mma.cuh); off:
-  // only what its stages hold (`muse bench --no-l2-ahead`). The same bits.
-  bool l2_ahead = true;
   // Replay recorded regions (Backend::begin_graph) as CUDA graphs; off:
   // every op is launched as enqueued (`--enforce-eager`).
   bool graphs = true;

@@ -340,10 +340,6 @@ class CudaBackend final : public Backend {
   // after a join. At launch: side_open_, side_ has work stream_ has not
   // waited for.
   bool side_on_ = true;  // CudaBackendOptions::side_stream
-  // CudaBackendOptions::l2_ahead, and the in_order_ops_ count at which the
-  // next op is the product right after a decode step's attention (-1: none).
-  bool l2_ahead_on_ = true;
-  int l2_ahead_op_ = -1;
   bool side_enqueue_ = false, side_fork_next_ = false, side_degraded_ = false, join_next_ = false;
   bool side_any_ = false;  // side ops enqueued since the last join (a later branch's first op may need one)
   // Ops enqueued this step that may touch the scratch or x: all but the

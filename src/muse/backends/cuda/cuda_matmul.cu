@@ -806,25 +806,8 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
   const int64_t stream_blocks = stream_sync_.blocks();
   const bool stream = all && !side_enqueue_ && x.rows() <= 8 && stream_blocks > 0 &&
                       (gemv_variant_ == 15 || (gemv_variant_ == 0 && outs.size() >= 2 && tiles16 > stream_blocks));
-  // The product right after a decode step's attention (l2_ahead_op_):
-  // while the attention's latency-bound kernels run, its blocks (launched
-  // early by PDL) ask L2 for more of their weights than their stages hold,
-  // up to 40% of L2 over the call (the rest of L2 keeps the step's KV and
-  // activations); once x is there those come from L2. A round is one more
-  // unit for every block: the ring's 4 × 128 k, the wgmma kernel's 4 × 64 k.
-  int ahead_ring = 0, ahead_wg = 0;
-  if (l2_ahead_on_ && l2_ahead_op_ == in_order_ops_ && !side_enqueue_ && x.rows() <= 64) {
-    int64_t rows = 0;
-    for (const auto& p : outs) rows += p.weight.rows();
-    const int64_t budget = int64_t(l2_bytes()) * 2 / 5, row_bytes = int64_t(sizeof(__nv_bfloat16)) * kSplit;
-    auto rounds = [&](int64_t k_unit) {
-      return int(std::clamp<int64_t>(budget / std::max<int64_t>(1, rows * k_unit * row_bytes), 0, 1 << 16));
-    };
-    ahead_ring = rounds(kGranule) << kChainAheadShift;
-    ahead_wg = rounds(64) << kChainAheadShift;
-  }
   enqueue("project", [this, x, outs, lt, chainable, grouped, wg_all, variant, xperm, permuted, xoff, qgemm,
-                       stream, ahead_ring, ahead_wg](cudaStream_t s) {
+                       stream](cudaStream_t s) {
     if (stream) {
       for (size_t i = 0; i < outs.size(); i += kClusterGroupMax) {
         const size_t n = std::min<size_t>(kClusterGroupMax, outs.size() - i);
@@ -843,7 +826,7 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
         const size_t n = std::min<size_t>(kClusterGroupMax, outs.size() - i);
         Tensor ws[kClusterGroupMax], os[kClusterGroupMax];
         for (size_t q = 0; q < n; ++q) ws[q] = outs[i + q].weight, os[q] = outs[i + q].out;
-        if (cudaError_t e = launch_wgmma_gemm(s, x, {ws, n}, {os, n}, variant, xp, ahead_wg);
+        if (cudaError_t e = launch_wgmma_gemm(s, x, {ws, n}, {os, n}, variant, xp, 0);
             e != cudaSuccess)
           return e;
       }
@@ -873,7 +856,7 @@ void CudaBackend::project(const Tensor& x, std::span<const Projection> outputs) 
       } else if (chainable[i]) {
         const int chain = (i > 0 && chainable[i - 1] ? kChainXReady : 0) |
                           (i + 1 < outs.size() && chainable[i + 1] ? kChainNext : 0);
-        e = launch_mma_gemv(s, x, p.weight, p.out, gemv_variant_, chain | ahead_ring);
+        e = launch_mma_gemv(s, x, p.weight, p.out, gemv_variant_, chain);
       } else {
         e = p.weight.quant                      ? launch_quant_project(s, x, p.weight, p.out)
             : lt && x.dtype == p.weight.dtype ? launch_cublaslt(s, x, p)

@@ -129,8 +129,6 @@ inline int device_attribute() {
 }
 // Multiprocessors of the current device.
 inline int sm_count() { return device_attribute<cudaDevAttrMultiProcessorCount>(); }
-// Bytes of the current device's L2.
-inline int l2_bytes() { return device_attribute<cudaDevAttrL2CacheSize>(); }
 // Shared memory an SM holds for its blocks.
 inline int smem_per_sm() { return device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>(); }
 
@@ -224,16 +222,6 @@ constexpr size_t ring_bytes() {
 // after the chain waits for its last product only).
 enum : int { kChainNext = 1, kChainXReady = 2 };
 
-// Bits 8.. of a launch's `chain`: how many more units of its weights (the
-// ring's granules, a wgmma block's 64-k units) each warp or block asks L2
-// for before it waits for x, beyond those its stages hold. Set for the
-// product right after attention at decode (CudaBackend::l2_ahead), whose
-// chain of small kernels leaves HBM idle for ~15 µs (Glimmer, batch 1): the
-// weights the stages cannot hold come from L2 once x is there. Data moves
-// earlier, never differently: the bits are unchanged.
-constexpr int kChainAheadShift = 8;
-__device__ __forceinline__ int chain_ahead(int chain) { return chain >> kChainAheadShift; }
-
 // Before reading x: wait for the kernel before, unless x is known complete;
 // then let the next product of the chain launch.
 __device__ __forceinline__ void chain_start(int chain) {
@@ -243,29 +231,6 @@ __device__ __forceinline__ void chain_start(int chain) {
 // Before exiting: a chained product completes after the one before it.
 __device__ __forceinline__ void chain_end(int chain) {
   if (chain & kChainXReady) pdl_wait();
-}
-
-// Granules [from, to) of this warp's K-slice (s + i·kSplit) asked of L2:
-// a granule is 256 bytes of each of a tile's 16 rows, so lane l asks for
-// the 128-byte line (l % 2) of row l / 2 (whose base pointer the lane with
-// g = row % 8, tq = 0 holds).
-template <int RW>
-__device__ __forceinline__ void ring_l2_ahead(const __nv_bfloat16* const (&wr)[RW][2], const bool (&wok)[RW][2],
-                                              int64_t K, int s, int lane, int from, int to) {
-  const int row = lane >> 1, src = (row & 7) * 4;
-  const int64_t half = int64_t(lane & 1) * 64;
-#pragma unroll
-  for (int r = 0; r < RW; ++r) {
-    const auto p0 = __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(wr[r][0]), src);
-    const auto p1 = __shfl_sync(0xffffffffu, reinterpret_cast<unsigned long long>(wr[r][1]), src);
-    const int ok0 = __shfl_sync(0xffffffffu, int(wok[r][0]), src), ok1 = __shfl_sync(0xffffffffu, int(wok[r][1]), src);
-    if (!(row < 8 ? ok0 : ok1)) continue;
-    const __nv_bfloat16* base = reinterpret_cast<const __nv_bfloat16*>(row < 8 ? p0 : p1);
-    for (int i = from; i < to; ++i) {
-      const int64_t k = (int64_t(s) + int64_t(i) * kSplit) * kGranule + half;
-      if (k < K) asm volatile("prefetch.global.L2 [%0];" ::"l"(base + k));
-    }
-  }
 }
 
 // acc[r][c] += W rows (tile r) · x rows (tile c) over this warp's K-slice s.
@@ -306,8 +271,6 @@ __device__ __forceinline__ void ring_accumulate(uint4* ring, const __nv_bfloat16
     if (i < mine) issue(i);
     cp_async_commit();
   }
-  if (const int ahead = chain_ahead(chain); ahead > 0)
-    ring_l2_ahead<RW>(wr, wok, K, s, lane, STAGES - 1, mine < STAGES - 1 + ahead ? mine : STAGES - 1 + ahead);
   chain_start(chain);
   for (int i = 0; i < mine; ++i) {
     cp_async_wait<STAGES - 2>();

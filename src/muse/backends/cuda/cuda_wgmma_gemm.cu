@@ -240,8 +240,6 @@ __global__ void __launch_bounds__(kWgThreads, NX >= 256 ? 1 : STAGES <= 3 ? 3 : 
   if (threadIdx.x == 0) {
     wg_init_barriers<STAGES>(full, empty);
     for (int u = 0; u < STAGES && u < units; ++u) load(u, true, false);  // the weights do not come from the kernel before
-    for (int u = STAGES; u < STAGES + chain_ahead(chain) && u < units; ++u)  // more of them into L2 (kChainAheadShift)
-      tma_prefetch_l2(wm, int(wg_unit_k(s, u)), n0);
   }
   chain_start(chain);  // x may
   if (threadIdx.x == 0)

@@ -62,7 +62,6 @@ Result<std::unique_ptr<Backend>> create_backend(const BackendOptions& options) {
       o.expert_gemm = options.gpu_expert_gemm;
       o.skip_ops = options.gpu_skip_ops;
       o.side_stream = options.gpu_side_stream;
-      o.l2_ahead = options.gpu_l2_ahead;
       o.graphs = options.gpu_graphs;
       auto b = create_cuda_backend(o);
       if (!b.ok()) return make_error("--device cuda: " + b.message());

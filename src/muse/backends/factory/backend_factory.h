@@ -29,7 +29,6 @@ struct BackendOptions {
   std::vector<std::string> gpu_skip_ops;  // CudaBackendOptions::skip_ops (timing probes only)
   bool gpu_graphs = true;                 // CudaBackendOptions::graphs (--enforce-eager turns them off)
   bool gpu_side_stream = true;            // CudaBackendOptions::side_stream (bench --one-stream turns it off)
-  bool gpu_l2_ahead = true;               // CudaBackendOptions::l2_ahead (bench --no-l2-ahead turns it off)
 };
 
 // The backend for `options.device`; a clear error when that backend is not
