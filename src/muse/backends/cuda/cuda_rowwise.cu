@@ -293,33 +293,33 @@ __global__ void __launch_bounds__(1024)
 // rms_norm_kernel<PER> computes it over whole rows: from the values as the
 // stream stores them, with the same block size (so the same element per
 // thread and the same sums), scale 1. The same bits as the two kernels, in
-// one launch and one read of the row.
+// one launch and one read of the row. One row (`row`) from this thread's
+// runs of the stream (sv) and the update (x), already loaded.
 template <int PER>
-__global__ void __launch_bounds__(1024)
-    residual_then_norm_kernel(void* stream, int sdt, const void* update, int udt, const void* gain, int gdt, int mode,
-                              const float* alpha, const float* beta, float eps, int64_t H, void* out, int odt,
-                              const void* gain2, int g2dt, int mode2, float eps2, __nv_bfloat16* xp, int64_t Kp) {
-  pdl_launch_dependents();  // a product may read our output: it waits for us
-  prefetch_gain<PER>(gain, gdt, mode, H);
-  prefetch_gain<PER>(gain2, g2dt, mode2, H);
-  pdl_wait();
-  __shared__ float red[33];
-  const int64_t base = int64_t(blockIdx.x) * H;
+__device__ __forceinline__ void residual_then_norm_row(float (&sv)[PER], float (&x)[PER], int64_t row, void* stream,
+                                                       int sdt, const void* gain, int gdt, int mode, const float* alpha,
+                                                       const float* beta, float eps, int64_t H, void* out, int odt,
+                                                       const void* gain2, int g2dt, int mode2, float eps2,
+                                                       __nv_bfloat16* xp, int64_t Kp, float* red) {
+  const int64_t base = row * H;
   const int64_t i0 = run_start<PER>(), cnt = run_count<PER>(H);
-  // The stream and the second gain are loaded with the update, before the
-  // first sum: one memory latency for the row (the second gain after the
-  // stores cost another L2 round trip on the step's critical path).
-  // alpha/beta (a few KB, from L2) come after it, so that no more than four
-  // runs are live at once (a 1024-thread block has 64 registers a thread).
-  float sv[PER], c2[PER];
-  ld_run<PER>(sv, stream, sdt, base + i0, cnt);
+  // The second gain is loaded with the first, before the first sum: one
+  // memory latency for the row (the second gain after the stores cost
+  // another L2 round trip on the step's critical path). alpha/beta (a few
+  // KB, from L2) come after it, so that no more than four runs are live at
+  // once (a 1024-thread block has 64 registers a thread).
+  float c2[PER], c[PER];
   if (mode2 != kGainNone)
     ld_run<PER>(c2, gain2, g2dt, i0, cnt, 1.0f);
   else
 #pragma unroll
     for (int k = 0; k < PER; ++k) c2[k] = 1.0f;
-  float x[PER], c[PER];
-  const float r = row_inv_rms<PER>(x, c, update, udt, base, gain, gdt, mode, H, eps, red);
+  if (mode != kGainNone)
+    ld_run<PER>(c, gain, gdt, i0, cnt, 1.0f);
+  else
+#pragma unroll
+    for (int k = 0; k < PER; ++k) c[k] = 1.0f;
+  const float r = regs_inv_rms<PER>(x, c, mode, H, eps, red);
   float y[PER];
 #pragma unroll
   for (int k = 0; k < PER; ++k) y[k] = normed(x[k], c[k], mode, r, 1.0f);
@@ -341,7 +341,86 @@ __global__ void __launch_bounds__(1024)
   for (int k = 0; k < PER; ++k) o[k] = normed(y[k], c2[k], mode2, r2, 1.0f);
   st_run<PER>(out, odt, base + i0, cnt, o);
   if constexpr (PER == 8)
-    if (xp) st_run_xperm(xp, int64_t(blockIdx.x) * Kp, i0, Kp, o);  // BF16 out (offer_xperm)
+    if (xp) st_run_xperm(xp, row * Kp, i0, Kp, o);  // BF16 out (offer_xperm)
+}
+
+// A block a row (decode: every row on its own SM at once).
+template <int PER>
+__global__ void __launch_bounds__(1024)
+    residual_then_norm_kernel(void* stream, int sdt, const void* update, int udt, const void* gain, int gdt, int mode,
+                              const float* alpha, const float* beta, float eps, int64_t H, void* out, int odt,
+                              const void* gain2, int g2dt, int mode2, float eps2, __nv_bfloat16* xp, int64_t Kp) {
+  pdl_launch_dependents();  // a product may read our output: it waits for us
+  prefetch_gain<PER>(gain, gdt, mode, H);
+  prefetch_gain<PER>(gain2, g2dt, mode2, H);
+  pdl_wait();
+  __shared__ float red[33];
+  const int64_t row = blockIdx.x, i0 = run_start<PER>(), cnt = run_count<PER>(H);
+  float sv[PER], x[PER];
+  ld_run<PER>(sv, stream, sdt, row * H + i0, cnt);
+  ld_run<PER>(x, update, udt, row * H + i0, cnt);
+  residual_then_norm_row<PER>(sv, x, row, stream, sdt, gain, gdt, mode, alpha, beta, eps, H, out, odt, gain2, g2dt,
+                              mode2, eps2, xp, Kp, red);
+}
+
+// More rows than blocks fit at once (prefill): a block takes rows
+// blockIdx.x, + gridDim.x, ... and copies the next rows' stream and update
+// runs into shared memory (cp.async, each thread its own runs: no barrier)
+// while it computes this one, so a row no longer waits for its loads. The
+// block a row form is register-bound to one block an SM at Glimmer's 832
+// threads, so an 8192-row prefill ran 62 waves, each a full memory latency
+// plus two block sums: 354 µs a call, ~3x its bytes' time (H200,
+// 2026-12-06). Same threads, elements and sums: the same bits. Whole
+// aligned runs only (H % 8 == 0, 16-byte aligned rows: the caller checks).
+constexpr int kRunSlotBytes = 64;  // a thread's stream run (<= 32 bytes), then its update run
+constexpr int kRowsAhead = 2;      // rows in flight beyond the one being computed
+__device__ __forceinline__ void cp_async16_l2(unsigned char* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(dst))),
+               "l"(src)
+               : "memory");
+}
+template <int PER>
+__global__ void __launch_bounds__(1024)
+    residual_then_norm_rows_kernel(void* stream, int sdt, const void* update, int udt, const void* gain, int gdt,
+                                   int mode, const float* alpha, const float* beta, float eps, int64_t H, void* out,
+                                   int odt, const void* gain2, int g2dt, int mode2, float eps2, __nv_bfloat16* xp,
+                                   int64_t Kp, int64_t rows) {
+  static_assert(PER == 8, "a run is one or two 16-byte pieces");
+  pdl_launch_dependents();  // a product may read our output: it waits for us
+  prefetch_gain<PER>(gain, gdt, mode, H);
+  prefetch_gain<PER>(gain2, g2dt, mode2, H);
+  extern __shared__ __align__(16) unsigned char rn_slots[];
+  __shared__ float red[33];
+  const int64_t i0 = run_start<PER>(), cnt = run_count<PER>(H);
+  const int sb = sdt == kF32 ? 32 : 16, ub = udt == kF32 ? 32 : 16;  // bytes of a run
+  auto slot = [&](int64_t i) {
+    return rn_slots + (size_t(i % (kRowsAhead + 1)) * blockDim.x + threadIdx.x) * kRunSlotBytes;
+  };
+  // The i-th row of this block into its slot; one commit group a row,
+  // empty past the last row, so wait_group kRowsAhead always means row i.
+  auto fetch = [&](int64_t i) {
+    const int64_t row = blockIdx.x + i * gridDim.x;
+    if (cnt > 0 && row < rows) {
+      const char* s = static_cast<const char*>(stream) + (row * H + i0) * (sb / 8);
+      const char* u = static_cast<const char*>(update) + (row * H + i0) * (ub / 8);
+      for (int o = 0; o < sb; o += 16) cp_async16_l2(slot(i) + o, s + o);
+      for (int o = 0; o < ub; o += 16) cp_async16_l2(slot(i) + 32 + o, u + o);
+    }
+    asm volatile("cp.async.commit_group;" ::: "memory");
+  };
+  pdl_wait();
+#pragma unroll
+  for (int i = 0; i < kRowsAhead; ++i) fetch(i);
+  for (int64_t i = 0, row = blockIdx.x; row < rows; row += gridDim.x, ++i) {
+    fetch(i + kRowsAhead);  // its slot held row i - 1, which this thread alone read
+    asm volatile("cp.async.wait_group %0;" ::"n"(kRowsAhead) : "memory");
+    float sv[PER], x[PER];
+    ld_run<PER>(sv, slot(i), sdt, 0, cnt);
+    ld_run<PER>(x, slot(i) + 32, udt, 0, cnt);
+    residual_then_norm_row<PER>(sv, x, row, stream, sdt, gain, gdt, mode, alpha, beta, eps, H, out, odt, gain2, g2dt,
+                                mode2, eps2, xp, Kp, red);
+  }
+  asm volatile("cp.async.wait_group 0;" ::: "memory");  // none left in flight at exit
 }
 
 __global__ void rope_tables_kernel(float* cos_out, float* sin_out, const int32_t* positions, const float* inv,
@@ -356,7 +435,12 @@ __global__ void rope_tables_kernel(float* cos_out, float* sin_out, const int32_t
 }
 
 // One warp per (row, head) of q then k: weightless norm (× q_scale for q),
-// then rotate-half RoPE on pairs (j, j + d/2). In place.
+// then rotate-half RoPE on pairs (j, j + d/2). In place. Lane l holds the
+// pairs j = l, l + 32, ... (IT of them: d/2 <= 32·IT) in registers, with
+// their cos/sin, all loaded before the sum: one memory latency a warp (the
+// loop that read the head twice and the tables after the sum was three,
+// and a prefill runs a warp for every row and head). IT = 0: the loop, any d.
+template <int IT>
 __global__ void qk_norm_rope_kernel(void* q, int qdt, void* k, int kdt, const float* cos_t, const float* sin_t,
                                     int64_t T, int hq, int hk, int d, float eps, float q_scale) {
   pdl_launch_dependents();  // light: attention may launch and look up its keys; it waits for us
@@ -373,24 +457,51 @@ __global__ void qk_norm_rope_kernel(void* q, int qdt, void* k, int kdt, const fl
   const int64_t base = t * int64_t(is_q ? hq : hk) * d + int64_t(is_q ? h : h - hq) * d;
   const float scale = is_q ? q_scale : 1.0f;
   const int half = d / 2;
-  float ss = 0.0f;
-  for (int j = lane; j < half; j += 32) {
-    const float x1 = ld(v, dt, base + j), x2 = ld(v, dt, base + j + half);
-    ss += x1 * x1;
-    ss += x2 * x2;
-  }
-  ss = warp_sum(ss);
-  const float r = 1.0f / sqrtf(ss / float(d) + eps);
-  for (int j = lane; j < half; j += 32) {
-    float y1 = ld(v, dt, base + j) * r, y2 = ld(v, dt, base + j + half) * r;
+  // y1, y2 of pair j from its inputs and 1/rms r, stored.
+  auto finish = [&](int j, float x1, float x2, float r, float c, float s) {
+    float y1 = x1 * r, y2 = x2 * r;
     if (scale != 1.0f) y1 = y1 * scale, y2 = y2 * scale;
     if (cos_t) {
-      const float c = cos_t[t * half + j], s = sin_t[t * half + j];
       const float r1 = y1 * c - y2 * s, r2 = y2 * c + y1 * s;
       y1 = r1, y2 = r2;
     }
     st(v, dt, base + j, y1);
     st(v, dt, base + j + half, y2);
+  };
+  float ss = 0.0f;
+  if constexpr (IT > 0) {
+    float x1[IT], x2[IT], c[IT], s[IT];
+#pragma unroll
+    for (int i = 0; i < IT; ++i) {
+      const int j = lane + 32 * i;
+      x1[i] = x2[i] = c[i] = s[i] = 0.0f;
+      if (j < half) {
+        x1[i] = ld(v, dt, base + j), x2[i] = ld(v, dt, base + j + half);
+        if (cos_t) c[i] = cos_t[t * half + j], s[i] = sin_t[t * half + j];
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < IT; ++i)
+      if (lane + 32 * i < half) {
+        ss += x1[i] * x1[i];
+        ss += x2[i] * x2[i];
+      }
+    ss = warp_sum(ss);
+    const float r = 1.0f / sqrtf(ss / float(d) + eps);
+#pragma unroll
+    for (int i = 0; i < IT; ++i)
+      if (lane + 32 * i < half) finish(lane + 32 * i, x1[i], x2[i], r, c[i], s[i]);
+  } else {
+    for (int j = lane; j < half; j += 32) {
+      const float x1 = ld(v, dt, base + j), x2 = ld(v, dt, base + j + half);
+      ss += x1 * x1;
+      ss += x2 * x2;
+    }
+    ss = warp_sum(ss);
+    const float r = 1.0f / sqrtf(ss / float(d) + eps);
+    for (int j = lane; j < half; j += 32)
+      finish(j, ld(v, dt, base + j), ld(v, dt, base + j + half), r, cos_t ? cos_t[t * half + j] : 0.0f,
+             cos_t ? sin_t[t * half + j] : 0.0f);
   }
 }
 
@@ -581,10 +692,34 @@ void CudaBackend::residual_norm_then_norm(const Tensor& stream, const Tensor& up
   // The products of out read it permuted (above 16 rows): write that too.
   const bool perm = offer_xperm(out);  // BF16 out only
   const int64_t Kp = perm ? wgmma_xperm_elements(1, H) : 0;
+  // More rows than one wave of blocks holds (prefill), in whole aligned
+  // runs: blocks that walk the rows with the next one's loads in flight.
+  auto runs_ok = [&](const Tensor& t) {
+    return (t.dtype == DType::F32 || t.dtype == DType::BF16) && reinterpret_cast<uintptr_t>(t.data) % 16 == 0;
+  };
+  const bool walk = H % kNormPer == 0 && runs_ok(stream) && runs_ok(update);
   enqueue("residual_norm", [=, this](cudaStream_t s) {
     if (perm) xperm_written();
+    const unsigned threads = norm_threads(H);
+    const size_t slots = size_t(kRowsAhead + 1) * threads * kRunSlotBytes;
+    int64_t held = 0;  // blocks the GPU holds at once (asked only for prefill-sized calls: H varies by model)
+    if (walk && stream.rows() > sm_count()) {
+      constexpr auto kWalk = residual_then_norm_rows_kernel<kNormPer>;
+      int per_sm = 0;
+      if (allow_dynamic_smem<kWalk>(int(slots)) == cudaSuccess &&
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kWalk, int(threads), slots) == cudaSuccess)
+        held = int64_t(per_sm) * sm_count();
+      cudaGetLastError();  // not sticky
+    }
+    if (held > 0 && stream.rows() > held)
+      return launch_pdl<residual_then_norm_rows_kernel<kNormPer>>(
+          s, dim3(unsigned(held)), dim3(threads), slots, stream.data, dt_code(stream.dtype), update.data,
+          dt_code(update.dtype), gain.data, dt_code(gain.dtype), gain_code(mode),
+          static_cast<const float*>(alpha.data), static_cast<const float*>(beta.data), eps, H, out.data,
+          dt_code(out.dtype), gain2.data, dt_code(gain2.dtype), mode2, eps2,
+          perm ? static_cast<__nv_bfloat16*>(scratch()) : nullptr, Kp, stream.rows());
     return launch_pdl<residual_then_norm_kernel<kNormPer>>(
-        s, dim3(unsigned(stream.rows())), dim3(norm_threads(H)), 0, stream.data, dt_code(stream.dtype), update.data,
+        s, dim3(unsigned(stream.rows())), dim3(threads), 0, stream.data, dt_code(stream.dtype), update.data,
         dt_code(update.dtype), gain.data, dt_code(gain.dtype), gain_code(mode), static_cast<const float*>(alpha.data),
         static_cast<const float*>(beta.data), eps, H, out.data, dt_code(out.dtype), gain2.data, dt_code(gain2.dtype),
         mode2, eps2, perm ? static_cast<__nv_bfloat16*>(scratch()) : nullptr, Kp);
@@ -624,9 +759,18 @@ void CudaBackend::qk_norm_rope(const Tensor& q, const Tensor& k, const Tensor& c
   const int64_t warps = T * (hq + hk);
   if (warps == 0) return;
   enqueue("qk_norm_rope", [=](cudaStream_t s) {
-    return launch_pdl<qk_norm_rope_kernel>(s, dim3(blocks_for(warps, 8)), dim3(256), 0, q.data, dt_code(q.dtype),
-                                           k.data, dt_code(k.dtype), static_cast<const float*>(cos.data),
-                                           static_cast<const float*>(sin.data), T, hq, hk, int(d), eps, q_scale);
+    const dim3 grid(blocks_for(warps, 8));
+    auto* ct = static_cast<const float*>(cos.data);
+    auto* st_ = static_cast<const float*>(sin.data);
+    // heads up to 128 (Muse's 64 and 128) from registers
+    if (half <= 32)
+      return launch_pdl<qk_norm_rope_kernel<1>>(s, grid, dim3(256), 0, q.data, dt_code(q.dtype), k.data,
+                                                dt_code(k.dtype), ct, st_, T, hq, hk, int(d), eps, q_scale);
+    if (half <= 64)
+      return launch_pdl<qk_norm_rope_kernel<2>>(s, grid, dim3(256), 0, q.data, dt_code(q.dtype), k.data,
+                                                dt_code(k.dtype), ct, st_, T, hq, hk, int(d), eps, q_scale);
+    return launch_pdl<qk_norm_rope_kernel<0>>(s, grid, dim3(256), 0, q.data, dt_code(q.dtype), k.data,
+                                              dt_code(k.dtype), ct, st_, T, hq, hk, int(d), eps, q_scale);
   });
 }
 
