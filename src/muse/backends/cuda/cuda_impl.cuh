@@ -95,10 +95,7 @@ __device__ __forceinline__ float warp_max(float v) {
 // index order. `red` is shared scratch of 33 floats. Every thread returns the
 // sum: each adds the warps' sums itself, in the same order (the same bits
 // everywhere; one barrier fewer than thread 0 adding and broadcasting, on
-// the critical path of every batch-1 norm). The warps' sums are read eight
-// at a time before they are added in order, so the adds, not a shared
-// load each, are the chain (26 warps at Glimmer's width: a load's latency
-// per warp was ~0.4 µs a sum, twice a residual norm).
+// the critical path of every batch-1 norm).
 __device__ __forceinline__ float block_sum(float v, float* red) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   v = warp_sum(v);
@@ -106,14 +103,7 @@ __device__ __forceinline__ float block_sum(float v, float* red) {
   if (lane == 0) red[warp] = v;
   __syncthreads();
   float s = 0.0f;
-  for (int w0 = 0; w0 < nw; w0 += 8) {
-    float p[8];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) p[i] = w0 + i < nw ? red[w0 + i] : 0.0f;
-#pragma unroll
-    for (int i = 0; i < 8; ++i)
-      if (w0 + i < nw) s += p[i];
-  }
+  for (int w = 0; w < nw; ++w) s += red[w];
   return s;
 }
 
