@@ -187,6 +187,18 @@ __device__ __forceinline__ float regs_inv_rms(const float (&x)[PER], const float
   return 1.0f / sqrtf(ss / float(n) + eps);
 }
 
+// This thread's run of a gain (elements i0 .., count of them; past them 1),
+// or ones where the norm has none.
+template <int PER>
+__device__ __forceinline__ void gain_run(float (&c)[PER], const void* gain, int gdt, int mode, int64_t i0,
+                                         int64_t count) {
+  if (mode != kGainNone)
+    ld_run<PER>(c, gain, gdt, i0, count, 1.0f);
+  else
+#pragma unroll
+    for (int k = 0; k < PER; ++k) c[k] = 1.0f;
+}
+
 // This thread's elements of the row at `base` into x (and the gain into c),
 // the sum of squares of (x ⊙ c when Before, else x) over the block; returns
 // 1/rms. PER = 0: no register cache (the loop form, any n).
@@ -198,11 +210,7 @@ __device__ __forceinline__ float row_inv_rms(float (&x)[PER ? PER : 1], float (&
   if constexpr (PER > 0) {
     const int64_t i0 = run_start<PER>(), cnt = run_count<PER>(n);
     ld_run<PER>(x, in, idt, base + i0, cnt);
-    if (mode != kGainNone)
-      ld_run<PER>(c, gain, gdt, i0, cnt, 1.0f);
-    else
-#pragma unroll
-      for (int k = 0; k < PER; ++k) c[k] = 1.0f;
+    gain_run<PER>(c, gain, gdt, mode, i0, cnt);
     return regs_inv_rms<PER>(x, c, mode, n, eps, red);
   } else {
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
@@ -309,16 +317,8 @@ __device__ __forceinline__ void residual_then_norm_row(float (&sv)[PER], float (
   // KB, from L2) come after it, so that no more than four runs are live at
   // once (a 1024-thread block has 64 registers a thread).
   float c2[PER], c[PER];
-  if (mode2 != kGainNone)
-    ld_run<PER>(c2, gain2, g2dt, i0, cnt, 1.0f);
-  else
-#pragma unroll
-    for (int k = 0; k < PER; ++k) c2[k] = 1.0f;
-  if (mode != kGainNone)
-    ld_run<PER>(c, gain, gdt, i0, cnt, 1.0f);
-  else
-#pragma unroll
-    for (int k = 0; k < PER; ++k) c[k] = 1.0f;
+  gain_run<PER>(c2, gain2, g2dt, mode2, i0, cnt);
+  gain_run<PER>(c, gain, gdt, mode, i0, cnt);
   const float r = regs_inv_rms<PER>(x, c, mode, H, eps, red);
   float y[PER];
 #pragma unroll
@@ -759,18 +759,14 @@ void CudaBackend::qk_norm_rope(const Tensor& q, const Tensor& k, const Tensor& c
   const int64_t warps = T * (hq + hk);
   if (warps == 0) return;
   enqueue("qk_norm_rope", [=](cudaStream_t s) {
-    const dim3 grid(blocks_for(warps, 8));
-    auto* ct = static_cast<const float*>(cos.data);
-    auto* st_ = static_cast<const float*>(sin.data);
+    auto go = [&]<int IT>() {
+      return launch_pdl<qk_norm_rope_kernel<IT>>(s, dim3(blocks_for(warps, 8)), dim3(256), 0, q.data,
+                                                 dt_code(q.dtype), k.data, dt_code(k.dtype),
+                                                 static_cast<const float*>(cos.data),
+                                                 static_cast<const float*>(sin.data), T, hq, hk, int(d), eps, q_scale);
+    };
     // heads up to 128 (Muse's 64 and 128) from registers
-    if (half <= 32)
-      return launch_pdl<qk_norm_rope_kernel<1>>(s, grid, dim3(256), 0, q.data, dt_code(q.dtype), k.data,
-                                                dt_code(k.dtype), ct, st_, T, hq, hk, int(d), eps, q_scale);
-    if (half <= 64)
-      return launch_pdl<qk_norm_rope_kernel<2>>(s, grid, dim3(256), 0, q.data, dt_code(q.dtype), k.data,
-                                                dt_code(k.dtype), ct, st_, T, hq, hk, int(d), eps, q_scale);
-    return launch_pdl<qk_norm_rope_kernel<0>>(s, grid, dim3(256), 0, q.data, dt_code(q.dtype), k.data,
-                                              dt_code(k.dtype), ct, st_, T, hq, hk, int(d), eps, q_scale);
+    return half <= 32 ? go.template operator()<1>() : half <= 64 ? go.template operator()<2>() : go.template operator()<0>();
   });
 }
 
