@@ -428,6 +428,76 @@ TEST_P(Attention, StoreGateWritesTheProductsX) {
       }
 }
 
+// The split path's two merges (CudaBackendOptions::attention_merge 2: a
+// warp a row and q head, 1: a block of 128 threads) give the same
+// output, cache and o-product bytes: heads of 128 and 64 (the tensor-core
+// chunks when BF16) and of 80 and 256 (lanes with dims past the head), the
+// plain merge, the gate with and without its head norm and the store of
+// the step's k/v, paged and sliding, 20 decode rows beside a 5-row chunk
+// (the merge also writes the o product's permuted x) and a row 5,000 keys
+// in (40 chunks: more chunks than a warp has lanes).
+TEST_P(Attention, WarpMergeGivesTheBlockMergeBits) {
+  CudaBackendOptions bo;
+  bo.attention_merge = 1;
+  auto blk = backend_with(bo);
+  bo.attention_merge = 2;
+  auto wrp = backend_with(bo);
+  ASSERT_TRUE(blk && wrp);
+  struct Shape {
+    int64_t d, hq, hk;
+  };
+  const int64_t B = 20, chunk = 5, per = 16, slots = 1024, N = 40, far = 5000;
+  for (const Shape sh : {Shape{128, 32, 2}, Shape{64, 16, 2}, Shape{80, 8, 2}, Shape{256, 8, 1}})
+    for (KvLayout layout : {KvLayout::Paged, KvLayout::Sliding})
+      for (int tail = 0; tail < 3; ++tail) {  // 0: attention alone; 1: gate and store; 2: the gate's head norm too
+        const bool paged = layout == KvLayout::Paged;
+        const int64_t d = sh.d, qd = sh.hq * d, kvd = sh.hk * d, window = paged ? 0 : 4500;
+        auto [c1, c2] = twin_caches(layout, slots, per, kvd, 990);
+        StepPlanBuilder pb(StepPlanCapacity{B + chunk + 1, B + 2, B + chunk + 1, 1024});
+        int64_t rows = add_rows_and_chunk(pb, B, chunk, per, slots / 2, paged, 991);
+        {  // the far row, on pages of its own
+          std::vector<int32_t> bl;
+          for (int64_t i = 0; i <= far / per; ++i) bl.push_back(int32_t(slots / 2 + i));
+          const std::vector<int32_t> tok = {1}, none;
+          pb.add(tok, far, paged ? bl : none, paged ? none : bl, 0, false, true);
+          rows += 1;
+        }
+        auto q = random_floats(size_t(rows * qd), 992), k = random_floats(size_t(rows * kvd), 993),
+             v = random_floats(size_t(rows * kvd), 994), g = random_floats(size_t(rows * qd), 995, 3.0f);
+        auto w = random_floats(size_t(N * qd), 996, 0.05f);
+        Tensor tq = up(act(), {rows, qd}, q), tk = up(act(), {rows, kvd}, k), tv = up(act(), {rows, kvd}, v),
+               tg = up(act(), {rows, qd}, g), tw = up(DType::BF16, {N, qd}, w);
+        Tensor buf;
+        StepPlanView view = plan_view(pb, buf, window, per);
+        view.max_seq_rows = pb.max_seq_rows(), view.max_seq_end = pb.max_seq_end();
+        std::vector<uint8_t> res[2][4];
+        for (int which = 0; which < 2; ++which) {
+          Backend& be = which == 0 ? *wrp : *blk;  // each its own outputs, queue and downloads
+          KvLayerStorage& c = which == 0 ? c1 : c2;
+          auto o = be.alloc(act(), {rows, qd}), p = be.alloc(DType::F32, {rows, N});
+          ASSERT_TRUE(o.ok() && p.ok());
+          for (const Tensor& t : {*o, *p}) {
+            std::vector<uint8_t> nan(t.bytes(), 0xff);
+            be.set_input(t, nan.data(), nan.size());
+          }
+          if (tail == 0) be.attention(*o, tq, tk, tv, c, view, d, window, 0.088f);
+          else be.attention_store_gate(*o, tq, tk, tv, c, view, d, window, 0.088f, {tg, tail == 2, 1e-6f});
+          be.matmul(*p, *o, tw);
+          ASSERT_TRUE(be.execute().ok());
+          const Tensor* ts[] = {&*o, &*p, &c.k, &c.v};
+          for (size_t i = 0; i < 4; ++i) {
+            res[which][i].resize(ts[i]->bytes());
+            ASSERT_TRUE(be.download(*ts[i], res[which][i].data()).ok());
+          }
+          be.release(*o), be.release(*p);
+        }
+        const std::string what = "d " + std::to_string(d) + (paged ? ", paged" : ", sliding") +
+                                 (tail == 0 ? "" : tail == 1 ? ", gate" : ", gate with head norm");
+        const char* names[] = {"output", "o product", "K cache", "V cache"};
+        for (size_t i = 0; i < 4; ++i) EXPECT_EQ(res[0][i], res[1][i]) << what << ": the " << names[i] << " differs";
+      }
+}
+
 // Steps of at least 64 rows (all BF16) run the prefill kernel; the same
 // rows replayed as single-row sequences, fewer than 64 a step, run the
 // split kernels. Every row's bytes must be equal: chunked prefill and

@@ -264,6 +264,9 @@ int bench_cuda(const BenchOptions& o) {
                    : o.expert_gemm >= 2 ? "; experts in the grouped GEMM, tiles of " +
                                               std::to_string(o.expert_gemm == 2 ? 256 : 128) + " pairs"
                                         : "") +
+                  (o.attention_merge == 1   ? "; attention merged by blocks"
+                   : o.attention_merge == 2 ? "; attention merged by warps"
+                                            : "") +
                   (o.one_stream ? "; one stream (no side branch)" : ""))
                      .c_str());
   std::string skipped;
@@ -285,6 +288,7 @@ int bench_cuda(const BenchOptions& o) {
   eo.backend.gpu_product_kernel = o.product_kernel;
   eo.backend.gpu_expert_kernel = o.expert_kernel;
   eo.backend.gpu_expert_gemm = o.expert_gemm;
+  eo.backend.gpu_attention_merge = o.attention_merge;
   eo.backend.gpu_skip_ops = o.skip_ops;
   eo.backend.gpu_graphs = !o.enforce_eager;
   eo.backend.gpu_side_stream = !o.one_stream;
@@ -312,6 +316,7 @@ int bench_cuda(const BenchOptions& o) {
   out.set("product_kernel", o.product_kernel);
   out.set("expert_kernel", o.expert_kernel);
   out.set("expert_gemm", o.expert_gemm);
+  out.set("attention_merge", o.attention_merge);
   out.set("skipped_ops", skipped);
   out.set("one_stream", o.one_stream);
   out.set("parameters", params);

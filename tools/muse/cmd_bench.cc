@@ -117,6 +117,9 @@ int bench_command(int argc, char** argv) {
               "2 / 3 the grouped wgmma GEMM in tiles of 256 / 128 pairs wherever it applies (BF16, NVFP4, MXFP4, "
               "FP8 per tensor / channel, INT4 always in tiles of 128); 0 (default) the rule: BF16 from 8 pairs an "
               "expert on average (tiles of 256 from 256), NVFP4 / MXFP4 / FP8 / INT4 from 32 (tiles of 128)");
+  args.option("--attention-merge", &o.attention_merge, "N",
+              "--device cuda: the split attention's merge, for A/B timing (the same bits): 1 a block of 128 threads "
+              "a row and q head, 2 a warp a row and q head; 0 (default) the rule: warps from 1024 rows × q heads");
   std::string skip_ops;
   args.option("--skip-ops", &skip_ops, "LIST",
               "--device cuda: do not launch these ops (names as --profile prints them, e.g. residual_norm,swiglu): "
@@ -160,6 +163,10 @@ int bench_command(int argc, char** argv) {
     return fail("bench", "--expert-gemm is 0 (the rule), 1 (per-tile kernels), 2 or 3 (the grouped GEMM in tiles of "
                          "256 or 128 pairs), not " + std::to_string(o.expert_gemm));
   if (o.expert_gemm != 0 && o.device != "cuda") return fail("bench", "--expert-gemm needs --device cuda");
+  if (o.attention_merge < 0 || o.attention_merge > 2)
+    return fail("bench", "--attention-merge is 0 (the rule), 1 (a block a row and head) or 2 (a warp a row and head), not " +
+                             std::to_string(o.attention_merge));
+  if (o.attention_merge != 0 && o.device != "cuda") return fail("bench", "--attention-merge needs --device cuda");
   for (size_t at = 0; !skip_ops.empty() && at <= skip_ops.size();) {
     const size_t end = std::min(skip_ops.find(',', at), skip_ops.size());
     const std::string name = skip_ops.substr(at, end - at);

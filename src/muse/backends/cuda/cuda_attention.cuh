@@ -117,6 +117,12 @@ __device__ __forceinline__ int64_t key_row(const KvArgs& a, const PlanDev& P, co
 constexpr int kMaxChunks = 256;
 constexpr int64_t kMinChunkKeys = 128;
 
+// A chunk partial of one (row, q head), as the chunk kernels store it and
+// the merge reads it: m, l, two unused floats (so acc starts 16 bytes in
+// and the tensor-core kernel stores it in float4s), then acc[d].
+constexpr int kPartHead = 4;
+__host__ __device__ constexpr int part_stride(int d) { return d + kPartHead; }
+
 __host__ __device__ __forceinline__ int64_t chunk_keys(int64_t nkeys) {
   int64_t c = (nkeys + kMaxChunks - 1) / kMaxChunks;
   c = (c + 31) / 32 * 32;
@@ -483,6 +489,9 @@ struct AttnCall {
   // scratch (split path: after the chunk partials; offer_xperm).
   bool xperm = false;
   size_t xperm_offset = 0;
+  // Split path: CudaBackendOptions::attention_merge (0 the rule, 1 a block
+  // a (row, q head), 2 a warp; the same bits).
+  int merge_kernel = 0;
 };
 
 // cuda_attention_split.cu. The split path: chunk partials in `part`
@@ -498,6 +507,13 @@ bool split_attention_covers(int G, int d);
 // its merge (the output gate's product: CudaBackend::launch_gate_product).
 cudaError_t run_split_attention(cudaStream_t s, const AttnCall& c, float* part, bool vec, bool mma,
                                 const std::function<cudaError_t(cudaStream_t)>& between = {});
+
+// cuda_attention_merge.cu. The merge of one slab's chunk partials (rows r0
+// .. r0 + rows - 1 of the call, `launched` chunks a (row, head) apart in
+// `part`) with the call's tail (gate, store_kv; xp: the outputs also in the
+// products' order, rows of Kp), by c.merge_kernel (the same bits).
+cudaError_t launch_attention_merge(cudaStream_t s, const AttnCall& c, const float* part, int64_t r0, int64_t rows,
+                                   __nv_bfloat16* xp, int64_t Kp);
 
 // cuda_attention_prefill.cu: the same bits as run_split_attention(mma) for
 // every row, for steps of at least kPrefillMinRows rows with a sequence of

@@ -53,6 +53,7 @@ CudaBackend::CudaBackend(const CudaBackendOptions& o)
       gemv_variant_(o.gemv_variant),
       expert_kernel_(o.expert_kernel),
       expert_gemm_(o.expert_gemm),
+      attention_merge_(o.attention_merge),
       skip_ops_(o.skip_ops),
       side_on_(o.side_stream),
       graphs_on_(o.graphs),

@@ -51,6 +51,11 @@ struct CudaBackendOptions {
   // 128). The same bits; `muse bench --expert-gemm`
   // compares their speed.
   int expert_gemm = 0;
+  // The split attention's merge (cuda_attention_merge.cu): 0 the rule (by
+  // the step's rows × q heads), 1 a block of 128 threads a row and q head,
+  // 2 a warp a row and q head. The same bits; `muse bench
+  // --attention-merge` compares their speed.
+  int attention_merge = 0;
   // Ops (by the names --profile prints) whose kernels are not launched: a
   // timing probe of what each costs a step once PDL overlaps the launches
   // (`muse bench --skip-ops`). The outputs are then not valid.

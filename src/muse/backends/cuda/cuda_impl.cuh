@@ -319,6 +319,7 @@ class CudaBackend final : public Backend {
   int gemv_variant_ = 0;  // CudaBackendOptions::gemv_variant
   int expert_kernel_ = 0;  // CudaBackendOptions::expert_kernel
   int expert_gemm_ = 0;    // CudaBackendOptions::expert_gemm
+  int attention_merge_ = 0;  // CudaBackendOptions::attention_merge
   std::vector<std::string> skip_ops_;  // not launched (CudaBackendOptions::skip_ops)
   std::string name_;
   cudaStream_t stream_ = nullptr;

@@ -60,6 +60,7 @@ Result<std::unique_ptr<Backend>> create_backend(const BackendOptions& options) {
       o.gemv_variant = options.gpu_product_kernel;
       o.expert_kernel = options.gpu_expert_kernel;
       o.expert_gemm = options.gpu_expert_gemm;
+      o.attention_merge = options.gpu_attention_merge;
       o.skip_ops = options.gpu_skip_ops;
       o.side_stream = options.gpu_side_stream;
       o.graphs = options.gpu_graphs;
