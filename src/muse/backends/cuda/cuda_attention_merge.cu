@@ -29,6 +29,24 @@ namespace {
 
 using namespace attn;
 
+// The merge weights (c0, c1) of chunk z = 32·k + lane of a group of 32
+// against the state of chunks 0..z-1, whose max is the prefix max of m
+// (max is exact, so the scan's order does not matter); `carry` holds the
+// max of the groups before and moves past this one. Both merges call it.
+__device__ __forceinline__ void chunk_weights_in_warp(float m, int lane, float& carry, float& c0, float& c1) {
+  float incl = m;
+#pragma unroll
+  for (int off = 1; off < 32; off <<= 1) {
+    const float x = __shfl_up_sync(0xffffffffu, incl, off);
+    if (lane >= off) incl = fmaxf(incl, x);
+  }
+  float before = __shfl_up_sync(0xffffffffu, incl, 1);
+  before = fmaxf(lane == 0 ? -INFINITY : before, carry);
+  float M;
+  merge_weights(before, m, M, c0, c1);
+  carry = fmaxf(carry, __shfl_sync(0xffffffffu, incl, 31));
+}
+
 // What the merge does after its outputs (AttnCall's gate and store_kv).
 struct MergeTail {
   const void* gate;  // null: plain attention
@@ -119,19 +137,10 @@ __global__ void __launch_bounds__(128) attention_merge_kernel(void* out, int odt
 #pragma unroll
     for (int k = 0; k < kMaxChunks / 32; ++k) {
       if (32 * k >= nch) break;
-      float incl = mv[k];
-#pragma unroll
-      for (int off = 1; off < 32; off <<= 1) {
-        const float o = __shfl_up_sync(0xffffffffu, incl, off);
-        if (lane >= off) incl = fmaxf(incl, o);
-      }
-      float before = __shfl_up_sync(0xffffffffu, incl, 1);
-      before = fmaxf(lane == 0 ? -INFINITY : before, carry);
-      float M, c0, c1;
-      merge_weights(before, mv[k], M, c0, c1);
+      float c0, c1;
+      chunk_weights_in_warp(mv[k], lane, carry, c0, c1);
       const int zz = lane + 32 * k;
       if (zz < nch) cz[zz] = make_float2(c0, c1), lz[zz] = lv[k];
-      carry = fmaxf(carry, __shfl_sync(0xffffffffu, incl, 31));
     }
   }
   __syncthreads();
@@ -301,20 +310,8 @@ __global__ void __launch_bounds__(kMergeWarps * 32)
         }
     };
     load_values(0);
-    // Chunk zl's merge weights against the state of chunks 0..zl-1: its max
-    // is the prefix max of m (max is exact, so the scan's order does not
-    // matter), as attention_merge_kernel's warp 0 computes them.
-    float incl = mz;
-#pragma unroll
-    for (int off = 1; off < 32; off <<= 1) {
-      const float x = __shfl_up_sync(0xffffffffu, incl, off);
-      if (lane >= off) incl = fmaxf(incl, x);
-    }
-    float before = __shfl_up_sync(0xffffffffu, incl, 1);
-    before = fmaxf(lane == 0 ? -INFINITY : before, carry);
-    float M, c0, c1;
-    merge_weights(before, mz, M, c0, c1);
-    carry = fmaxf(carry, __shfl_sync(0xffffffffu, incl, 31));
+    float c0, c1;  // chunk zl's merge weights, as attention_merge_kernel's warp 0 computes them
+    chunk_weights_in_warp(mz, lane, carry, c0, c1);
     for (int u0 = 0; u0 < n; u0 += KB) {
       if (u0 > 0) load_values(u0);
 #pragma unroll
