@@ -47,6 +47,21 @@ __device__ __forceinline__ void chunk_weights_in_warp(float m, int lane, float& 
   carry = fmaxf(carry, __shfl_sync(0xffffffffu, incl, 31));
 }
 
+// Piece c (16 bytes) of a head's outputs as stored (ob, d of them) in the
+// products' order (wgmma_permute_x_kernel's): chunk p = c % 4 of 32-k
+// block c / 4 is word p of that block's four 16-byte pieces. Both merges
+// write o's permuted copy with it.
+__device__ __forceinline__ uint4 head_xperm_piece(const __nv_bfloat16* ob, int c) {
+  const int blk = c / 4, p = c % 4;
+  uint32_t w[4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int e = 32 * blk + 8 * j + 2 * p;
+    w[j] = uint32_t(__bfloat16_as_ushort(ob[e])) | uint32_t(__bfloat16_as_ushort(ob[e + 1])) << 16;
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
+}
+
 // What the merge does after its outputs (AttnCall's gate and store_kv).
 struct MergeTail {
   const void* gate;  // null: plain attention
@@ -206,18 +221,10 @@ __global__ void __launch_bounds__(128) attention_merge_kernel(void* out, int odt
       put(i, at, (ov[i] * r) * sigmoidf_(i == i0 ? g0 : ld(tail.gate, tail.gdt, at)));
     }
   }
-  if (tail.xp) {  // the head's 32-k blocks in the products' order (wgmma_permute_x_kernel's)
+  if (tail.xp) {  // the head's 32-k blocks in the products' order
     __syncthreads();
-    for (int c = threadIdx.x; c < d / 8; c += blockDim.x) {
-      const int blk = c / 4, p = c % 4;  // chunk p of 32-k block blk: word p of its four 16-byte pieces
-      uint32_t w[4];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const int e = 32 * blk + 8 * j + 2 * p;
-        w[j] = uint32_t(__bfloat16_as_ushort(ob[e])) | uint32_t(__bfloat16_as_ushort(ob[e + 1])) << 16;
-      }
-      *reinterpret_cast<uint4*>(tail.xp + t * tail.Kp + int64_t(h) * d + 8 * c) = make_uint4(w[0], w[1], w[2], w[3]);
-    }
+    for (int c = threadIdx.x; c < d / 8; c += blockDim.x)
+      *reinterpret_cast<uint4*>(tail.xp + t * tail.Kp + int64_t(h) * d + 8 * c) = head_xperm_piece(ob, c);
   }
   if (store) {
     // dst was written before the barrier after the chunk weights; -2: a
@@ -358,18 +365,10 @@ __global__ void __launch_bounds__(kMergeWarps * 32)
         if (lane + 32 * j < d) put(j, x[j] * sigmoidf_(gv[j]));
     }
   }
-  if (tail.xp) {  // the head's 32-k blocks in the products' order (wgmma_permute_x_kernel's)
+  if (tail.xp) {  // the head's 32-k blocks in the products' order
     __syncwarp();
-    for (int c = lane; c < d / 8; c += 32) {
-      const int blk = c / 4, pc = c % 4;  // chunk pc of 32-k block blk: word pc of its four 16-byte pieces
-      uint32_t w[4];
-#pragma unroll
-      for (int jj = 0; jj < 4; ++jj) {
-        const int e = 32 * blk + 8 * jj + 2 * pc;
-        w[jj] = uint32_t(__bfloat16_as_ushort(ob[warp][e])) | uint32_t(__bfloat16_as_ushort(ob[warp][e + 1])) << 16;
-      }
-      *reinterpret_cast<uint4*>(tail.xp + t * tail.Kp + int64_t(h) * d + 8 * c) = make_uint4(w[0], w[1], w[2], w[3]);
-    }
+    for (int c = lane; c < d / 8; c += 32)
+      *reinterpret_cast<uint4*>(tail.xp + t * tail.Kp + int64_t(h) * d + 8 * c) = head_xperm_piece(ob[warp], c);
   }
   if (store) {
     // -1: no page (the error is recorded); -2: a sliding block the sequence does not keep.

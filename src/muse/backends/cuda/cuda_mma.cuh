@@ -133,25 +133,29 @@ inline int sm_count() { return device_attribute<cudaDevAttrMultiProcessorCount>(
 inline int smem_per_sm() { return device_attribute<cudaDevAttrMaxSharedMemoryPerMultiprocessor>(); }
 
 // Blocks of `Kernel` the GPU holds at once (`threads` a block, `smem` bytes
-// of dynamic shared memory), per device, computed once (a kernel is always
-// launched with the same block shape here); 0 if unknown. The kernel is
-// allowed its shared memory first: above the 48 KB default the occupancy
-// query counts 0 blocks until it is.
+// of dynamic shared memory); 0 if unknown. Remembered per device with the
+// block shape it was asked for (most kernels always launch with one shape;
+// the row norms' threads follow the row width), asked again for another.
+// The kernel is allowed its shared memory first: above the 48 KB default
+// the occupancy query counts 0 blocks until it is.
 template <auto Kernel>
 int resident_blocks(int threads, size_t smem) {
-  static std::atomic<int> held[64] = {};
+  static std::atomic<uint64_t> held[64] = {};  // (threads << 44 | smem << 20 | blocks), 0: not asked
   int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return 0;
-  int n = held[dev].load(std::memory_order_acquire);
-  if (n > 0) return n;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64 || threads <= 0 || threads >= (1 << 20) ||
+      smem >= (size_t(1) << 24))
+    return 0;
+  const uint64_t shape = uint64_t(threads) << 44 | uint64_t(smem) << 20;
+  const uint64_t h = held[dev].load(std::memory_order_acquire);
+  if (h != 0 && (h & ~uint64_t(0xfffff)) == shape) return int(h & 0xfffff);
   int per_sm = 0;
   if (allow_dynamic_smem<Kernel>(int(smem)) != cudaSuccess ||
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, Kernel, threads, smem) != cudaSuccess) {
     cudaGetLastError();  // not sticky: a later launch's cudaGetLastError must not report it
     return 0;
   }
-  n = per_sm * sm_count();
-  held[dev].store(n, std::memory_order_release);
+  const int n = per_sm * sm_count();
+  if (n > 0 && n < (1 << 20)) held[dev].store(shape | uint64_t(n), std::memory_order_release);
   return n;
 }
 

@@ -374,11 +374,6 @@ __global__ void __launch_bounds__(1024)
 // aligned runs only (H % 8 == 0, 16-byte aligned rows: the caller checks).
 constexpr int kRunSlotBytes = 64;  // a thread's stream run (<= 32 bytes), then its update run
 constexpr int kRowsAhead = 2;      // rows in flight beyond the one being computed
-__device__ __forceinline__ void cp_async16_l2(unsigned char* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(dst))),
-               "l"(src)
-               : "memory");
-}
 template <int PER>
 __global__ void __launch_bounds__(1024)
     residual_then_norm_rows_kernel(void* stream, int sdt, const void* update, int udt, const void* gain, int gdt,
@@ -403,10 +398,10 @@ __global__ void __launch_bounds__(1024)
     if (cnt > 0 && row < rows) {
       const char* s = static_cast<const char*>(stream) + (row * H + i0) * (sb / 8);
       const char* u = static_cast<const char*>(update) + (row * H + i0) * (ub / 8);
-      for (int o = 0; o < sb; o += 16) cp_async16_l2(slot(i) + o, s + o);
-      for (int o = 0; o < ub; o += 16) cp_async16_l2(slot(i) + 32 + o, u + o);
+      for (int o = 0; o < sb; o += 16) cp_async16(slot(i) + o, s + o, 16);
+      for (int o = 0; o < ub; o += 16) cp_async16(slot(i) + 32 + o, u + o, 16);
     }
-    asm volatile("cp.async.commit_group;" ::: "memory");
+    cp_async_commit();
   };
   pdl_wait();
 #pragma unroll
@@ -702,15 +697,10 @@ void CudaBackend::residual_norm_then_norm(const Tensor& stream, const Tensor& up
     if (perm) xperm_written();
     const unsigned threads = norm_threads(H);
     const size_t slots = size_t(kRowsAhead + 1) * threads * kRunSlotBytes;
-    int64_t held = 0;  // blocks the GPU holds at once (asked only for prefill-sized calls: H varies by model)
-    if (walk && stream.rows() > sm_count()) {
-      constexpr auto kWalk = residual_then_norm_rows_kernel<kNormPer>;
-      int per_sm = 0;
-      if (allow_dynamic_smem<kWalk>(int(slots)) == cudaSuccess &&
-          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kWalk, int(threads), slots) == cudaSuccess)
-        held = int64_t(per_sm) * sm_count();
-      cudaGetLastError();  // not sticky
-    }
+    // Blocks the GPU holds at once (asked only for prefill-sized calls).
+    const int64_t held = walk && stream.rows() > sm_count()
+                             ? resident_blocks<residual_then_norm_rows_kernel<kNormPer>>(int(threads), slots)
+                             : 0;
     if (held > 0 && stream.rows() > held)
       return launch_pdl<residual_then_norm_rows_kernel<kNormPer>>(
           s, dim3(unsigned(held)), dim3(threads), slots, stream.data, dt_code(stream.dtype), update.data,
