@@ -303,6 +303,70 @@ TEST_P(Moe, GroupedGemmGivesThePerTileBits) {
   }
 }
 
+// The combine's two kernels (CudaBackendOptions::moe_combine 1: a block a
+// token; 2: a cluster of eight blocks a token, the rule at decode) give the
+// same bits: widths below, at and past the block's 256 threads, not whole
+// 16-byte pieces, Spark's 4096; top-k of 1 to 16 (two batches of eight at
+// 9); one rank of two under expert parallelism (absent slots); 1 to 70
+// tokens; both weight dtypes and output dtypes.
+TEST_P(Moe, ClusterCombineGivesTheBlockCombineBits) {
+  struct Case {
+    int64_t T, E, K, Hm, I, base;  // base >= 0: this rank holds experts [base, base + E / 2)
+    DType wdt;
+  };
+  const Case cases[] = {{1, 16, 8, 4096, 64, -1, DType::BF16}, {1, 6, 3, 72, 40, -1, DType::F32},
+                        {5, 6, 3, 100, 40, -1, DType::BF16},   {3, 20, 9, 260, 32, -1, DType::BF16},
+                        {64, 64, 16, 256, 64, -1, DType::BF16}, {70, 16, 8, 64, 24, -1, DType::BF16},
+                        {24, 8, 3, 64, 32, 4, DType::BF16},    {2, 8, 2, 8, 16, -1, DType::F32}};
+  std::unique_ptr<Backend> be[2];
+  for (int k = 0; k < 2; ++k) {
+    CudaBackendOptions o;
+    o.moe_combine = k + 1;
+    be[k] = backend_with(o);
+    ASSERT_TRUE(be[k]);
+  }
+  uint32_t seed = 7000;
+  for (const Case& c : cases) {
+    const int64_t E = c.base >= 0 ? c.E / 2 : c.E;  // experts this rank holds
+    auto u = random_floats(size_t(c.T * c.Hm), ++seed);
+    auto gu = random_floats(size_t(E * 2 * c.I * c.Hm), ++seed, 0.1f);
+    auto dn = random_floats(size_t(E * c.Hm * c.I), ++seed, 0.1f);
+    auto gain = random_floats(size_t(c.Hm), ++seed, 0.3f, 1.0f);
+    const auto ids = random_ids(c.T, c.E, c.K, ++seed);
+    auto w = random_floats(size_t(c.T * c.K), ++seed, 0.2f, 0.5f);
+    const auto ub = muse::testing::to_bf16(u), gub = muse::testing::to_bf16(gu), dnb = muse::testing::to_bf16(dn);
+    const bool ab = act() == DType::BF16, wb = c.wdt == DType::BF16;
+    std::vector<char> got[2];
+    for (int k = 0; k < 2; ++k) {
+      Backend& b = *be[k];
+      ModelWeights own;
+      struct Release {
+        Backend& be;
+        ModelWeights& w;
+        ~Release() { release_weights(be, w); }
+      } release{b, own};
+      auto tu = b.import_weight(act(), {c.T, c.Hm}, ab ? static_cast<const void*>(ub.data()) : u.data(), false);
+      auto tgu = b.import_weight(c.wdt, {E, 2 * c.I, c.Hm}, wb ? static_cast<const void*>(gub.data()) : gu.data(), false);
+      auto tdn = b.import_weight(c.wdt, {E, c.Hm, c.I}, wb ? static_cast<const void*>(dnb.data()) : dn.data(), false);
+      auto tg = b.import_weight(DType::F32, {c.Hm}, gain.data(), false);
+      auto tw = b.import_weight(DType::F32, {c.T, c.K}, w.data(), false);
+      auto ti = b.import_weight(DType::I32, {c.T, c.K}, ids.data(), false);
+      auto out = b.alloc(act(), {c.T, c.Hm});
+      ASSERT_TRUE(tu.ok() && tgu.ok() && tdn.ok() && tg.ok() && tw.ok() && ti.ok() && out.ok());
+      for (const Tensor& t : {*tu, *tgu, *tdn, *tg, *tw, *ti, *out}) own.owned.push_back(t);
+      b.moe_experts(*out, *tu, *tgu, *tdn, *tg, *ti, *tw, 1e-6f, c.base >= 0 ? c.base : -1);
+      Status s = b.execute();
+      ASSERT_TRUE(s.ok()) << s.message();
+      got[k].resize(out->bytes());
+      ASSERT_TRUE(b.download(*out, got[k].data()).ok());
+    }
+    EXPECT_EQ(0, std::memcmp(got[0].data(), got[1].data(), got[0].size()))
+        << "T " << c.T << " E " << c.E << " top " << c.K << " Hm " << c.Hm << " I " << c.I << " base " << c.base
+        << " w " << dtype_label(c.wdt) << ": the cluster combine differs from the block combine"
+        << (ab ? std::string() : ": " + describe_f32_difference(got[0], got[1]));
+  }
+}
+
 // moe_route groups its ids for moe_experts (the per-tile rule: decode), so
 // that on a side branch the grouping runs beside the pre-expert product.
 // Experts of those ids give the bits of experts that group the same ids

@@ -267,6 +267,9 @@ int bench_cuda(const BenchOptions& o) {
                   (o.attention_merge == 1   ? "; attention merged by blocks"
                    : o.attention_merge == 2 ? "; attention merged by warps"
                                             : "") +
+                  (o.moe_combine == 1   ? "; experts combined by a block a token"
+                   : o.moe_combine == 2 ? "; experts combined by a cluster a token"
+                                        : "") +
                   (o.one_stream ? "; one stream (no side branch)" : ""))
                      .c_str());
   std::string skipped;
@@ -289,6 +292,7 @@ int bench_cuda(const BenchOptions& o) {
   eo.backend.gpu_expert_kernel = o.expert_kernel;
   eo.backend.gpu_expert_gemm = o.expert_gemm;
   eo.backend.gpu_attention_merge = o.attention_merge;
+  eo.backend.gpu_moe_combine = o.moe_combine;
   eo.backend.gpu_skip_ops = o.skip_ops;
   eo.backend.gpu_graphs = !o.enforce_eager;
   eo.backend.gpu_side_stream = !o.one_stream;
@@ -317,6 +321,7 @@ int bench_cuda(const BenchOptions& o) {
   out.set("expert_kernel", o.expert_kernel);
   out.set("expert_gemm", o.expert_gemm);
   out.set("attention_merge", o.attention_merge);
+  out.set("moe_combine", o.moe_combine);
   out.set("skipped_ops", skipped);
   out.set("one_stream", o.one_stream);
   out.set("parameters", params);

@@ -120,6 +120,9 @@ int bench_command(int argc, char** argv) {
   args.option("--attention-merge", &o.attention_merge, "N",
               "--device cuda: the split attention's merge, for A/B timing (the same bits): 1 a block of 128 threads "
               "a row and q head, 2 a warp a row and q head; 0 (default) the rule: warps from 1024 rows × q heads");
+  args.option("--moe-combine", &o.moe_combine, "N",
+              "--device cuda: the latent experts' combine, for A/B timing (the same bits): 1 a block of 256 threads "
+              "a token, 2 a cluster of eight blocks a token; 0 (default) the rule: a block a token");
   std::string skip_ops;
   args.option("--skip-ops", &skip_ops, "LIST",
               "--device cuda: do not launch these ops (names as --profile prints them, e.g. residual_norm,swiglu): "
@@ -167,6 +170,10 @@ int bench_command(int argc, char** argv) {
     return fail("bench", "--attention-merge is 0 (the rule), 1 (a block a row and head) or 2 (a warp a row and head), not " +
                              std::to_string(o.attention_merge));
   if (o.attention_merge != 0 && o.device != "cuda") return fail("bench", "--attention-merge needs --device cuda");
+  if (o.moe_combine < 0 || o.moe_combine > 2)
+    return fail("bench", "--moe-combine is 0 (the rule), 1 (a block a token) or 2 (a cluster a token), not " +
+                             std::to_string(o.moe_combine));
+  if (o.moe_combine != 0 && o.device != "cuda") return fail("bench", "--moe-combine needs --device cuda");
   for (size_t at = 0; !skip_ops.empty() && at <= skip_ops.size();) {
     const size_t end = std::min(skip_ops.find(',', at), skip_ops.size());
     const std::string name = skip_ops.substr(at, end - at);

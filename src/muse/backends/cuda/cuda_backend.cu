@@ -54,6 +54,7 @@ CudaBackend::CudaBackend(const CudaBackendOptions& o)
       expert_kernel_(o.expert_kernel),
       expert_gemm_(o.expert_gemm),
       attention_merge_(o.attention_merge),
+      moe_combine_(o.moe_combine),
       skip_ops_(o.skip_ops),
       side_on_(o.side_stream),
       graphs_on_(o.graphs),

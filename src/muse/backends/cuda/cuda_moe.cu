@@ -22,6 +22,7 @@
 
 #include "muse/backends/cuda/cuda_dot.cuh"
 #include "muse/backends/cuda/cuda_mma.cuh"
+#include "muse/backends/cuda/cuda_moe_combine.h"
 #include "muse/backends/cuda/cuda_quant_wgmma.h"
 #include "muse/backends/cuda/cuda_quant.cuh"
 
@@ -31,7 +32,7 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kRowsPerWarp = 4;
 constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;
-constexpr int kMaxTopK = 64;
+constexpr int kMaxTopK = kMoeMaxTopK;
 constexpr int kWarpRouteExperts = 1024;  // moe_route's one-warp rounds: up to 32 experts a lane
 // Experts per layer: the router and the grouping keep 2 words per expert in
 // shared memory (32 KB at 4096, under the 48 KB default).
@@ -262,115 +263,6 @@ __global__ void __launch_bounds__(256) moe_down_kernel(const float* __restrict__
     for (int r = 0; r < kRT; ++r)
       if (r < nr && lane == r) Y[int64_t(g0 + r) * Hm + n] = acc[r];
   }
-}
-
-// out_t = Σ_k w_k · rms(y_k ⊙ c), k in the order of ids.
-//
-// STAGED: the row's K expert outputs and the gain are first copied into
-// shared memory in one batch of 16-byte copies (one memory latency), then
-// both passes read them there. Read from global memory, the passes waited
-// on one L2 latency per group of loads, ~12 in a row (ncu, one 4096-wide
-// row of top-8 on one SM: 28.1 µs, staged 14.2 µs; on the critical path of
-// every MoE layer). Each thread adds the same elements in the same order
-// either way, so the bits are the same.
-template <bool STAGED>
-__global__ void moe_combine_kernel(void* out, int odt, const float* Y, const int32_t* slot_of, const float* weights,
-                                   const float* gain, int K, int64_t Hm, float eps) {
-  // The K sums of squares, kCombineBatch at a time in one pass over the row
-  // (one pass and one reduction for top-8, not eight: 63 µs a token for
-  // Spark's 4096-wide rows, one block each). Per k, each thread still adds
-  // its elements i = tid, tid + blockDim, ... in order, then the warp
-  // butterfly and the warps in order: block_sum's sequence.
-  pdl_launch_dependents();  // light: the next kernel may launch; it waits for us
-  pdl_wait();
-  constexpr int kCombineBatch = 8;
-  extern __shared__ float4 staged4[];  // STAGED: [K][Hm] outputs, then [Hm] gain
-  __shared__ float red[kCombineBatch][32];
-  __shared__ float rk[kMaxTopK], wk[kMaxTopK];
-  __shared__ int gk[kMaxTopK];
-  const int64_t t = blockIdx.x;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  // The row's slots and weights, once (loaded inside the loops below, each
-  // slot's load waited before the next was issued).
-  for (int k = threadIdx.x; k < K; k += blockDim.x) gk[k] = slot_of[t * K + k], wk[k] = weights[t * K + k];
-  __syncthreads();
-  // Slot k's row: absent slots (another rank's) read grouped row 0 (R >= 1,
-  // so it exists) and are skipped in the fold: unguarded loads, all in
-  // flight at once (a guarded load compiled to a branch around each one).
-  auto global_row = [&](int k) { return Y + int64_t(max(gk[k], 0)) * Hm; };
-  float* staged = reinterpret_cast<float*>(staged4);
-  if constexpr (STAGED) {
-    const int64_t n4 = Hm / 4;
-    for (int k = 0; k < K; ++k) {
-      const float* src = global_row(k);
-      for (int64_t i = threadIdx.x; i < n4; i += blockDim.x) cp_async16(staged + k * Hm + 4 * i, src + 4 * i, 16);
-    }
-    for (int64_t i = threadIdx.x; i < n4; i += blockDim.x) cp_async16(staged + K * Hm + 4 * i, gain + 4 * i, 16);
-    cp_async_commit();
-    cp_async_wait<0>();
-    __syncthreads();
-  }
-  auto row = [&](int k) -> const float* { return STAGED ? staged + k * Hm : global_row(k); };
-  const float* gn = STAGED ? staged + K * Hm : gain;
-  for (int kb = 0; kb < K; kb += kCombineBatch) {
-    float ss[kCombineBatch];
-    const float* yr[kCombineBatch];
-#pragma unroll
-    for (int q = 0; q < kCombineBatch; ++q) yr[q] = row(kb + q < K ? kb + q : 0), ss[q] = 0.0f;
-#pragma unroll 4
-    for (int64_t i = threadIdx.x; i < Hm; i += blockDim.x) {
-      const float c = gn[i];
-#pragma unroll
-      for (int q = 0; q < kCombineBatch; ++q) {
-        const float y = yr[q][i] * c;
-        ss[q] += y * y;
-      }
-    }
-#pragma unroll
-    for (int q = 0; q < kCombineBatch; ++q) ss[q] = warp_sum(ss[q]);
-    __syncthreads();  // red may still be read for the batch before
-    if (lane == 0)
-#pragma unroll
-      for (int q = 0; q < kCombineBatch; ++q) red[q][warp] = ss[q];
-    __syncthreads();
-    if (threadIdx.x < kCombineBatch && kb + int(threadIdx.x) < K) {
-      float sum = 0.0f;
-      for (int w = 0; w < nw; ++w) sum += red[threadIdx.x][w];
-      rk[kb + int(threadIdx.x)] = 1.0f / sqrtf(sum / float(Hm) + eps);
-    }
-  }
-  __syncthreads();
-  // Per element, the K values are loaded before they are folded (in order):
-  // one memory latency per batch, not one per expert.
-#pragma unroll 2
-  for (int64_t i = threadIdx.x; i < Hm; i += blockDim.x) {
-    const float c = gn[i];
-    float o = 0.0f;
-    for (int kb = 0; kb < K; kb += kCombineBatch) {
-      float yv[kCombineBatch];
-#pragma unroll
-      for (int q = 0; q < kCombineBatch; ++q) yv[q] = row(kb + q < K ? kb + q : 0)[i];
-#pragma unroll
-      for (int q = 0; q < kCombineBatch; ++q) {
-        const int k = kb + q;
-        if (k < K && gk[k] >= 0) {
-          const float yn = (yv[q] * c) * rk[k];
-          o = o + wk[k] * yn;
-        }
-      }
-    }
-    st(out, odt, t * Hm + i, o);
-  }
-}
-
-// Shared memory the staged combine needs for K rows of Hm, or 0 where it
-// does not apply (rows not whole 16-byte pieces, or more than fits beside
-// the kernel's own arrays).
-size_t combine_staged_bytes(int64_t K, int64_t Hm, const void* Y, const void* gain) {
-  const size_t bytes = size_t(K + 1) * size_t(Hm) * sizeof(float);
-  const bool pieces = Hm % 4 == 0 && (reinterpret_cast<uintptr_t>(Y) & 15u) == 0 &&
-                      (reinterpret_cast<uintptr_t>(gain) & 15u) == 0;
-  return pieces && bytes <= size_t(200) << 10 ? bytes : 0;
 }
 
 // The same two products on the tensor cores (BF16 activations and experts,
@@ -681,17 +573,9 @@ void CudaBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& 
     else if (xb) launch_experts<__nv_bfloat16, float>(s, u, gate_up, down, int(K), order, tiles, ntiles, max_tiles, A, Y);
     else if (wb) launch_experts<float, __nv_bfloat16>(s, u, gate_up, down, int(K), order, tiles, ntiles, max_tiles, A, Y);
     else launch_experts<float, float>(s, u, gate_up, down, int(K), order, tiles, ntiles, max_tiles, A, Y);
-    const size_t staged = combine_staged_bytes(K, Hm, Y, post_gain.data);
-    if (staged > 0)
-      return launch_pdl<moe_combine_kernel<true>>(s, dim3(unsigned(T)), dim3(256), staged, out.data,
-                                                  dt_code(out.dtype), static_cast<const float*>(Y),
-                                                  static_cast<const int32_t*>(slot_of),
-                                                  static_cast<const float*>(weights.data),
-                                                  static_cast<const float*>(post_gain.data), int(K), Hm, eps);
-    return launch_pdl<moe_combine_kernel<false>>(s, dim3(unsigned(T)), dim3(256), 0, out.data, dt_code(out.dtype),
-                                                 static_cast<const float*>(Y), static_cast<const int32_t*>(slot_of),
-                                                 static_cast<const float*>(weights.data),
-                                                 static_cast<const float*>(post_gain.data), int(K), Hm, eps);
+    return launch_moe_combine(s, moe_combine_, out.data, out.dtype, Y, static_cast<const int32_t*>(slot_of),
+                              static_cast<const float*>(weights.data), static_cast<const float*>(post_gain.data), T,
+                              int(K), Hm, eps);
   });
 }
 
