@@ -216,6 +216,57 @@ TEST_P(Moe, ExpertParallelHalvesSkipTheOtherRanksSlots) {
   }
 }
 
+// Random inputs of one moe_experts call: T tokens of width Hm routed to
+// top-k of E experts, the Eh held (gate/up and down of inner width I), and
+// BF16 copies; `seed` advances as the tests' own draws did.
+struct ExpertsInputs {
+  std::vector<float> u, gu, dn, gain, w;
+  std::vector<int32_t> ids;
+  std::vector<uint16_t> ub, gub, dnb;
+  ExpertsInputs(int64_t T, int64_t E, int64_t Eh, int64_t K, int64_t Hm, int64_t I, uint32_t& seed)
+      : u(random_floats(size_t(T * Hm), ++seed)),
+        gu(random_floats(size_t(Eh * 2 * I * Hm), ++seed, 0.1f)),
+        dn(random_floats(size_t(Eh * Hm * I), ++seed, 0.1f)),
+        gain(random_floats(size_t(Hm), ++seed, 0.3f, 1.0f)) {
+    ids = random_ids(T, E, K, ++seed);
+    w = random_floats(size_t(T * K), ++seed, 0.2f, 0.5f);
+    ub = muse::testing::to_bf16(u), gub = muse::testing::to_bf16(gu), dnb = muse::testing::to_bf16(dn);
+  }
+};
+
+// One moe_experts call on backend b with its own copies of the inputs
+// (released after): the output's bytes. E experts held (from base, or all
+// when base < 0); u, gu and dn in act / wdt's storage (BF16 as uint16).
+struct ExpertsCall {
+  int64_t T, E, K, Hm, I, base;
+  DType act, wdt, out;  // u's, the experts' and the output's dtypes
+  const void *u, *gu, *dn;
+  const float *gain, *w;
+  const int32_t* ids;
+};
+void run_experts(Backend& b, const ExpertsCall& c, std::vector<char>& got) {
+  ModelWeights own;
+  struct Release {
+    Backend& be;
+    ModelWeights& w;
+    ~Release() { release_weights(be, w); }
+  } release{b, own};
+  auto tu = b.import_weight(c.act, {c.T, c.Hm}, c.u, false);
+  auto tgu = b.import_weight(c.wdt, {c.E, 2 * c.I, c.Hm}, c.gu, false);
+  auto tdn = b.import_weight(c.wdt, {c.E, c.Hm, c.I}, c.dn, false);
+  auto tg = b.import_weight(DType::F32, {c.Hm}, c.gain, false);
+  auto tw = b.import_weight(DType::F32, {c.T, c.K}, c.w, false);
+  auto ti = b.import_weight(DType::I32, {c.T, c.K}, c.ids, false);
+  auto out = b.alloc(c.out, {c.T, c.Hm});
+  ASSERT_TRUE(tu.ok() && tgu.ok() && tdn.ok() && tg.ok() && tw.ok() && ti.ok() && out.ok());
+  for (const Tensor& t : {*tu, *tgu, *tdn, *tg, *tw, *ti, *out}) own.owned.push_back(t);
+  b.moe_experts(*out, *tu, *tgu, *tdn, *tg, *ti, *tw, 1e-6f, c.base);
+  Status s = b.execute();
+  ASSERT_TRUE(s.ok()) << s.message();
+  got.resize(out->bytes());
+  ASSERT_TRUE(b.download(*out, got.data()).ok());
+}
+
 // The grouped wgmma GEMM (CudaBackendOptions::expert_gemm 2 and 3: tiles of
 // 256 and 128 pairs) gives the per-tile kernels' bits (1): widths that are
 // not whole 64-k units or 64-row weight tiles, experts with more pairs than
@@ -237,36 +288,15 @@ TEST_P(Moe, GroupedGemmGivesThePerTileBits) {
   uint32_t seed = 6000;
   for (const Case& c : cases) {
     const int64_t E = c.base >= 0 ? c.E / 2 : c.E;  // experts this rank holds
-    auto u = random_floats(size_t(c.T * c.Hm), ++seed);
-    auto gu = random_floats(size_t(E * 2 * c.I * c.Hm), ++seed, 0.1f);
-    auto dn = random_floats(size_t(E * c.Hm * c.I), ++seed, 0.1f);
-    auto gain = random_floats(size_t(c.Hm), ++seed, 0.3f, 1.0f);
-    const auto ids = random_ids(c.T, c.E, c.K, ++seed);
-    auto w = random_floats(size_t(c.T * c.K), ++seed, 0.2f, 0.5f);
-    const auto ub = muse::testing::to_bf16(u), gub = muse::testing::to_bf16(gu), dnb = muse::testing::to_bf16(dn);
+    const ExpertsInputs in(c.T, c.E, E, c.K, c.Hm, c.I, seed);
+    const auto &u = in.u, &gu = in.gu, &dn = in.dn, &gain = in.gain, &w = in.w;
+    const auto &ids = in.ids;
+    const auto &ub = in.ub, &gub = in.gub, &dnb = in.dnb;
     std::vector<char> got[3];
+    const ExpertsCall call{c.T, E, c.K, c.Hm, c.I, c.base >= 0 ? c.base : -1, DType::BF16, DType::BF16, DType::F32,
+                           ub.data(), gub.data(), dnb.data(), gain.data(), w.data(), ids.data()};
     for (int k = 0; k < 3; ++k) {
-      Backend& b = *be[k];
-      ModelWeights own;
-      struct Release {
-        Backend& be;
-        ModelWeights& w;
-        ~Release() { release_weights(be, w); }
-      } release{b, own};
-      auto tu = b.import_weight(DType::BF16, {c.T, c.Hm}, ub.data(), false);
-      auto tgu = b.import_weight(DType::BF16, {E, 2 * c.I, c.Hm}, gub.data(), false);
-      auto tdn = b.import_weight(DType::BF16, {E, c.Hm, c.I}, dnb.data(), false);
-      auto tg = b.import_weight(DType::F32, {c.Hm}, gain.data(), false);
-      auto tw = b.import_weight(DType::F32, {c.T, c.K}, w.data(), false);
-      auto ti = b.import_weight(DType::I32, {c.T, c.K}, ids.data(), false);
-      auto out = b.alloc(DType::F32, {c.T, c.Hm});
-      ASSERT_TRUE(tu.ok() && tgu.ok() && tdn.ok() && tg.ok() && tw.ok() && ti.ok() && out.ok());
-      for (const Tensor& t : {*tu, *tgu, *tdn, *tg, *tw, *ti, *out}) own.owned.push_back(t);
-      b.moe_experts(*out, *tu, *tgu, *tdn, *tg, *ti, *tw, 1e-6f, c.base >= 0 ? c.base : -1);
-      Status s = b.execute();
-      ASSERT_TRUE(s.ok()) << s.message();
-      got[k].resize(out->bytes());
-      ASSERT_TRUE(b.download(*out, got[k].data()).ok());
+      ASSERT_NO_FATAL_FAILURE(run_experts(*be[k], call, got[k]));
     }
     for (int k = 1; k < 3; ++k)
       EXPECT_EQ(0, std::memcmp(got[0].data(), got[k].data(), got[0].size()))
@@ -328,37 +358,16 @@ TEST_P(Moe, ClusterCombineGivesTheBlockCombineBits) {
   uint32_t seed = 7000;
   for (const Case& c : cases) {
     const int64_t E = c.base >= 0 ? c.E / 2 : c.E;  // experts this rank holds
-    auto u = random_floats(size_t(c.T * c.Hm), ++seed);
-    auto gu = random_floats(size_t(E * 2 * c.I * c.Hm), ++seed, 0.1f);
-    auto dn = random_floats(size_t(E * c.Hm * c.I), ++seed, 0.1f);
-    auto gain = random_floats(size_t(c.Hm), ++seed, 0.3f, 1.0f);
-    const auto ids = random_ids(c.T, c.E, c.K, ++seed);
-    auto w = random_floats(size_t(c.T * c.K), ++seed, 0.2f, 0.5f);
-    const auto ub = muse::testing::to_bf16(u), gub = muse::testing::to_bf16(gu), dnb = muse::testing::to_bf16(dn);
+    const ExpertsInputs in(c.T, c.E, E, c.K, c.Hm, c.I, seed);
     const bool ab = act() == DType::BF16, wb = c.wdt == DType::BF16;
     std::vector<char> got[2];
+    const ExpertsCall call{c.T, E, c.K, c.Hm, c.I, c.base >= 0 ? c.base : -1, act(), c.wdt, act(),
+                           ab ? static_cast<const void*>(in.ub.data()) : in.u.data(),
+                           wb ? static_cast<const void*>(in.gub.data()) : in.gu.data(),
+                           wb ? static_cast<const void*>(in.dnb.data()) : in.dn.data(), in.gain.data(), in.w.data(),
+                           in.ids.data()};
     for (int k = 0; k < 2; ++k) {
-      Backend& b = *be[k];
-      ModelWeights own;
-      struct Release {
-        Backend& be;
-        ModelWeights& w;
-        ~Release() { release_weights(be, w); }
-      } release{b, own};
-      auto tu = b.import_weight(act(), {c.T, c.Hm}, ab ? static_cast<const void*>(ub.data()) : u.data(), false);
-      auto tgu = b.import_weight(c.wdt, {E, 2 * c.I, c.Hm}, wb ? static_cast<const void*>(gub.data()) : gu.data(), false);
-      auto tdn = b.import_weight(c.wdt, {E, c.Hm, c.I}, wb ? static_cast<const void*>(dnb.data()) : dn.data(), false);
-      auto tg = b.import_weight(DType::F32, {c.Hm}, gain.data(), false);
-      auto tw = b.import_weight(DType::F32, {c.T, c.K}, w.data(), false);
-      auto ti = b.import_weight(DType::I32, {c.T, c.K}, ids.data(), false);
-      auto out = b.alloc(act(), {c.T, c.Hm});
-      ASSERT_TRUE(tu.ok() && tgu.ok() && tdn.ok() && tg.ok() && tw.ok() && ti.ok() && out.ok());
-      for (const Tensor& t : {*tu, *tgu, *tdn, *tg, *tw, *ti, *out}) own.owned.push_back(t);
-      b.moe_experts(*out, *tu, *tgu, *tdn, *tg, *ti, *tw, 1e-6f, c.base >= 0 ? c.base : -1);
-      Status s = b.execute();
-      ASSERT_TRUE(s.ok()) << s.message();
-      got[k].resize(out->bytes());
-      ASSERT_TRUE(b.download(*out, got[k].data()).ok());
+      ASSERT_NO_FATAL_FAILURE(run_experts(*be[k], call, got[k]));
     }
     EXPECT_EQ(0, std::memcmp(got[0].data(), got[1].data(), got[0].size()))
         << "T " << c.T << " E " << c.E << " top " << c.K << " Hm " << c.Hm << " I " << c.I << " base " << c.base

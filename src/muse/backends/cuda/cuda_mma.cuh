@@ -182,13 +182,15 @@ cudaError_t launch_pdl(cudaStream_t s, dim3 grid, dim3 block, size_t smem, Args.
   return cudaLaunchKernelEx(&cfg, Kernel, args...);
 }
 
-// Launches `Kernel` as clusters of kSplit blocks (block s of a cluster runs
-// K-slice s: the cluster kernel, the wgmma products), with programmatic
-// dependent launch; `smem` bytes of dynamic shared memory allowed first.
+// Launches `Kernel` as clusters of `cluster` consecutive blocks with
+// programmatic dependent launch; `smem` bytes of dynamic shared memory
+// allowed first.
 template <auto Kernel, class... Args>
-cudaError_t launch_slice_clusters(cudaStream_t s, int64_t blocks, int threads, size_t smem, Args... args) {
-  if (blocks >= (int64_t(1) << 31)) return cudaErrorInvalidConfiguration;
-  if (cudaError_t e = allow_dynamic_smem<Kernel>(int(smem)); e != cudaSuccess) return e;
+cudaError_t launch_pdl_clusters(cudaStream_t s, int64_t blocks, int threads, size_t smem, unsigned cluster,
+                                Args... args) {
+  if (blocks >= (int64_t(1) << 31) || blocks % cluster != 0) return cudaErrorInvalidConfiguration;
+  if (smem > 0)
+    if (cudaError_t e = allow_dynamic_smem<Kernel>(int(smem)); e != cudaSuccess) return e;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = dim3(unsigned(blocks));
   cfg.blockDim = dim3(unsigned(threads));
@@ -198,12 +200,19 @@ cudaError_t launch_slice_clusters(cudaStream_t s, int64_t blocks, int threads, s
   attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attrs[0].val.programmaticStreamSerializationAllowed = 1;
   attrs[1].id = cudaLaunchAttributeClusterDimension;
-  attrs[1].val.clusterDim.x = kSplit;
+  attrs[1].val.clusterDim.x = cluster;
   attrs[1].val.clusterDim.y = 1;
   attrs[1].val.clusterDim.z = 1;
   cfg.attrs = attrs;
   cfg.numAttrs = 2;
   return cudaLaunchKernelEx(&cfg, Kernel, args...);
+}
+
+// Launches `Kernel` as clusters of kSplit blocks (block s of a cluster runs
+// K-slice s: the cluster kernel, the wgmma products).
+template <auto Kernel, class... Args>
+cudaError_t launch_slice_clusters(cudaStream_t s, int64_t blocks, int threads, size_t smem, Args... args) {
+  return launch_pdl_clusters<Kernel>(s, blocks, threads, smem, unsigned(kSplit), args...);
 }
 
 // Dynamic shared memory of a block of kSplit warps (one row group): the

@@ -33,6 +33,30 @@ constexpr int kCombineBatch = 8;    // slots summed in one pass (the block kerne
 constexpr int kCombineWarps = 8;    // the block kernel's warps = a cluster's blocks
 constexpr int kCombineThreads = 32 * kCombineWarps;
 
+// Output element i of a token: its slots' values y_k[i] (row(k), slot k's
+// row) normed by rk, weighted by wk and added in id order, absent slots
+// (gk < 0: another rank's) left out; the K values of a batch are loaded
+// before they are folded (one memory latency a batch). Both kernels'.
+template <class Row>
+__device__ __forceinline__ float fold_slots(Row row, int K, int64_t i, float c, const int* gk, const float* rk,
+                                            const float* wk) {
+  float o = 0.0f;
+  for (int kb = 0; kb < K; kb += kCombineBatch) {
+    float yv[kCombineBatch];
+#pragma unroll
+    for (int q = 0; q < kCombineBatch; ++q) yv[q] = row(kb + q < K ? kb + q : 0)[i];
+#pragma unroll
+    for (int q = 0; q < kCombineBatch; ++q) {
+      const int k = kb + q;
+      if (k < K && gk[k] >= 0) {
+        const float yn = (yv[q] * c) * rk[k];
+        o = o + wk[k] * yn;
+      }
+    }
+  }
+  return o;
+}
+
 // out_t = Σ_k w_k · rms(y_k ⊙ c), k in the order of ids.
 //
 // STAGED: the row's K expert outputs and the gain are first copied into
@@ -108,27 +132,9 @@ __global__ void __launch_bounds__(kCombineThreads) moe_combine_kernel(void* out,
     }
   }
   __syncthreads();
-  // Per element, the K values are loaded before they are folded (in order):
-  // one memory latency per batch, not one per expert.
 #pragma unroll 2
-  for (int64_t i = threadIdx.x; i < Hm; i += blockDim.x) {
-    const float c = gn[i];
-    float o = 0.0f;
-    for (int kb = 0; kb < K; kb += kCombineBatch) {
-      float yv[kCombineBatch];
-#pragma unroll
-      for (int q = 0; q < kCombineBatch; ++q) yv[q] = row(kb + q < K ? kb + q : 0)[i];
-#pragma unroll
-      for (int q = 0; q < kCombineBatch; ++q) {
-        const int k = kb + q;
-        if (k < K && gk[k] >= 0) {
-          const float yn = (yv[q] * c) * rk[k];
-          o = o + wk[k] * yn;
-        }
-      }
-    }
-    st(out, odt, t * Hm + i, o);
-  }
+  for (int64_t i = threadIdx.x; i < Hm; i += blockDim.x)
+    st(out, odt, t * Hm + i, fold_slots(row, K, i, gn[i], gk, rk, wk));
 }
 
 // Shared memory the staged combine needs for K rows of Hm, or 0 where it
@@ -160,10 +166,11 @@ __global__ void __launch_bounds__(kCombineThreads)
   for (int k = threadIdx.x; k < K; k += blockDim.x) gk[k] = slot_of[t * K + k], wk[k] = weights[t * K + k];
   __syncthreads();
   const int64_t first = int64_t(32) * b + lane;  // the block kernel's thread
+  auto row = [&](int k) { return Y + int64_t(max(gk[k], 0)) * Hm; };
   // Warp w sums slots w, w + 8, ...: the block kernel's thread sums them
   // one batch of eight at a time, each slot its own chain.
   for (int k = warp; k < K; k += kCombineWarps) {
-    const float* yr = Y + int64_t(max(gk[k], 0)) * Hm;  // absent slots (another rank's) read row 0, unused
+    const float* yr = row(k);  // absent slots (another rank's) read row 0, unused
     float ss = 0.0f;
 #pragma unroll 4
     for (int64_t i = first; i < Hm; i += kCombineThreads) {
@@ -183,24 +190,9 @@ __global__ void __launch_bounds__(kCombineThreads)
   cluster.barrier_arrive();  // this block has read the others' sums; they may leave once all have
   __syncthreads();
   // The elements of the block kernel's threads 32·b .. 32·b + 31, a warp
-  // each in turn; per element the slots' values are loaded before the fold.
+  // each in turn.
   for (int64_t i = first + int64_t(warp) * kCombineThreads; i < Hm; i += int64_t(kCombineWarps) * kCombineThreads) {
-    const float c = gain[i];
-    float o = 0.0f;
-    for (int kb = 0; kb < K; kb += kCombineBatch) {
-      float yv[kCombineBatch];
-#pragma unroll
-      for (int q = 0; q < kCombineBatch; ++q) yv[q] = Y[int64_t(max(gk[kb + q < K ? kb + q : 0], 0)) * Hm + i];
-#pragma unroll
-      for (int q = 0; q < kCombineBatch; ++q) {
-        const int k = kb + q;
-        if (k < K && gk[k] >= 0) {
-          const float yn = (yv[q] * c) * rk[k];
-          o = o + wk[k] * yn;
-        }
-      }
-    }
-    st(out, odt, t * Hm + i, o);
+    st(out, odt, t * Hm + i, fold_slots(row, K, i, gain[i], gk, rk, wk));
   }
   cluster.barrier_wait();  // no block leaves while another may still read its sums
 }
@@ -212,21 +204,9 @@ cudaError_t launch_moe_combine(cudaStream_t s, int mode, void* out, DType out_dt
                                int64_t Hm, float eps) {
   const int odt = dt_code(out_dtype);
   if (mode == 2) {
-    if (T * kCombineWarps >= (int64_t(1) << 31)) return cudaErrorInvalidConfiguration;
-    cudaLaunchConfig_t cfg{};
-    cfg.gridDim = dim3(unsigned(T * kCombineWarps));
-    cfg.blockDim = dim3(kCombineThreads);
-    cfg.stream = s;
-    cudaLaunchAttribute attrs[2];
-    attrs[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attrs[0].val.programmaticStreamSerializationAllowed = 1;
-    attrs[1].id = cudaLaunchAttributeClusterDimension;
-    attrs[1].val.clusterDim.x = kCombineWarps;
-    attrs[1].val.clusterDim.y = 1;
-    attrs[1].val.clusterDim.z = 1;
-    cfg.attrs = attrs;
-    cfg.numAttrs = 2;
-    return cudaLaunchKernelEx(&cfg, moe_combine_cluster_kernel, out, odt, Y, slot_of, weights, gain, K, Hm, eps);
+    return launch_pdl_clusters<moe_combine_cluster_kernel>(s, T * kCombineWarps, kCombineThreads, 0,
+                                                          unsigned(kCombineWarps), out, odt, Y, slot_of, weights,
+                                                          gain, K, Hm, eps);
   }
   const size_t staged = combine_staged_bytes(K, Hm, Y, gain);
   if (staged > 0)
