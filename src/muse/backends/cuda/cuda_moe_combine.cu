@@ -67,8 +67,9 @@ __device__ __forceinline__ float fold_slots(Row row, int K, int64_t i, float c, 
 // every MoE layer). Each thread adds the same elements in the same order
 // either way, so the bits are the same.
 template <bool STAGED>
-__global__ void __launch_bounds__(kCombineThreads) moe_combine_kernel(void* out, int odt, const float* Y, const int32_t* slot_of, const float* weights,
-                                   const float* gain, int K, int64_t Hm, float eps) {
+__global__ void __launch_bounds__(kCombineThreads)
+    moe_combine_kernel(void* out, int odt, const float* Y, const int32_t* slot_of, const float* weights,
+                       const float* gain, int K, int64_t Hm, float eps) {
   // The K sums of squares, kCombineBatch at a time in one pass over the row
   // (one pass and one reduction for top-8, not eight: 63 µs a token for
   // Spark's 4096-wide rows, one block each). Per k, each thread still adds
