@@ -32,7 +32,6 @@ namespace {
 constexpr int kWarps = 8;
 constexpr int kRowsPerWarp = 4;
 constexpr int kRowsPerBlock = kWarps * kRowsPerWarp;
-constexpr int kMaxTopK = kMoeMaxTopK;
 constexpr int kWarpRouteExperts = 1024;  // moe_route's one-warp rounds: up to 32 experts a lane
 // Experts per layer: the router and the grouping keep 2 words per expert in
 // shared memory (32 KB at 4096, under the 48 KB default).
@@ -58,7 +57,7 @@ __global__ void moe_route_kernel(int32_t* ids, float* weights, const float* logi
   float* p = sm;         // [E]
   float* sel = sm + E;   // [E]
   __shared__ Pick warp_best[32];
-  __shared__ int chosen[kMaxTopK];
+  __shared__ int chosen[kMoeMaxTopK];
   const int64_t t = blockIdx.x;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
@@ -419,7 +418,7 @@ void CudaBackend::moe_route(const Tensor& ids, const Tensor& weights, const Tens
   const int64_t E = logits.cols(), K = ids.cols();
   if (!check(ids.dtype == DType::I32 && weights.dtype == DType::F32 && logits.dtype == DType::F32 &&
                  ids.numel() == weights.numel() && ids.rows() == logits.rows() && K >= 1 && K <= E &&
-                 K <= kMaxTopK && E <= 4096 && (bias.empty() || (bias.dtype == DType::F32 && bias.numel() == E)),
+                 K <= kMoeMaxTopK && E <= 4096 && (bias.empty() || (bias.dtype == DType::F32 && bias.numel() == E)),
              "moe_route", [&] { return describe(logits) + " -> " + describe(ids); }))
     return;
   const int64_t T = logits.rows();
@@ -469,7 +468,7 @@ void CudaBackend::moe_experts(const Tensor& out, const Tensor& u, const Tensor& 
                  post_gain.numel() == Hm && post_gain.dtype == DType::F32 &&
                  ((!gate_up.quant && !down.quant && gate_up.dtype == down.dtype && is_float_dtype(gate_up.dtype)) ||
                   (gate_up.quant && down.quant)) &&
-                 is_float_dtype(u.dtype) && is_float_dtype(out.dtype) && ids.cols() >= 1 && ids.cols() <= kMaxTopK &&
+                 is_float_dtype(u.dtype) && is_float_dtype(out.dtype) && ids.cols() >= 1 && ids.cols() <= kMoeMaxTopK &&
                  E <= 4096,
              "moe_experts", [&] { return describe(u) + " experts " + describe(gate_up) + " / " + describe(down); }))
     return;

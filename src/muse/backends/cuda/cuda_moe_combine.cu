@@ -33,6 +33,11 @@ constexpr int kCombineBatch = 8;    // slots summed in one pass (the block kerne
 constexpr int kCombineWarps = 8;    // the block kernel's warps = a cluster's blocks
 constexpr int kCombineThreads = 32 * kCombineWarps;
 
+// A slot's norm factor from its sum of squares over the row (both kernels).
+__device__ __forceinline__ float inv_rms(float sum, int64_t Hm, float eps) {
+  return 1.0f / sqrtf(sum / float(Hm) + eps);
+}
+
 // Output element i of a token: its slots' values y_k[i] (row(k), slot k's
 // row) normed by rk, weighted by wk and added in id order, absent slots
 // (gk < 0: another rank's) left out; the K values of a batch are loaded
@@ -67,9 +72,8 @@ __device__ __forceinline__ float fold_slots(Row row, int K, int64_t i, float c, 
 // every MoE layer). Each thread adds the same elements in the same order
 // either way, so the bits are the same.
 template <bool STAGED>
-__global__ void __launch_bounds__(kCombineThreads)
-    moe_combine_kernel(void* out, int odt, const float* Y, const int32_t* slot_of, const float* weights,
-                       const float* gain, int K, int64_t Hm, float eps) {
+__global__ void moe_combine_kernel(void* out, int odt, const float* Y, const int32_t* slot_of, const float* weights,
+                                   const float* gain, int K, int64_t Hm, float eps) {
   // The K sums of squares, kCombineBatch at a time in one pass over the row
   // (one pass and one reduction for top-8, not eight: 63 µs a token for
   // Spark's 4096-wide rows, one block each). Per k, each thread still adds
@@ -129,7 +133,7 @@ __global__ void __launch_bounds__(kCombineThreads)
     if (threadIdx.x < kCombineBatch && kb + int(threadIdx.x) < K) {
       float sum = 0.0f;
       for (int w = 0; w < nw; ++w) sum += red[threadIdx.x][w];
-      rk[kb + int(threadIdx.x)] = 1.0f / sqrtf(sum / float(Hm) + eps);
+      rk[kb + int(threadIdx.x)] = inv_rms(sum, Hm, eps);
     }
   }
   __syncthreads();
@@ -186,7 +190,7 @@ __global__ void __launch_bounds__(kCombineThreads)
   if (int(threadIdx.x) < K) {
     float sum = 0.0f;
     for (int w = 0; w < kCombineWarps; ++w) sum += cluster.map_shared_rank(sums, w)[threadIdx.x];
-    rk[threadIdx.x] = 1.0f / sqrtf(sum / float(Hm) + eps);
+    rk[threadIdx.x] = inv_rms(sum, Hm, eps);
   }
   cluster.barrier_arrive();  // this block has read the others' sums; they may leave once all have
   __syncthreads();
