@@ -419,6 +419,10 @@ void stream_sync_free(StreamSync& sync);
 cudaError_t launch_stream_product(cudaStream_t s, const StreamSync& sync, const Tensor& x,
                                   std::span<const Tensor> ws, std::span<const Tensor> outs);
 
+// project's warp-dot path (cuda_dot_gemv.cu), T <= 64: the products the
+// tensor-core kernels do not take (F32 x or W, odd K, unaligned rows).
+void launch_dot_gemv(cudaStream_t s, const Tensor& x, const Tensor& w, const Tensor& out);
+
 // The block-shared-x decode product (cuda_wide_gemv.cu, variant 5), T <= 64.
 cudaError_t launch_wide_gemv(cudaStream_t s, const __nv_bfloat16* x, int64_t T, const __nv_bfloat16* w, int64_t N,
                              int64_t K, void* out, int odt, int64_t ldo, int chain);
