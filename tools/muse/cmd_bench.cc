@@ -122,7 +122,7 @@ int bench_command(int argc, char** argv) {
               "a row and q head, 2 a warp a row and q head; 0 (default) the rule: warps from 1024 rows × q heads");
   args.option("--moe-combine", &o.moe_combine, "N",
               "--device cuda: the latent experts' combine, for A/B timing (the same bits): 1 a block of 256 threads "
-              "a token, 2 a cluster of eight blocks a token; 0 (default) the rule: a block a token");
+              "a token, 2 a cluster of eight blocks a token; 0 (default) the rule: the cluster");
   std::string skip_ops;
   args.option("--skip-ops", &skip_ops, "LIST",
               "--device cuda: do not launch these ops (names as --profile prints them, e.g. residual_norm,swiglu): "

@@ -56,10 +56,9 @@ struct CudaBackendOptions {
   // 2 a warp a row and q head. The same bits; `muse bench
   // --attention-merge` compares their speed.
   int attention_merge = 0;
-  // The latent experts' combine (cuda_moe_combine.cu): 0 the rule (a block
-  // a token, until the cluster form has been measured on a GPU), 1 a block a
-  // token, 2 a cluster of eight blocks a token. The same bits; `muse bench
-  // --moe-combine` compares their speed.
+  // The latent experts' combine (cuda_moe_combine.cu): 0 the rule (a
+  // cluster of eight blocks a token), 1 a block a token, 2 the cluster. The
+  // same bits; `muse bench --moe-combine` compares their speed.
   int moe_combine = 0;
   // Ops (by the names --profile prints) whose kernels are not launched: a
   // timing probe of what each costs a step once PDL overlaps the launches
