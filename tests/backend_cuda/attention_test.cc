@@ -498,6 +498,78 @@ TEST_P(Attention, WarpMergeGivesTheBlockMergeBits) {
       }
 }
 
+// The chunk blocks' schedules (CudaBackendOptions::attention_schedule:
+// last chunk first, the first wave staggered, both) move which block
+// computes a chunk and when, not how: the output, its o product and the
+// cache bytes equal the rule's. 70 decode rows (more than one wave's
+// slots of an SM on small GPUs), a 5-row chunk and a row 5,000 keys in.
+TEST_P(Attention, ChunkSchedulesGiveTheRuleBits) {
+  if (act() != DType::BF16 || kv() != DType::BF16) GTEST_SKIP() << "the schedules are the tensor-core kernel's";
+  std::unique_ptr<Backend> be[6];
+  for (int m = 0; m < 6; ++m) {
+    CudaBackendOptions bo;
+    bo.attention_schedule = m;
+    be[m] = backend_with(bo);
+    ASSERT_TRUE(be[m]);
+  }
+  const int64_t B = 70, chunk = 5, per = 16, slots = 1024, N = 24, far = 5000;
+  for (const int64_t d : {128, 64})
+    for (KvLayout layout : {KvLayout::Paged, KvLayout::Sliding})
+      for (int tail = 0; tail < 2; ++tail) {  // 1: the merge also gates and stores
+        const bool paged = layout == KvLayout::Paged;
+        const int64_t hq = 32, hk = 2, qd = hq * d, kvd = hk * d, window = paged ? 0 : 4500;
+        StepPlanBuilder pb(StepPlanCapacity{B + chunk + 1, B + 2, B + chunk + 1, 1024});
+        int64_t rows = add_rows_and_chunk(pb, B, chunk, per, slots / 2, paged, 1991);
+        {
+          std::vector<int32_t> bl;
+          for (int64_t i = 0; i <= far / per; ++i) bl.push_back(int32_t(slots / 2 + i));
+          const std::vector<int32_t> tok = {1}, none;
+          pb.add(tok, far, paged ? bl : none, paged ? none : bl, 0, false, true);
+          rows += 1;
+        }
+        auto q = random_floats(size_t(rows * qd), 1992), k = random_floats(size_t(rows * kvd), 1993),
+             v = random_floats(size_t(rows * kvd), 1994), g = random_floats(size_t(rows * qd), 1995, 3.0f);
+        auto w = random_floats(size_t(N * qd), 1996, 0.05f);
+        Tensor tq = up(act(), {rows, qd}, q), tk = up(act(), {rows, kvd}, k), tv = up(act(), {rows, kvd}, v),
+               tg = up(act(), {rows, qd}, g), tw = up(DType::BF16, {N, qd}, w);
+        Tensor buf;
+        StepPlanView view = plan_view(pb, buf, window, per);
+        view.max_seq_rows = pb.max_seq_rows(), view.max_seq_end = pb.max_seq_end();
+        std::vector<uint8_t> res[6][4];
+        std::vector<KvLayerStorage> caches;  // the same cache bytes for each schedule
+        for (int i = 0; i < 3; ++i) {
+          auto [c1, c2] = twin_caches(layout, slots, per, kvd, 1990);
+          caches.push_back(c1), caches.push_back(c2);
+        }
+        for (int m = 0; m < 6; ++m) {
+          KvLayerStorage& c = caches[size_t(m)];
+          Backend& b = *be[m];
+          auto o = b.alloc(act(), {rows, qd}), p = b.alloc(DType::F32, {rows, N});
+          ASSERT_TRUE(o.ok() && p.ok());
+          for (const Tensor& t : {*o, *p}) {
+            std::vector<uint8_t> nan(t.bytes(), 0xff);
+            b.set_input(t, nan.data(), nan.size());
+          }
+          if (tail == 0) b.attention(*o, tq, tk, tv, c, view, d, window, 0.088f);
+          else b.attention_store_gate(*o, tq, tk, tv, c, view, d, window, 0.088f, {tg, false, 1e-6f});
+          b.matmul(*p, *o, tw);
+          ASSERT_TRUE(b.execute().ok());
+          const Tensor* ts[] = {&*o, &*p, &c.k, &c.v};
+          for (size_t i = 0; i < 4; ++i) {
+            res[m][i].resize(ts[i]->bytes());
+            ASSERT_TRUE(b.download(*ts[i], res[m][i].data()).ok());
+          }
+          b.release(*o), b.release(*p);
+        }
+        const char* names[] = {"output", "o product", "K cache", "V cache"};
+        for (int m = 1; m < 6; ++m)
+          for (size_t i = 0; i < 4; ++i)
+            EXPECT_EQ(res[m][i], res[0][i]) << "d " << d << (paged ? ", paged" : ", sliding")
+                                            << (tail ? ", gate and store" : "") << ", schedule " << m << ": the "
+                                            << names[i] << " differs";
+      }
+}
+
 // Steps of at least 64 rows (all BF16) run the prefill kernel; the same
 // rows replayed as single-row sequences, fewer than 64 a step, run the
 // split kernels. Every row's bytes must be equal: chunked prefill and
