@@ -123,10 +123,6 @@ int bench_command(int argc, char** argv) {
   args.option("--moe-combine", &o.moe_combine, "N",
               "--device cuda: the latent experts' combine, for A/B timing (the same bits): 1 a block of 256 threads "
               "a token, 2 a cluster of eight blocks a token; 0 (default) the rule: the cluster");
-  args.option("--attention-schedule", &o.attention_schedule, "N",
-              "--device cuda: the split attention's tensor-core chunk blocks, for A/B timing (the same bits): 1 in "
-              "chunk order, 2 each row's last chunk first, 3 / 4 the first wave's slots leaving 1 / 2 us apart, 5 "
-              "both 2 and 3; 0 (default) the rule: in chunk order");
   std::string skip_ops;
   args.option("--skip-ops", &skip_ops, "LIST",
               "--device cuda: do not launch these ops (names as --profile prints them, e.g. residual_norm,swiglu): "
@@ -178,11 +174,6 @@ int bench_command(int argc, char** argv) {
     return fail("bench", "--moe-combine is 0 (the rule), 1 (a block a token) or 2 (a cluster a token), not " +
                              std::to_string(o.moe_combine));
   if (o.moe_combine != 0 && o.device != "cuda") return fail("bench", "--moe-combine needs --device cuda");
-  if (o.attention_schedule < 0 || o.attention_schedule > 5)
-    return fail("bench", "--attention-schedule is 0 (the rule) or 1 to 5 (see --help), not " +
-                             std::to_string(o.attention_schedule));
-  if (o.attention_schedule != 0 && o.device != "cuda")
-    return fail("bench", "--attention-schedule needs --device cuda");
   for (size_t at = 0; !skip_ops.empty() && at <= skip_ops.size();) {
     const size_t end = std::min(skip_ops.find(',', at), skip_ops.size());
     const std::string name = skip_ops.substr(at, end - at);

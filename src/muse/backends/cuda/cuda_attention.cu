@@ -240,7 +240,6 @@ bool CudaBackend::plan_attention(const Tensor& out, const Tensor& q, const Tenso
   launch.call = AttnCall{out.data, dt_code(out.dtype), out.cols(), q.data, dt_code(q.dtype), q.cols(), a, P, T, int(d),
                          group, hq, window, scale, dev_error(), op, chunks};
   launch.call.merge_kernel = attention_merge_;
-  launch.call.schedule = attention_schedule_;
   launch.vec = vec;
   launch.mma = use_mma;
   // Many rows of one sequence (a prefill): the same bits as the split path

@@ -492,9 +492,6 @@ struct AttnCall {
   // Split path: CudaBackendOptions::attention_merge (0 the rule, 1 a block
   // a (row, q head), 2 a warp; the same bits).
   int merge_kernel = 0;
-  // Split path, tensor-core chunks: CudaBackendOptions::attention_schedule
-  // (0 the rule; the same bits).
-  int schedule = 0;
 };
 
 // cuda_attention_split.cu. The split path: chunk partials in `part`

@@ -308,28 +308,18 @@ constexpr size_t mma_att_smem() {
   return tiles > MmaMergeSmem<D>::bytes ? tiles : MmaMergeSmem<D>::bytes;
 }
 
-// Which block computes which chunk, and when (AttnCall::schedule): the
-// same arithmetic per chunk, so the same bits under every schedule.
-struct ChunkSchedule {
-  bool last_first;  // blockIdx.z counts chunks from the last
-  int stagger_ns;   // > 0: the first wave's slot k waits k times this after pdl_wait
-  int sms, per_sm;  // the GPU's SMs and this kernel's blocks an SM (stagger only)
-};
-
 template <int D>
 __global__ void __launch_bounds__(kMmaAttnWarps * 32)
     attention_mma_kernel(float* __restrict__ part, const __nv_bfloat16* __restrict__ q, int64_t ldq, KvArgs a,
                          PlanDev P, int64_t T, int64_t r0, int G, int hq, int64_t window, float scale,
-                         DeviceError* err, int op, ChunkSchedule sched) {
+                         DeviceError* err, int op) {
   constexpr int RB = mma_row_bytes<D>();
   constexpr int NT = D / 8;  // n-tiles of the output
   // The merge may launch now: it reads the plan, then waits for us.
   pdl_launch_dependents();
   extern __shared__ __align__(16) unsigned char att_smem[];
   const int64_t t = r0 + blockIdx.x;
-  // The chunk this block computes: blockIdx.z, or counted from the last
-  // (sched.last_first: a row's short last chunk launches in the first wave).
-  const int g = blockIdx.y, z = sched.last_first ? int(gridDim.z) - 1 - int(blockIdx.z) : int(blockIdx.z);
+  const int g = blockIdx.y, z = blockIdx.z;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, gr = lane >> 2, tq = lane & 3;
   // Launched with PDL: until pdl_wait the kernels before us may still run.
   // Before it we read only what no kernel of this step writes: the plan,
@@ -364,14 +354,6 @@ __global__ void __launch_bounds__(kMmaAttnWarps * 32)
   }
   const unsigned okmask0 = __ballot_sync(0xffffffffu, idx0 >= 0);
   pdl_wait();
-  if (sched.stagger_ns > 0) {
-    // The first wave's slots leave at different times, so later waves'
-    // copies do not all reach HBM at once: slot k of an SM (blocks are
-    // placed SM by SM in launch order) waits k·stagger.
-    const unsigned l = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);
-    const unsigned slot = l / unsigned(sched.sms);
-    if (slot > 0 && slot < unsigned(sched.per_sm)) __nanosleep(slot * unsigned(sched.stagger_ns));
-  }
   uint32_t qa[D / 16][4];
   load_q_frags<D>(qa, q, t, ldq, g, G, lane);
   const unsigned char* krow[4];
@@ -458,21 +440,12 @@ __global__ void __launch_bounds__(kMmaAttnWarps * 32)
 template <int D>
 cudaError_t launch_attention_mma(cudaStream_t s, dim3 grid, float* part, const void* q, int64_t ldq, const KvArgs& a,
                                  const PlanDev& P, int64_t T, int64_t r0, int G, int hq, int64_t window, float scale,
-                                 DeviceError* err, int op, int schedule) {
+                                 DeviceError* err, int op) {
   constexpr size_t smem = mma_att_smem<D>();
   if (cudaError_t e = allow_dynamic_smem<attention_mma_kernel<D>>(int(smem)); e != cudaSuccess) return e;
-  ChunkSchedule sched{};
-  sched.last_first = schedule == 2 || schedule == 5;
-  sched.stagger_ns = schedule == 3 || schedule == 5 ? 1000 : schedule == 4 ? 2000 : 0;
-  if (sched.stagger_ns > 0) {
-    sched.sms = sm_count();
-    const int held = resident_blocks<attention_mma_kernel<D>>(kMmaAttnWarps * 32, smem);
-    sched.per_sm = sched.sms > 0 ? held / sched.sms : 0;
-    if (sched.sms <= 0 || sched.per_sm <= 1) sched.stagger_ns = 0, sched.sms = 1;
-  }
   return launch_pdl<attention_mma_kernel<D>>(s, grid, dim3(kMmaAttnWarps * 32), smem, part,
                                                     static_cast<const __nv_bfloat16*>(q), ldq, a, P, T, r0, G, hq,
-                                                    window, scale, err, op, sched);
+                                                    window, scale, err, op);
 }
 
 // Rows per launch so the chunk partials stay within 256 MiB of scratch. The
@@ -510,8 +483,7 @@ cudaError_t run_split_attention(cudaStream_t s, const AttnCall& c, float* part, 
     const dim3 grid(rows, unsigned(hk), unsigned(c.chunks));
     if (mma) {
       auto* launch = c.d == 64 ? launch_attention_mma<64> : launch_attention_mma<128>;
-      cudaError_t e =
-          launch(s, grid, part, c.q, c.ldq, c.a, c.P, T, r0, c.G, c.hq, c.window, c.scale, c.err, c.op, c.schedule);
+      cudaError_t e = launch(s, grid, part, c.q, c.ldq, c.a, c.P, T, r0, c.G, c.hq, c.window, c.scale, c.err, c.op);
       if (e != cudaSuccess) return e;
     } else {
       split<<<grid, kSplitWarps * 32, 0, s>>>(part, c.q, c.qdt, c.ldq, c.a, c.P, T, r0, c.d, c.G, c.hq, c.window,

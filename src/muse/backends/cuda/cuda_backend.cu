@@ -55,7 +55,6 @@ CudaBackend::CudaBackend(const CudaBackendOptions& o)
       expert_gemm_(o.expert_gemm),
       attention_merge_(o.attention_merge),
       moe_combine_(o.moe_combine),
-      attention_schedule_(o.attention_schedule),
       skip_ops_(o.skip_ops),
       side_on_(o.side_stream),
       graphs_on_(o.graphs),

@@ -60,13 +60,6 @@ struct CudaBackendOptions {
   // cluster of eight blocks a token), 1 a block a token, 2 the cluster. The
   // same bits; `muse bench --moe-combine` compares their speed.
   int moe_combine = 0;
-  // The split attention's tensor-core chunk blocks
-  // (cuda_attention_split.cu): 0 the rule (in chunk order), 1 in chunk
-  // order, 2 each row's last chunk first, 3 / 4 the first wave's blocks
-  // leaving 1 / 2 µs apart a slot, 5 both 2 and 3. Which block computes a
-  // chunk and when, not how: the same bits; `muse bench
-  // --attention-schedule` compares their speed.
-  int attention_schedule = 0;
   // Ops (by the names --profile prints) whose kernels are not launched: a
   // timing probe of what each costs a step once PDL overlaps the launches
   // (`muse bench --skip-ops`). The outputs are then not valid.

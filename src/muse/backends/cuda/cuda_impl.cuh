@@ -321,7 +321,6 @@ class CudaBackend final : public Backend {
   int expert_gemm_ = 0;    // CudaBackendOptions::expert_gemm
   int attention_merge_ = 0;  // CudaBackendOptions::attention_merge
   int moe_combine_ = 0;      // CudaBackendOptions::moe_combine
-  int attention_schedule_ = 0;  // CudaBackendOptions::attention_schedule
   std::vector<std::string> skip_ops_;  // not launched (CudaBackendOptions::skip_ops)
   std::string name_;
   cudaStream_t stream_ = nullptr;
