@@ -102,9 +102,13 @@ TEST_P(Project, DecodeRowIsBatchInvariantAndDeterministic) {
 }
 
 #if defined(MUSE_HAVE_CUDA) && MUSE_HAVE_CUDA
-// The F32 output bytes of x (T x K) · w (N x K)ᵀ through product kernel `variant`.
-std::vector<char> product_bytes(int variant, int64_t T, int64_t N, int64_t K, uint32_t seed) {
-  auto bp = backend_with_product_kernel(variant);
+// The F32 output bytes of x (T x K) · w (N x K)ᵀ through product kernel
+// `variant` (the streamed ring at `stream_stages`, 0: the rule's depth).
+std::vector<char> product_bytes(int variant, int64_t T, int64_t N, int64_t K, uint32_t seed, int stream_stages = 0) {
+  CudaBackendOptions o;
+  o.gemv_variant = variant;
+  o.stream_stages = stream_stages;
+  auto bp = backend_with(o);
   if (!bp) return {};
   Backend& be = *bp;
   auto bf = [](const std::vector<float>& v) {
@@ -132,14 +136,14 @@ struct ProductCase {
 // Each case through the register kernel (variant 1) and through each of
 // `variants`: the same bytes. Seeds from `seed` + 2, + 4, ...
 void expect_variants_give_the_same_bits(const std::vector<ProductCase>& cases, std::initializer_list<int> variants,
-                                        uint32_t seed) {
+                                        uint32_t seed, int stream_stages = 0) {
   for (const ProductCase& c : cases) {
     seed += 2;
     const auto want = product_bytes(1, c.T, c.N, c.K, seed);
     for (int v : variants) {
-      const auto got = product_bytes(v, c.T, c.N, c.K, seed);
-      EXPECT_TRUE(want == got) << "variant " << v << " T " << c.T << " N " << c.N << " K " << c.K << ": "
-                               << describe_f32_difference(want, got);
+      const auto got = product_bytes(v, c.T, c.N, c.K, seed, stream_stages);
+      EXPECT_TRUE(want == got) << "variant " << v << " (stream stages " << stream_stages << ") T " << c.T << " N "
+                               << c.N << " K " << c.K << ": " << describe_f32_difference(want, got);
     }
   }
 }
@@ -192,7 +196,7 @@ TEST(ProjectVariants, WgmmaKernelsGiveTheSameBits) {
 // product's (matmul alone).
 void expect_grouped_outputs_give_separate_bits(std::initializer_list<int> variants, std::initializer_list<int64_t> rows,
                                                uint32_t seed, std::initializer_list<int64_t> ks = {136, 1000},
-                                               std::vector<int64_t> Ns = {77, 16, 300, 9, 130}) {
+                                               std::vector<int64_t> Ns = {77, 16, 300, 9, 130}, int stream_stages = 0) {
   Ns.resize(5, 16);
   auto bf = [](const std::vector<float>& v) {
     std::vector<uint16_t> h(v.size());
@@ -203,7 +207,10 @@ void expect_grouped_outputs_give_separate_bits(std::initializer_list<int> varian
     for (int64_t T : rows)
       for (int64_t K : ks)
         for (size_t n_out : {size_t(5), size_t(4), size_t(2)}) {
-          auto bp = backend_with_product_kernel(variant);
+          CudaBackendOptions o;
+          o.gemv_variant = variant;
+          o.stream_stages = stream_stages;
+          auto bp = backend_with(o);
           ASSERT_TRUE(bp);
           Backend& be = *bp;
           seed += 7;
@@ -228,7 +235,7 @@ void expect_grouped_outputs_give_separate_bits(std::initializer_list<int> varian
             std::vector<char> a(static_cast<size_t>(grouped[i].bytes())), c(a.size());
             ASSERT_TRUE(be.download(grouped[i], a.data()).ok() && be.download(alone[i], c.data()).ok());
             EXPECT_EQ(a, c) << "output " << i << " of " << n_out << " (" << Ns[i] << " rows) variant " << variant
-                            << " T " << T << " K " << K;
+                            << " (stream stages " << stream_stages << ") T " << T << " K " << K;
           }
         }
 }
@@ -263,10 +270,15 @@ TEST(ProjectVariants, StreamedRingGivesTheSameBits) {
   GTEST_SKIP() << "this build has no CUDA backend (configure with -DMUSE_CUDA=ON: scripts/test-cuda.sh)";
 #else
   if (cuda_device_count() == 0) GTEST_SKIP() << "no CUDA GPU on this machine: the CUDA backend is not tested here";
-  expect_variants_give_the_same_bits({{1, 9000, 1000}, {3, 7001, 4168}, {8, 6656, 6656}, {5, 12000, 136},
-                                      {2, 9000, 520}, {7, 6100, 8}},
-                                     {15}, 7900);
-  expect_grouped_outputs_give_separate_bits({0, 15}, {1, 4, 8}, 9400, {1000, 6656}, {4099, 256, 257, 4096, 300});
+  // At the rule's depth and at each depth an A/B may launch (more or fewer
+  // blocks, so the tiles are cut at other places).
+  for (int stages : {0, 2, 3, 5}) {
+    expect_variants_give_the_same_bits({{1, 9000, 1000}, {3, 7001, 4168}, {8, 6656, 6656}, {5, 12000, 136},
+                                        {2, 9000, 520}, {7, 6100, 8}},
+                                       {15}, 7900, stages);
+    expect_grouped_outputs_give_separate_bits({0, 15}, {1, 4, 8}, 9400, {1000, 6656}, {4099, 256, 257, 4096, 300},
+                                              stages);
+  }
 #endif
 }
 

@@ -270,6 +270,7 @@ int bench_cuda(const BenchOptions& o) {
                   (o.moe_combine == 1   ? "; experts combined by a block a token"
                    : o.moe_combine == 2 ? "; experts combined by a cluster a token"
                                         : "") +
+                  (o.stream_stages ? "; streamed ring of " + std::to_string(o.stream_stages) + " stages" : "") +
                   (o.one_stream ? "; one stream (no side branch)" : ""))
                      .c_str());
   std::string skipped;
@@ -293,6 +294,7 @@ int bench_cuda(const BenchOptions& o) {
   eo.backend.gpu_expert_gemm = o.expert_gemm;
   eo.backend.gpu_attention_merge = o.attention_merge;
   eo.backend.gpu_moe_combine = o.moe_combine;
+  eo.backend.gpu_stream_stages = o.stream_stages;
   eo.backend.gpu_skip_ops = o.skip_ops;
   eo.backend.gpu_graphs = !o.enforce_eager;
   eo.backend.gpu_side_stream = !o.one_stream;
@@ -322,6 +324,7 @@ int bench_cuda(const BenchOptions& o) {
   out.set("expert_gemm", o.expert_gemm);
   out.set("attention_merge", o.attention_merge);
   out.set("moe_combine", o.moe_combine);
+  out.set("stream_stages", o.stream_stages);
   out.set("skipped_ops", skipped);
   out.set("one_stream", o.one_stream);
   out.set("parameters", params);

@@ -51,6 +51,7 @@ struct BenchOptions {
   int expert_gemm = 0;     // --expert-gemm: CudaBackendOptions::expert_gemm (0: the rule)
   int attention_merge = 0; // --attention-merge: CudaBackendOptions::attention_merge (0: the rule)
   int moe_combine = 0;     // --moe-combine: CudaBackendOptions::moe_combine (0: the rule)
+  int stream_stages = 0;   // --stream-stages: CudaBackendOptions::stream_stages (0: the rule)
   std::vector<std::string> skip_ops;  // --skip-ops: CudaBackendOptions::skip_ops (timing probes)
   bool enforce_eager = false;  // --enforce-eager: no CUDA graphs (CudaBackendOptions::graphs off)
   bool one_stream = false;     // --one-stream: no side branches (CudaBackendOptions::side_stream off)

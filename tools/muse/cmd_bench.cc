@@ -123,6 +123,9 @@ int bench_command(int argc, char** argv) {
   args.option("--moe-combine", &o.moe_combine, "N",
               "--device cuda: the latent experts' combine, for A/B timing (the same bits): 1 a block of 256 threads "
               "a token, 2 a cluster of eight blocks a token; 0 (default) the rule: the cluster");
+  args.option("--stream-stages", &o.stream_stages, "N",
+              "--device cuda: the streamed ring's depth, for A/B timing (the same bits; which calls stream stays "
+              "the rule's): 2, 3 or 5 stages (six, four or two blocks an SM); 0 (default) the rule: four");
   std::string skip_ops;
   args.option("--skip-ops", &skip_ops, "LIST",
               "--device cuda: do not launch these ops (names as --profile prints them, e.g. residual_norm,swiglu): "
@@ -174,6 +177,9 @@ int bench_command(int argc, char** argv) {
     return fail("bench", "--moe-combine is 0 (the rule), 1 (a block a token) or 2 (a cluster a token), not " +
                              std::to_string(o.moe_combine));
   if (o.moe_combine != 0 && o.device != "cuda") return fail("bench", "--moe-combine needs --device cuda");
+  if (o.stream_stages != 0 && (o.stream_stages < 2 || o.stream_stages > 5))
+    return fail("bench", "--stream-stages is 0 (the rule) or 2..5, not " + std::to_string(o.stream_stages));
+  if (o.stream_stages != 0 && o.device != "cuda") return fail("bench", "--stream-stages needs --device cuda");
   for (size_t at = 0; !skip_ops.empty() && at <= skip_ops.size();) {
     const size_t end = std::min(skip_ops.find(',', at), skip_ops.size());
     const std::string name = skip_ops.substr(at, end - at);

@@ -55,6 +55,7 @@ CudaBackend::CudaBackend(const CudaBackendOptions& o)
       expert_gemm_(o.expert_gemm),
       attention_merge_(o.attention_merge),
       moe_combine_(o.moe_combine),
+      stream_stages_(o.stream_stages),
       skip_ops_(o.skip_ops),
       side_on_(o.side_stream),
       graphs_on_(o.graphs),
@@ -91,7 +92,7 @@ Status CudaBackend::init() {
   }
   MUSE_CUDA_INIT(cudaMalloc(&lt_workspace_, kLtWorkspace));
 #undef MUSE_CUDA_INIT
-  if (Status st = stream_sync_create(stream_sync_); !st.ok()) return st;
+  if (Status st = stream_sync_create(stream_sync_, stream_stages_); !st.ok()) return st;
   if (cublasLtCreate(&lt_) != CUBLAS_STATUS_SUCCESS) return make_error("cuda backend: cublasLtCreate failed");
   return Status::Ok();
 }

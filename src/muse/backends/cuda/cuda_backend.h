@@ -60,6 +60,12 @@ struct CudaBackendOptions {
   // cluster of eight blocks a token), 1 a block a token, 2 the cluster. The
   // same bits; `muse bench --moe-combine` compares their speed.
   int moe_combine = 0;
+  // The streamed ring's depth (cuda_stream_product.cu): 0 the rule (four
+  // stages, three blocks an SM), 2, 3 or 5 stages (six, four or two blocks
+  // an SM). Which calls stream stays the rule's choice (by the four-stage
+  // block count); only the launch's ring and grid change. The same bits;
+  // `muse bench --stream-stages` compares their speed.
+  int stream_stages = 0;
   // Ops (by the names --profile prints) whose kernels are not launched: a
   // timing probe of what each costs a step once PDL overlaps the launches
   // (`muse bench --skip-ops`). The outputs are then not valid.

@@ -153,7 +153,13 @@ struct StreamSync {
   float* handoff = nullptr;   // [slots][4 warps x 32 lanes x 4 accumulators]
   unsigned* flags = nullptr;  // [slots]
   int slots = 0;
-  int64_t blocks() const { return slots > 0 ? slots - 1 : 0; }  // the most a launch takes
+  int stages = 0;             // the launch's ring depth (CudaBackendOptions::stream_stages, or the rule's)
+  int64_t launch_blocks = 0;  // the blocks the GPU holds at that depth: a launch's grid at most
+  // The blocks the GPU holds at the rule's depth. Which calls stream (and
+  // where the output gate runs) is decided by this count, whatever depth
+  // an A/B launches with.
+  int64_t rule_blocks = 0;
+  int64_t blocks() const { return slots > 0 ? rule_blocks : 0; }
 };
 
 // ---------------------------------------------------------------------------
@@ -321,6 +327,7 @@ class CudaBackend final : public Backend {
   int expert_gemm_ = 0;    // CudaBackendOptions::expert_gemm
   int attention_merge_ = 0;  // CudaBackendOptions::attention_merge
   int moe_combine_ = 0;      // CudaBackendOptions::moe_combine
+  int stream_stages_ = 0;    // CudaBackendOptions::stream_stages
   std::vector<std::string> skip_ops_;  // not launched (CudaBackendOptions::skip_ops)
   std::string name_;
   cudaStream_t stream_ = nullptr;

@@ -412,9 +412,10 @@ __device__ __forceinline__ int group_product(const ClusterGroup& grp, int64_t nt
 // two blocks handing its accumulators on; the ring's bits. A backend owns
 // one StreamSync (the boundaries' accumulators and flags, created at its
 // start on its device): its launches run one at a time, in stream order,
-// never on a side branch. blocks(): the most a launch takes (0: none, the
-// rule keeps the ring). StreamSync: cuda_impl.cuh.
-Status stream_sync_create(StreamSync& sync);
+// never on a side branch. blocks(): the blocks the GPU holds at the rule's
+// depth (0: none, the rule keeps the ring); `stages` (0: the rule's four)
+// picks the launch's ring depth, for A/B. StreamSync: cuda_impl.cuh.
+Status stream_sync_create(StreamSync& sync, int stages);
 void stream_sync_free(StreamSync& sync);
 cudaError_t launch_stream_product(cudaStream_t s, const StreamSync& sync, const Tensor& x,
                                   std::span<const Tensor> ws, std::span<const Tensor> outs);

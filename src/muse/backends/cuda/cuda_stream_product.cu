@@ -32,7 +32,7 @@
 namespace muse::cuda {
 namespace {
 
-constexpr int kStreamStages = 4;  // 64 KB of ring a block: three blocks an SM
+constexpr int kStreamStages = 4;  // the rule's: 64 KB of ring a block, three blocks an SM
 constexpr size_t kStreamHandoffFloats = size_t(kSplit) * 32 * 4;  // a tile's accumulators: 4 warps × 32 lanes × 4
 
 template <int STAGES>
@@ -162,15 +162,39 @@ __global__ void __launch_bounds__(32 * kSplit)
   cp_async_wait<0>();
 }
 
-constexpr auto kStreamKernel = stream_ring_kernel<kStreamStages>;
+// The blocks of stream_ring_kernel<S> the GPU holds at once (0: none).
+template <int S>
+int stream_held() {
+  return resident_blocks<stream_ring_kernel<S>>(32 * kSplit, stream_smem_bytes<S>());
+}
+int stream_held(int stages) {
+  switch (stages) {
+    case 2: return stream_held<2>();
+    case 3: return stream_held<3>();
+    case 4: return stream_held<4>();
+    case 5: return stream_held<5>();
+  }
+  return 0;
+}
+
+template <int S>
+cudaError_t launch_stream(cudaStream_t s, unsigned B, const __nv_bfloat16* x, int64_t T, int64_t K,
+                          const ClusterGroup& grp, int64_t W, int64_t R, const StreamSync& sy) {
+  return launch_pdl<stream_ring_kernel<S>>(s, dim3(B), dim3(32 * kSplit), stream_smem_bytes<S>(), x, T, K, grp, W, R,
+                                           sy.handoff, sy.flags);
+}
 
 }  // namespace
 
-Status stream_sync_create(StreamSync& sy) {
+Status stream_sync_create(StreamSync& sy, int stages) {
+  if (stages == 0) stages = kStreamStages;
+  if (stages < 2 || stages > 5)
+    return make_error("cuda backend: stream_stages is 2..5 (0: the rule's " + std::to_string(kStreamStages) +
+                      "), not " + std::to_string(stages));
   if (sy.slots > 0 || !mma_gemv_built()) return Status::Ok();
-  const int held = resident_blocks<kStreamKernel>(32 * kSplit, stream_smem_bytes<kStreamStages>());
-  if (held <= 0) return Status::Ok();  // the rule keeps the ring
-  const int slots = held + 1;
+  const int rule = stream_held(kStreamStages), held = stream_held(stages);
+  if (rule <= 0 || held <= 0) return Status::Ok();  // the rule keeps the ring
+  const int slots = std::max(rule, held) + 1;
   if (cudaMalloc(&sy.handoff, size_t(slots) * kStreamHandoffFloats * sizeof(float)) != cudaSuccess ||
       cudaMalloc(&sy.flags, size_t(slots) * sizeof(unsigned)) != cudaSuccess ||
       cudaMemset(sy.flags, 0, size_t(slots) * sizeof(unsigned)) != cudaSuccess) {
@@ -179,6 +203,9 @@ Status stream_sync_create(StreamSync& sy) {
     return make_error("stream product: out of GPU memory for its " + std::to_string(slots) + " boundaries");
   }
   sy.slots = slots;
+  sy.stages = stages;
+  sy.rule_blocks = rule;
+  sy.launch_blocks = held;
   return Status::Ok();
 }
 
@@ -194,10 +221,15 @@ cudaError_t launch_stream_product(cudaStream_t s, const StreamSync& sy, const Te
   const ClusterGroup grp = make_cluster_group(ws, outs, 16);
   if (grp.count == 0 || T < 1 || T > 8 || sy.blocks() <= 0) return cudaErrorInvalidValue;
   const int64_t R = ((K + kGranule - 1) / kGranule + kSplit - 1) / kSplit;  // rounds a tile
-  const int64_t B = std::min<int64_t>(grp.tiles_n, sy.blocks());  // never more blocks than tiles
-  return launch_pdl<kStreamKernel>(s, dim3(unsigned(B)), dim3(32 * kSplit), stream_smem_bytes<kStreamStages>(),
-                                   static_cast<const __nv_bfloat16*>(x.data), T, K, grp, grp.tiles_n * R, R,
-                                   sy.handoff, sy.flags);
+  const unsigned B = unsigned(std::min<int64_t>(grp.tiles_n, sy.launch_blocks));  // never more blocks than tiles
+  const auto* xp = static_cast<const __nv_bfloat16*>(x.data);
+  const int64_t W = grp.tiles_n * R;
+  switch (sy.stages) {
+    case 2: return launch_stream<2>(s, B, xp, T, K, grp, W, R, sy);
+    case 3: return launch_stream<3>(s, B, xp, T, K, grp, W, R, sy);
+    case 5: return launch_stream<5>(s, B, xp, T, K, grp, W, R, sy);
+    default: return launch_stream<kStreamStages>(s, B, xp, T, K, grp, W, R, sy);
+  }
 }
 
 }  // namespace muse::cuda

@@ -62,6 +62,7 @@ Result<std::unique_ptr<Backend>> create_backend(const BackendOptions& options) {
       o.expert_gemm = options.gpu_expert_gemm;
       o.attention_merge = options.gpu_attention_merge;
       o.moe_combine = options.gpu_moe_combine;
+      o.stream_stages = options.gpu_stream_stages;
       o.skip_ops = options.gpu_skip_ops;
       o.side_stream = options.gpu_side_stream;
       o.graphs = options.gpu_graphs;

@@ -28,6 +28,7 @@ struct BackendOptions {
   int gpu_expert_gemm = 0;     // CudaBackendOptions::expert_gemm (0: the rule)
   int gpu_attention_merge = 0; // CudaBackendOptions::attention_merge (0: the rule)
   int gpu_moe_combine = 0;     // CudaBackendOptions::moe_combine (0: the rule)
+  int gpu_stream_stages = 0;   // CudaBackendOptions::stream_stages (0: the rule)
   std::vector<std::string> gpu_skip_ops;  // CudaBackendOptions::skip_ops (timing probes only)
   bool gpu_graphs = true;                 // CudaBackendOptions::graphs (--enforce-eager turns them off)
   bool gpu_side_stream = true;            // CudaBackendOptions::side_stream (bench --one-stream turns it off)
