@@ -36,12 +36,13 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "fixtures"))
 
-# Muse Glimmer 30B's text config: the same numbers as glimmer_30b_json() in tools/muse/bench_cuda.cc.
+# Muse Glimmer 30B's shape: the numbers of glimmer_30b_json() in tools/muse/bench_cuda.cc, as the keys
+# the fixtures give transformers' config (scripts/fixtures/make_fixtures.py); the rest keep
+# transformers' defaults, which change no shape and so no time.
 GLIMMER_30B = {
     "vocab_size": 202048, "hidden_size": 6656, "num_hidden_layers": 52, "num_attention_heads": 32,
-    "num_key_value_heads": 2, "head_dim": 128, "intermediate_size": 19968, "rms_norm_eps": 1e-5,
-    "post_norm_eps": 1e-8, "sliding_window": 2048, "max_position_embeddings": 131072, "qk_scale_factor": 3.87,
-    "output_multiplier": 0.19611613513818404, "final_logit_softcapping": 20.0,
+    "num_key_value_heads": 2, "head_dim": 128, "intermediate_size": 19968, "sliding_window": 2048,
+    "max_position_embeddings": 131072,
 }
 
 
@@ -122,7 +123,7 @@ def forward_last(model, ids, past=None):
 def decode_step_seconds(model, batch: int, context: int, tokens: int):
     gen = torch.Generator(device="cuda").manual_seed(batch)
     ids = torch.randint(4, 200000, (batch, context), device="cuda", generator=gen)
-    past, chunk = None, max(1, 16384 // batch)  # chunked prefill: bounded activations at batch 64
+    past, chunk = None, max(1, 8192 // batch)  # chunked prefill: bounded activations (and logits) at batch 64
     for a in range(0, context, chunk):
         out = forward_last(model, ids[:, a:a + chunk], past)
         past = out.past_key_values
@@ -162,13 +163,18 @@ def prefill_flops(tc, lm: int, head: int, tokens: int) -> float:
 
 @torch.no_grad()
 def compiled_decode_seconds(model, context: int, tokens: int, runs: int):
-    model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+    import transformers
+    extra = {}
+    if hasattr(transformers, "CompileConfig"):  # generate compiles its decode forward itself
+        extra["compile_config"] = transformers.CompileConfig(fullgraph=True, mode="reduce-overhead")
+    else:  # the older recipe: the forward compiled by hand
+        model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
     ids = torch.randint(4, 200000, (1, context), device="cuda")
     mask = torch.ones_like(ids)
 
     def gen(n):
         return model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
-                              do_sample=False, cache_implementation="static", pad_token_id=0)
+                              do_sample=False, cache_implementation="static", pad_token_id=0, **extra)
 
     n1, n2 = 4, 4 + tokens
     t0 = time.perf_counter()
