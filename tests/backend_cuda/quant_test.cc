@@ -429,7 +429,8 @@ TEST_F(QuantTest, ExpertsMatchReferenceAndCpuBackendAndAreBatchInvariant) {
 
 // The streaming FP4 down product (CudaBackendOptions::expert_kernel 2:
 // wherever K % 512 == 0; a launch it cannot make is an error there, not
-// the per-tile kernel) and the per-tile one (1) give the same bits: one
+// the per-tile kernel), the per-tile one (1) and the rule with the gate/up
+// kernel compiled for five blocks an SM (3) give the same bits: one
 // granule (warps 1..3 with nothing to stream), slices of unequal length (9
 // granules), more items than the GPU holds blocks (each block streaming
 // several, across grouping tiles).
@@ -437,21 +438,23 @@ TEST_F(QuantTest, StreamingDownProductGivesThePerTileBits) {
   const QExpertCase cases[] = {
       {1, 8, 4, 512, 512}, {3, 4, 2, 1536, 2048}, {17, 16, 4, 512, 4608}, {64, 8, 8, 1024, 1024}, {40, 32, 8, 2048, 512},
   };
-  CudaBackendOptions o;
-  o.expert_kernel = 1;
-  auto r = create_cuda_backend(o);
-  ASSERT_TRUE(r.ok()) << r.message();
-  Backend& per_tile = **r;
-  o.expert_kernel = 2;
-  auto rs = create_cuda_backend(o);
-  ASSERT_TRUE(rs.ok()) << rs.message();
-  Backend& streaming = **rs;
-  ModelWeights owner, owner_s;
+  constexpr int kModes[3] = {1, 2, 3};  // the reference (per-tile) first
+  std::unique_ptr<Backend> backends[3];
+  for (int k = 0; k < 3; ++k) {
+    CudaBackendOptions o;
+    o.expert_kernel = kModes[k];
+    auto r = create_cuda_backend(o);
+    ASSERT_TRUE(r.ok()) << r.message();
+    backends[k] = std::move(r).value();
+  }
+  ModelWeights owners[3];
   struct Release {  // on every exit, before the backends go
-    Backend& be;
-    ModelWeights& w;
-    ~Release() { release_weights(be, w); }
-  } release_tiles{per_tile, owner}, release_stream{streaming, owner_s};
+    std::unique_ptr<Backend> (&be)[3];
+    ModelWeights (&w)[3];
+    ~Release() {
+      for (int k = 0; k < 3; ++k) release_weights(*be[k], w[k]);
+    }
+  } release{backends, owners};
   uint32_t seed = 4100;
   for (const QSpec& q : {kSpecs[1], kSpecs[2]}) {  // NVFP4 with two globals, MXFP4
     if (!runs(q)) continue;
@@ -461,10 +464,10 @@ TEST_F(QuantTest, StreamingDownProductGivesThePerTileBits) {
       auto gain = random_floats(size_t(c.Hm), ++seed, 0.3f, 1.0f);
       const auto ids = random_ids(c.T, c.E, c.K, ++seed);
       auto wts = random_floats(size_t(c.T * c.K), ++seed, 0.2f, 0.5f);
-      std::vector<uint8_t> got[2];
-      for (int k = 0; k < 2; ++k) {
-        Backend& be = k == 0 ? streaming : per_tile;
-        ModelWeights& own = k == 0 ? owner_s : owner;
+      std::vector<uint8_t> got[3];
+      for (int k = 0; k < 3; ++k) {
+        Backend& be = *backends[k];
+        ModelWeights& own = owners[k];
         auto gg = import_quantized(be, {c.E, 2 * c.I, c.Hm}, quant_view(hg), false, own);
         auto gd = import_quantized(be, {c.E, c.Hm, c.I}, quant_view(hd), false, own);
         ASSERT_TRUE(gg.ok() && gd.ok()) << q.name;
@@ -482,9 +485,10 @@ TEST_F(QuantTest, StreamingDownProductGivesThePerTileBits) {
         got[k].resize(out->bytes());
         ASSERT_TRUE(be.download(*out, got[k].data()).ok());
       }
-      EXPECT_EQ(0, std::memcmp(got[0].data(), got[1].data(), got[0].size()))
-          << q.name << " T " << c.T << " E " << c.E << " top " << c.K << " Hm " << c.Hm << " I " << c.I
-          << ": the streaming down product differs from the per-tile one";
+      for (int k = 1; k < 3; ++k)
+        EXPECT_EQ(0, std::memcmp(got[0].data(), got[k].data(), got[0].size()))
+            << q.name << " T " << c.T << " E " << c.E << " top " << c.K << " Hm " << c.Hm << " I " << c.I
+            << ": expert_kernel " << kModes[k] << " differs from the per-tile kernels";
     }
   }
 }

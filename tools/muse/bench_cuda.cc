@@ -259,6 +259,7 @@ int bench_cuda(const BenchOptions& o) {
                  (std::string(o.product_kernel ? "; every bf16 product through kernel " + std::to_string(o.product_kernel) : "") +
                   (o.expert_kernel == 1 ? "; FP4 expert down product in per-tile blocks"
                    : o.expert_kernel == 2 ? "; FP4 expert down product streamed"
+                   : o.expert_kernel == 3 ? "; FP4 expert gate/up at five blocks an SM"
                                           : "") +
                   (o.expert_gemm == 1   ? "; experts in per-tile kernels"
                    : o.expert_gemm >= 2 ? "; experts in the grouped GEMM, tiles of " +

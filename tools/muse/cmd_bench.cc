@@ -110,8 +110,9 @@ int bench_command(int argc, char** argv) {
               "(default) the shape rule");
   args.option("--expert-kernel", &o.expert_kernel, "N",
               "--device cuda: the FP4 expert down product's kernel, for A/B timing (the same bits): 1 a block per "
-              "grouping tile and 16 rows, 2 streaming wherever the layout is aligned; 0 (default) the rule: "
-              "streaming for launches of up to 96 waves (batch 16 on the Spark slice)");
+              "grouping tile and 16 rows, 2 streaming wherever the layout is aligned, 3 the rule's down product with "
+              "the FP4 gate/up at five blocks an SM; 0 (default) the rule: streaming for launches of up to 96 waves "
+              "(batch 16 on the Spark slice)");
   args.option("--expert-gemm", &o.expert_gemm, "N",
               "--device cuda: the experts' products, for A/B timing (the same bits): 1 the per-tile kernels, "
               "2 / 3 the grouped wgmma GEMM in tiles of 256 / 128 pairs wherever it applies (BF16, NVFP4, MXFP4, "
@@ -161,8 +162,9 @@ int bench_command(int argc, char** argv) {
   if (o.product_kernel < 0 || o.product_kernel > 15)
     return fail("bench", "--product-kernel is 0 (the shape rule) or a kernel 1..15, not " + std::to_string(o.product_kernel));
   if (o.product_kernel != 0 && o.device != "cuda") return fail("bench", "--product-kernel needs --device cuda");
-  if (o.expert_kernel < 0 || o.expert_kernel > 2)
-    return fail("bench", "--expert-kernel is 0 (the rule), 1 (per-tile blocks) or 2 (streaming), not " +
+  if (o.expert_kernel < 0 || o.expert_kernel > 3)
+    return fail("bench", "--expert-kernel is 0 (the rule), 1 (per-tile blocks), 2 (streaming) or 3 (gate/up at five "
+                         "blocks an SM), not " +
                              std::to_string(o.expert_kernel));
   if (o.expert_kernel != 0 && o.device != "cuda") return fail("bench", "--expert-kernel needs --device cuda");
   if (o.expert_gemm < 0 || o.expert_gemm > 3)

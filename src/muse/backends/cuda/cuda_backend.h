@@ -38,8 +38,9 @@ struct CudaBackendOptions {
   // streaming kernel where the layout is aligned, K % 512 == 0, and the
   // launch is a few waves: cuda_quant_moe.cu); 1 a block per grouping tile
   // and 16 rows, as unaligned layouts and large batches run; 2 streaming
-  // wherever aligned. The same bits; `muse bench --expert-kernel` compares
-  // their speed.
+  // wherever aligned; 3 the rule's down product with the aligned FP4
+  // gate/up kernel compiled for five blocks an SM instead of four. The same
+  // bits; `muse bench --expert-kernel` compares their speed.
   int expert_kernel = 0;
   // The latent experts' products, BF16 or NVFP4 / MXFP4 / FP8 / INT4 in
   // their aligned layouts: 0 the rule (the grouped wgmma GEMM,

@@ -108,8 +108,13 @@ __device__ __forceinline__ int64_t expert_row(int64_t n0, int r, int i, int g) {
   return F == QFmt::Int4 ? n0 + 4 * g + 2 * (r % 2) + (i >> 1) : n0 + g + 8 * (i >> 1);  // FP4/FP8: one tile per half
 }
 
-template <QFmt F, bool ALIGNED, bool BLOCK>
-__global__ void __launch_bounds__(32 * kSplit)
+// MINB: the blocks an SM the compiler must leave registers for (0: no
+// bound; the FP4 kernels then take ~128 registers, four blocks an SM). Five
+// (96 registers, ~100 bytes of spill) is expert_kernel 3's A/B: one more
+// block of latency hiding on a kernel that is neither issue- nor
+// bandwidth-bound at batch 1 (bench/NOTES.md, 2026-12-05).
+template <QFmt F, bool ALIGNED, bool BLOCK, int MINB = 0>
+__global__ void __launch_bounds__(32 * kSplit, MINB)
     quant_gate_up_kernel(const __nv_bfloat16* __restrict__ u, int K, QuantDev w, int64_t I, const int32_t* order,
                          const int32_t* tiles, const int32_t* ntiles, __nv_bfloat16* A) {
   using Tiles = ExpertTiles<F>;
@@ -336,13 +341,13 @@ bool launch_down_stream(cudaStream_t s, const QuantDev& dn, const int32_t* tiles
   return true;
 }
 
-template <QFmt F, bool ALIGNED, bool BLOCK>
+template <QFmt F, bool ALIGNED, bool BLOCK, int MINB = 0>
 cudaError_t launch_gate_up(cudaStream_t s, const __nv_bfloat16* u, int64_t I, const QuantDev& gu, int K,
                            const int32_t* order, const int32_t* tiles, const int32_t* ntiles, int max_tiles,
                            __nv_bfloat16* A) {
   using Tiles = ExpertTiles<F>;
   constexpr size_t smem = quant_ring_bytes<F, Tiles::kGateUpRW, 1, Tiles::kGateUpStages>();
-  constexpr auto kernel = quant_gate_up_kernel<F, ALIGNED, BLOCK>;
+  constexpr auto kernel = quant_gate_up_kernel<F, ALIGNED, BLOCK, MINB>;
   if (cudaError_t e = allow_dynamic_smem<kernel>(int(smem)); e != cudaSuccess) return e;
   return launch_pdl<kernel>(s, dim3(blocks_for(I, Tiles::kRows), unsigned(max_tiles)), dim3(32 * kSplit), smem, u, K,
                             gu, I, order, tiles, ntiles, A);
@@ -388,7 +393,8 @@ cudaError_t launch_experts_fmt(cudaStream_t s, const __nv_bfloat16* u, int64_t I
                      : (db ? launch_down<F, false, true>(s, dn, tiles, ntiles, max_tiles, A, Y)
                            : launch_down<F, false, false>(s, dn, tiles, ntiles, max_tiles, A, Y));
   } else {  // FP4: down streams where the layout is aligned and the rule (or expert_kernel 2) says so
-    e = gu.aligned ? launch_gate_up<F, true, false>(s, u, I, gu, K, order, tiles, ntiles, max_tiles, A)
+    e = gu.aligned ? (mode == 3 ? launch_gate_up<F, true, false, 5>(s, u, I, gu, K, order, tiles, ntiles, max_tiles, A)
+                                : launch_gate_up<F, true, false>(s, u, I, gu, K, order, tiles, ntiles, max_tiles, A))
                    : launch_gate_up<F, false, false>(s, u, I, gu, K, order, tiles, ntiles, max_tiles, A);
     if (e == cudaSuccess &&
         !(dn.aligned && mode != 1 && launch_down_stream<F>(s, dn, tiles, ntiles, max_tiles, A, Y, mode == 2, &e)))
