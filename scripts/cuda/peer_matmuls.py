@@ -43,15 +43,22 @@ def time_it(fn, reps=20):
     return statistics.median(ts)
 
 
+def hbm_read_gb_per_second():
+    """HBM read rate: an 8 GiB reduction, median of 5 (also peer_transformers.py's ceiling)."""
+    buf = torch.empty(8 << 30, dtype=torch.uint8, device="cuda")
+    read = 8 * 2**30 / time_it(lambda: buf.view(torch.int64).sum(), reps=5) / 1e9
+    del buf
+    torch.cuda.empty_cache()
+    return read
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="glimmer-30b", choices=sorted(SHAPES))
     ap.add_argument("--batch", default="1,16,64")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False
-    buf = torch.empty(8 << 30, dtype=torch.uint8, device="cuda")
-    read = 8 * 2**30 / time_it(lambda: buf.view(torch.int64).sum(), reps=5) / 1e9
-    del buf
+    read = hbm_read_gb_per_second()
     spec = SHAPES[args.model]
     out = {"model": args.model, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
            "hbm_read_gb_per_second": read, "batches": {}}

@@ -35,6 +35,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "fixtures"))
+sys.path.insert(0, HERE)  # peer_matmuls: the HBM read and the timer
 
 # Muse Glimmer 30B's shape: the numbers of glimmer_30b_json() in tools/muse/bench_cuda.cc, as the keys
 # the fixtures give transformers' config (scripts/fixtures/make_fixtures.py); the rest keep
@@ -55,16 +56,15 @@ def sync_time(fn):
 
 
 def ceilings():
-    """HBM read (8 GiB reduction) and the bf16 GEMM rate (8192³), medians, as peer_matmuls.py does."""
-    buf = torch.empty(8 << 30, dtype=torch.uint8, device="cuda")
-    reads = [8 * 2**30 / sync_time(lambda: buf.view(torch.int64).sum())[0] / 1e9 for _ in range(6)][1:]
-    del buf
+    """HBM read (peer_matmuls.py's) and the bf16 GEMM rate (8192³, median of 10)."""
+    from peer_matmuls import hbm_read_gb_per_second, time_it
+    read = hbm_read_gb_per_second()
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    gemm = [2 * 8192**3 / sync_time(lambda: a @ b)[0] / 1e12 for _ in range(11)][1:]
+    gemm = 2 * 8192**3 / time_it(lambda: a @ b, reps=10) / 1e12
     del a, b
     torch.cuda.empty_cache()
-    return statistics.median(reads), statistics.median(gemm)
+    return read, gemm
 
 
 def is_full(layer: int, n: int) -> bool:

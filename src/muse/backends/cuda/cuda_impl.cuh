@@ -159,7 +159,7 @@ struct StreamSync {
   // where the output gate runs) is decided by this count, whatever depth
   // an A/B launches with.
   int64_t rule_blocks = 0;
-  int64_t blocks() const { return slots > 0 ? rule_blocks : 0; }
+  int64_t blocks() const { return rule_blocks; }  // 0 until created
 };
 
 // ---------------------------------------------------------------------------
